@@ -1,0 +1,3 @@
+from slurmgpu.cli import main
+
+main()

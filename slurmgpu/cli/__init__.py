@@ -1,0 +1,69 @@
+"""The `slurmgpu` command: a thin click layer over the library.
+
+Subcommands live in sibling modules and are imported only when invoked, so that a fast path
+such as `slurmgpu submit` never pays for pandas or pynvml. Each module imports only click at
+top level and does its heavy imports inside the command function.
+"""
+
+from __future__ import annotations
+
+import importlib
+
+import click
+
+from slurmgpu import __version__
+from slurmgpu.errors import SlurmgpuError
+
+# command name -> "module:attribute" (a click.Command or click.Group)
+LAZY_COMMANDS: dict[str, str] = {
+    "inventory": "slurmgpu.cli.gres:inventory",
+    "gen-gres": "slurmgpu.cli.gres:gen_gres",
+    "gen-topology": "slurmgpu.cli.gres:gen_topology",
+    "policy": "slurmgpu.cli.tiers:policy",
+    "qos": "slurmgpu.cli.tiers:qos",
+    "gen-job-submit": "slurmgpu.cli.tiers:gen_job_submit",
+    "submit": "slurmgpu.cli.submit:submit",
+    "analyze": "slurmgpu.cli.accounting:analyze",
+    "report": "slurmgpu.cli.report:report",
+}
+
+
+class SlurmgpuGroup(click.Group):
+    """A group that loads subcommands lazily and turns domain errors into one line."""
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        available = [name for name in LAZY_COMMANDS if self._load(name) is not None]
+        return sorted(set(super().list_commands(ctx)) | set(available))
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        return super().get_command(ctx, cmd_name) or self._load(cmd_name)
+
+    @staticmethod
+    def _load(name: str) -> click.Command | None:
+        target = LAZY_COMMANDS.get(name)
+        if target is None:
+            return None
+        module_name, attr = target.split(":")
+        try:
+            module = importlib.import_module(module_name)
+        except ModuleNotFoundError as exc:
+            if exc.name == module_name:  # that command is not built yet
+                return None
+            raise
+        return getattr(module, attr, None)
+
+    def invoke(self, ctx: click.Context):  # type: ignore[override]
+        try:
+            return super().invoke(ctx)
+        except SlurmgpuError as exc:
+            click.echo(f"slurmgpu: error: {exc}", err=True)
+            ctx.exit(exc.exit_code)
+
+
+@click.group(cls=SlurmgpuGroup, context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, "-V", "--version", prog_name="slurmgpu")
+def main() -> None:
+    """Generated Slurm GPU configs, priority tiers with preemption, and GPU accounting reports.
+
+    Run `slurmgpu COMMAND --help` for the options of each command.
+    """

@@ -1,0 +1,47 @@
+"""Domain exceptions. Each carries what the user needs to fix the problem (GPU, key, line).
+
+The CLI turns any `SlurmgpuError` into one line on stderr and an exit code; a traceback is
+only ever a bug in slurmgpu, never a user mistake.
+"""
+
+from __future__ import annotations
+
+
+class SlurmgpuError(Exception):
+    """Base of every error a user can cause or fix. `exit_code` is what the CLI returns."""
+
+    exit_code = 1
+
+
+class UsageError(SlurmgpuError):
+    """A request that cannot be satisfied as asked (bad option value, no slice fits)."""
+
+    exit_code = 2
+
+
+class InventoryError(SlurmgpuError):
+    """NVML or the host could not be read, or a GPU is unhealthy."""
+
+
+class SnapshotError(SlurmgpuError):
+    """A saved inventory snapshot is malformed or of an unsupported version."""
+
+
+class PolicyError(SlurmgpuError):
+    """The site policy file is invalid; the message names the file, key and line."""
+
+
+class ConfigCheckError(SlurmgpuError):
+    """Slurm's own parser (or Lua) rejected a generated file."""
+
+
+class SlurmCommandError(SlurmgpuError):
+    """A Slurm command-line tool failed, timed out or is missing."""
+
+
+class SacctParseError(SlurmgpuError):
+    """Accounting input cannot be used at all (a missing required column, unreadable file)."""
+
+
+class TopologyError(SlurmgpuError):
+    """The switch / NVLink-domain description is inconsistent."""

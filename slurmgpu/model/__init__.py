@@ -1,0 +1,1 @@
+"""The model: plain, frozen dataclasses with no I/O. Everything downstream reads only these."""

@@ -1,0 +1,1 @@
+"""Small shared helpers: subprocess, atomic file writes, Slurm hostlists, units."""
