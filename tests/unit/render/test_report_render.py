@@ -1,0 +1,280 @@
+"""The report renderers, on a recorded-shape analysis dict (tests/data/reports)."""
+
+from __future__ import annotations
+
+import copy
+import json
+import math
+import re
+from html.parser import HTMLParser
+from pathlib import Path
+
+import pytest
+
+from slurmgpu.render import report
+from slurmgpu.render.report import (
+    check_prom_text,
+    fmt_duration,
+    prom_label_value,
+    render_html,
+    render_json,
+    render_prom,
+    render_report,
+    render_text,
+    text_table,
+)
+
+DATA = Path(__file__).resolve().parents[2] / "data" / "reports"
+EVIL_USER = "<script>alert('x')</script>"
+
+
+@pytest.fixture
+def analysis() -> dict:
+    return json.loads((DATA / "analysis-week.json").read_text())
+
+
+@pytest.fixture
+def unknown_analysis(analysis: dict) -> dict:
+    """The same week, as a site without inventory, gpuutil or a time series would see it."""
+    a = copy.deepcopy(analysis)
+    a["totals"].update(capacity_gpu_hours=None, allocation_ratio=None, gpu_hours_used=None)
+    for group in a["by_partition"]:
+        group.update(capacity_gpu_hours=None, allocation_ratio=None)
+    a["timeseries"]["points"] = []
+    a["recommendations"] = []
+    return a
+
+
+# --------------------------------------------------------------------------- helpers
+
+
+@pytest.mark.parametrize(
+    ("seconds", "text"),
+    [
+        (0, "0s"),
+        (59.4, "59s"),
+        (60, "1m 00s"),
+        (3599, "59m 59s"),
+        (3600, "1h 00m"),
+        (86399, "23h 59m"),
+        (90000, "1d 01h"),
+        (None, "n/a"),
+        (math.nan, "n/a"),
+    ],
+)
+def test_fmt_duration(seconds, text):
+    assert fmt_duration(seconds) == text
+
+
+def test_text_table_aligns_columns():
+    table = text_table(["NAME", "JOBS"], [["a", "1"], ["longer-name", "12,345"]]).splitlines()
+    assert table[0] == "NAME           JOBS"
+    assert table[1] == "-----------  ------"
+    assert table[2] == "a                 1"
+    assert table[3] == "longer-name  12,345"
+
+
+def test_unknown_format_is_rejected(analysis):
+    with pytest.raises(ValueError, match="unknown report format 'pdf'"):
+        render_report(analysis, "pdf")
+
+
+# --------------------------------------------------------------------------- text
+
+
+def test_text_totals(analysis):
+    text = render_text(analysis)
+    assert "GPU-hours allocated  7,312.0 of 10,752.0 capacity (68.0%)" in text
+    assert "jobs                 812 (640 with GPUs)" in text
+    assert "p50 2m 00s, p95 1h 30m, max 23h 53m" in text
+    assert "2,412 read = 2,410 analyzed + 2 rejected" in text
+    assert re.search(r"GPU-hours used\s+unknown \(no gres/gpuutil", text)
+
+
+def test_text_partition_table_columns_line_up(analysis):
+    lines = render_text(analysis).splitlines()
+    start = lines.index("By partition") + 1
+    header, rule, *rows = lines[start : start + 5]
+    jobs_end = header.index("JOBS") + len("JOBS")
+    alloc_end = header.index("GPU-H ALLOC") + len("GPU-H ALLOC")
+    assert set(rule) == {" ", "-"}
+    cells = {r.split()[0]: r for r in rows}
+    assert cells["gpu"][:jobs_end].endswith("512")
+    assert cells["gpu"][:alloc_end].endswith("6,100.0")
+    # unknown capacity of the third partition is "n/a", never 0
+    assert cells["<b>lab</b>"][:alloc_end].endswith("212.0")
+    cap_end = header.index("CAPACITY GPU-H") + len("CAPACITY GPU-H")
+    assert cells["<b>lab</b>"][:cap_end].endswith("n/a")
+
+
+def test_text_escapes_control_characters_in_names(analysis):
+    text = render_text(analysis)
+    assert 'bob "the\\builder"\\nx' in text  # the newline stays on one table line
+    assert "\nx  " not in text
+
+
+def test_text_sorts_users_by_gpu_hours_and_limits_rows(analysis):
+    analysis["by_user"] += [
+        {"user": f"u{i:02d}", "jobs": 1, "gpu_hours_allocated": float(i)} for i in range(20)
+    ]
+    text = render_text(analysis)
+    section = text[text.index("By user") : text.index("Would fit")]
+    assert section.index("bob") < section.index("alice") < section.index("u19")
+    assert f"... {23 - report.TOP_N} more (see --format json)" in section
+
+
+def test_text_unknowns_and_no_recommendation(unknown_analysis):
+    text = render_text(unknown_analysis)
+    assert "7,312.0 (capacity unknown: no inventory)" in text
+    assert "Recommendations\n  none" in text
+
+
+# --------------------------------------------------------------------------- JSON
+
+
+def test_json_is_the_analysis(analysis):
+    assert json.loads(render_json(analysis)) == analysis
+
+
+def test_json_turns_nan_into_null(analysis):
+    analysis["totals"]["gpu_hours_used"] = math.nan
+    analysis["by_partition"][0]["gpu_util_mean"] = math.inf
+    text = render_json(analysis)
+    assert "NaN" not in text and "Infinity" not in text
+    parsed = json.loads(text)
+    assert parsed["totals"]["gpu_hours_used"] is None
+    assert parsed["by_partition"][0]["gpu_util_mean"] is None
+
+
+# --------------------------------------------------------------------------- HTML
+
+
+class _Collector(HTMLParser):
+    def __init__(self) -> None:
+        super().__init__()
+        self.tags: list[str] = []
+        self.attrs: list[tuple[str, str | None]] = []
+        self.text: list[str] = []
+
+    def handle_starttag(self, tag, attrs):
+        self.tags.append(tag)
+        self.attrs += attrs
+
+    def handle_data(self, data):
+        self.text.append(data)
+
+
+def _parse(page: str) -> _Collector:
+    parser = _Collector()
+    parser.feed(page)
+    parser.close()
+    return parser
+
+
+def test_html_escapes_every_site_string(analysis):
+    page = render_html(analysis)
+    assert EVIL_USER not in page
+    assert "&lt;script&gt;alert(&#39;x&#39;)&lt;/script&gt;" in page
+    assert "<b>lab</b>" not in page  # partition name, in tables and in SVG labels
+    assert page.count("&lt;b&gt;lab&lt;/b&gt;") >= 3
+    assert "checkpoint &lt;requirement&gt; for P2 &amp; a grace time" in page
+    parsed = _parse(page)
+    assert "script" not in parsed.tags
+    assert "b" in parsed.tags  # the template's own bold window, not the partition's
+    assert EVIL_USER in "".join(parsed.text)  # what a reader sees: the literal name
+
+
+def test_html_is_self_contained(analysis):
+    page = render_html(analysis)
+    assert "http://" not in page and "https://" not in page
+    assert "//" not in re.sub(r"<!--.*?-->", "", page).replace("file://", "")
+    parsed = _parse(page)
+    assert not {"script", "link", "img", "iframe", "object", "embed"} & set(parsed.tags)
+    assert not [a for a, _ in parsed.attrs if a in ("src", "href")]
+    assert "url(" not in page and "@import" not in page and "@font-face" not in page
+    assert "default-src 'none'" in page  # the browser itself refuses any fetch
+
+
+def test_html_shows_totals_and_plots(analysis):
+    page = render_html(analysis)
+    text = " ".join(_parse(page).text)
+    assert "7,312.0 of 10,752.0 capacity (68.0%)" in text
+    assert page.count("<svg ") == 5
+    assert page.count('class="bar s0"') == 3 + 3 + 3 + 3  # partitions, QOS, fit, wait (known)
+    assert "<polygon" in page and 'class="capacity"' in page
+    assert "Carve 4 H100 GPUs" in text
+
+
+def test_html_unknown_values_are_not_drawn_as_zero(unknown_analysis):
+    page = render_html(unknown_analysis)
+    assert page.count("<svg ") == 4  # no time series points: no chart
+    assert "No data in this window." in page
+    assert "p50: unknown" in page  # the third partition has no waits
+    assert "No change recommended" in page
+
+
+def test_html_is_deterministic(analysis):
+    assert render_html(analysis) == render_html(copy.deepcopy(analysis))
+
+
+# --------------------------------------------------------------------------- Prometheus
+
+
+def _samples(text: str) -> dict[str, str]:
+    return {
+        line.rsplit(" ", 1)[0]: line.rsplit(" ", 1)[1]
+        for line in text.splitlines()
+        if line and not line.startswith("#")
+    }
+
+
+def test_prom_format_is_valid_and_families_are_declared_once(analysis):
+    text = render_prom(analysis)
+    check_prom_text(text)
+    names = [ln.split()[2] for ln in text.splitlines() if ln.startswith("# TYPE")]
+    assert len(names) == len(set(names))
+    assert all(n.startswith("slurmgpu_") for n in names)
+    current = None
+    for line in text.splitlines():
+        if line.startswith("# TYPE"):
+            current = line.split()[2]
+            assert line.endswith(" gauge")
+        elif not line.startswith("#"):
+            assert re.split(r"[{ ]", line)[0] == current  # sample under its own family
+
+
+def test_prom_values(analysis):
+    samples = _samples(render_prom(analysis))
+    assert samples["slurmgpu_gpu_hours_allocated"] == "7312"
+    assert samples["slurmgpu_allocation_ratio"] == "0.68"
+    assert samples['slurmgpu_partition_gpu_hours_allocated{partition="gpu"}'] == "6100"
+    assert samples['slurmgpu_qos_wait_p95_seconds{qos="p2",tier="P2"}'] == "20000"
+    assert samples['slurmgpu_fit_fraction_jobs_ratio{slice="1/2"}'] == "0.41"
+    assert samples["slurmgpu_report_window_end_timestamp_seconds"] == "1796083200"
+    # a known zero stays a zero
+    assert samples['slurmgpu_partition_preemptions{partition="mig"}'] == "0"
+
+
+def test_prom_omits_unknowns(analysis):
+    text = render_prom(analysis)
+    assert "slurmgpu_gpu_hours_used" not in text  # null in totals: no family at all
+    assert "slurmgpu_partition_gpu_util_mean_ratio" not in text
+    samples = _samples(text)
+    assert 'slurmgpu_partition_capacity_gpu_hours{partition="<b>lab</b>"}' not in samples
+    assert 'slurmgpu_partition_wait_p50_seconds{partition="<b>lab</b>"}' not in samples
+    assert 'slurmgpu_partition_jobs{partition="<b>lab</b>"}' in samples
+
+
+def test_prom_escapes_label_values(analysis):
+    analysis["by_partition"][0]["partition"] = 'we"ird\\part\nname'
+    text = render_prom(analysis)
+    check_prom_text(text)
+    assert 'slurmgpu_partition_jobs{partition="we\\"ird\\\\part\\nname"} 512' in text
+    assert prom_label_value('a\\b"c\nd') == 'a\\\\b\\"c\\nd'
+
+
+def test_check_prom_text_rejects_bad_lines():
+    with pytest.raises(ValueError, match="line 2"):
+        check_prom_text('# TYPE x gauge\nx{a="unterminated} 1\n')
+    with pytest.raises(ValueError, match="newline"):
+        check_prom_text("x 1")
