@@ -1,0 +1,144 @@
+"""Report output plumbing: time options, dated paths, atomic writes, the progress line."""
+
+from __future__ import annotations
+
+import datetime as dt
+import io
+import re
+import shlex
+from pathlib import Path
+
+import pytest
+
+from slurmgpu.cli.progress import LoadProgress
+from slurmgpu.cli.report import expand_output, parse_when, report, write_report
+from slurmgpu.errors import SlurmgpuError, UsageError
+from slurmgpu.util.atomic import write_atomic
+
+NOW = dt.datetime(2026, 12, 2, 14, 0, tzinfo=dt.UTC)
+ROOT = Path(__file__).resolve().parents[3]
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("7d", dt.datetime(2026, 11, 25, 14, 0, tzinfo=dt.UTC)),
+        ("12h", dt.datetime(2026, 12, 2, 2, 0, tzinfo=dt.UTC)),
+        ("30m", dt.datetime(2026, 12, 2, 13, 30, tzinfo=dt.UTC)),
+        ("2w", dt.datetime(2026, 11, 18, 14, 0, tzinfo=dt.UTC)),
+        ("now", NOW),
+        ("2026-11-01", dt.datetime(2026, 11, 1, tzinfo=dt.UTC)),
+        ("2026-11-01T08:00", dt.datetime(2026, 11, 1, 8, tzinfo=dt.UTC)),
+        ("2026-11-01T08:00:00+01:00", dt.datetime(2026, 11, 1, 7, tzinfo=dt.UTC)),
+        ("2026-11-01T08:00:00Z", dt.datetime(2026, 11, 1, 8, tzinfo=dt.UTC)),
+    ],
+)
+def test_parse_when(text, expected):
+    assert parse_when(text, now=NOW, option="--since") == expected
+
+
+def test_parse_when_rejects_nonsense_with_one_line():
+    with pytest.raises(UsageError, match=r"--since 'last week': expected a duration"):
+        parse_when("last week", now=NOW, option="--since")
+
+
+def test_expand_output():
+    assert expand_output("r-%Y-%m-%d.html", NOW) == "r-2026-12-02.html"
+    assert expand_output("plain.html", NOW) == "plain.html"
+
+
+def test_write_atomic_temp_name_is_invisible_to_the_textfile_collector(tmp_path):
+    seen = []
+    write_atomic(tmp_path / "slurmgpu.prom", "x 1\n", validate=seen.append)
+    (tmp,) = seen
+    assert tmp.parent == tmp_path
+    assert re.fullmatch(r"\.slurmgpu\.prom\..+\.tmp", tmp.name)
+    assert not tmp.name.endswith(".prom")  # node_exporter reads only *.prom
+    assert not tmp.exists()
+
+
+def test_write_report_replaces_whole_file_mode_0644_no_backup(tmp_path):
+    target = tmp_path / "slurmgpu.prom"
+    target.write_text("old 1\n")
+    write_report(target, "# TYPE slurmgpu_jobs gauge\nslurmgpu_jobs 3\n", "prom")
+    assert target.read_text() == "# TYPE slurmgpu_jobs gauge\nslurmgpu_jobs 3\n"
+    assert target.stat().st_mode & 0o777 == 0o644
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["slurmgpu.prom"]
+
+
+@pytest.mark.parametrize(("fmt", "bad"), [("prom", "slurmgpu_jobs three\n"), ("json", "{x")])
+def test_write_report_invalid_output_leaves_old_file(tmp_path, fmt, bad):
+    target = tmp_path / f"r.{fmt}"
+    target.write_text("old\n")
+    with pytest.raises(SlurmgpuError, match=f"{fmt} report failed validation"):
+        write_report(target, bad, fmt)
+    assert target.read_text() == "old\n"
+    assert [p.name for p in tmp_path.iterdir()] == [f"r.{fmt}"]  # no temp file left
+
+
+def test_write_report_missing_directory(tmp_path):
+    with pytest.raises(UsageError, match="does not exist"):
+        write_report(tmp_path / "nope" / "r.html", "<html>", "html")
+    with pytest.raises(UsageError, match="is a directory"):
+        write_report(tmp_path, "<html>", "html")
+
+
+def test_progress_is_silent_without_a_terminal(tmp_path):
+    stream = io.StringIO()  # like stderr under cron: isatty() is False
+    with LoadProgress("reading", [], stream=stream, delay_s=0, interval_s=0.01) as progress:
+        assert not progress.enabled
+    assert stream.getvalue() == ""
+
+
+def test_progress_fraction_follows_the_open_file(tmp_path):
+    dump = tmp_path / "dump.txt"
+    dump.write_bytes(b"x" * 4096)
+    progress = LoadProgress("reading", [dump], enabled=False)
+    with open(dump, "rb", buffering=0) as fh:  # unbuffered: the position is what was read
+        fh.read(1024)
+        assert progress.fraction() == pytest.approx(0.25)
+        assert "25% (0/0 MiB)" in progress.line(3.0)
+    assert progress.fraction() == 1.0  # read and closed: done
+
+
+def test_progress_draws_and_clears_on_a_terminal(tmp_path):
+    stream = io.StringIO()
+    with LoadProgress(
+        "querying sacct", [], stream=stream, enabled=True, delay_s=0, interval_s=0.01
+    ):
+        import time
+
+        time.sleep(0.1)
+    out = stream.getvalue()
+    assert "querying sacct: 0s" in out
+    assert out.endswith("\r\x1b[K")
+
+
+def _commands(path: Path, prefix: str) -> list[list[str]]:
+    lines = []
+    for line in path.read_text().splitlines():
+        if prefix in line and not line.lstrip().startswith("#"):
+            argv = shlex.split(line[line.index(prefix) :])
+            lines.append(argv[1:])
+    return lines
+
+
+@pytest.mark.parametrize(
+    "unit",
+    [
+        "etc/systemd/slurmgpu-report.service",
+        "etc/systemd/slurmgpu-report-prom.service",
+        "etc/cron/slurmgpu-report",
+    ],
+)
+def test_example_units_use_valid_report_options(unit):
+    path = ROOT / unit
+    commands = _commands(path, "slurmgpu report")
+    assert commands, f"no slurmgpu report command in {unit}"
+    for argv in commands:
+        assert argv[0] == "report"
+        args = [a.replace("%%", "%").replace("\\%", "%") for a in argv[1:]]
+        ctx = report.make_context("report", args)  # raises on an unknown option or value
+        assert ctx.params["fmt"] in ("html", "json", "prom")
+        assert ctx.params["output"].startswith("/var/lib/")
+        parse_when(ctx.params["since"], now=NOW, option="--since")
