@@ -278,3 +278,20 @@ def test_check_prom_text_rejects_bad_lines():
         check_prom_text('# TYPE x gauge\nx{a="unterminated} 1\n')
     with pytest.raises(ValueError, match="newline"):
         check_prom_text("x 1")
+
+
+def test_docs_list_exactly_the_exported_metrics(analysis):
+    """docs/reports.md names every metric the Prometheus file can contain, and no other."""
+    full = copy.deepcopy(analysis)
+    full["totals"].update(gpu_hours_used=1.0, gpu_util_mean=0.5, waste_gpu_hours=2.0)
+    for group in full["by_partition"] + full["by_qos"]:
+        group.update(
+            gpu_util_mean=0.5, waste_gpu_hours=2.0, capacity_gpu_hours=10.0, allocation_ratio=0.1
+        )
+    exported = {ln.split()[2] for ln in render_prom(full).splitlines() if ln.startswith("# TYPE")}
+    docs = (Path(__file__).resolve().parents[3] / "docs" / "reports.md").read_text()
+    named = set(re.findall(r"`(slurmgpu_[a-z0-9_]+)[`{]", docs))
+    per_group = set(re.findall(r"^\| `([a-z0-9_]+)` \|", docs, flags=re.MULTILINE))
+    for metric in per_group - {m for m in per_group if m.startswith("slurmgpu_")}:
+        named |= {f"slurmgpu_{metric}", f"slurmgpu_partition_{metric}", f"slurmgpu_qos_{metric}"}
+    assert exported == named
