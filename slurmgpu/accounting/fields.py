@@ -1,0 +1,202 @@
+"""Vectorized parsers for sacct's scalar fields: times, durations, states, job ids.
+
+Each parser takes a pyarrow string array and returns numpy arrays plus a boolean `bad` mask
+(a value that is present but not in any form sacct prints); the loader turns `bad` into a
+rejected row with its reason. Formats: `src/common/parse_time.c`, `src/sacct/print.c`.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+# `Unknown` = 0/INFINITE (End of a running job), `None` = NO_VAL (Start of a job cancelled while
+# pending); empty for fields a step row leaves blank.
+_NO_TIME = ("", "Unknown", "None", "N/A")
+_EPOCH = r"^\d{9,11}$"
+_ISO = r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}$"
+# `[D-][HH:]MM:SS[.mmm]`: 3 parts = H:M:S, 2 parts = M:S (TotalCPU `31:09.458`); days optional
+_DURATION = r"^(?:(?P<d>\d+)-)?(?:(?P<h>\d+):)?(?P<m>\d+):(?P<s>\d+)(?:\.(?P<f>\d+))?$"
+_DURATION_D_H = r"^(?P<d>\d+)-(?P<h>\d+)$"  # `1-12` (days-hours) is legal for Timelimit
+_UNLIMITED = ("UNLIMITED", "Partition_Limit", "INVALID")
+
+
+def _strings(values: pa.Array) -> pa.Array:
+    return pc.utf8_trim_whitespace(pc.fill_null(values.cast(pa.string()), ""))
+
+
+def parse_times(values: pa.Array, *, timezone: str = "UTC") -> tuple[np.ndarray, np.ndarray]:
+    """Submit/Start/End -> (datetime64[s] UTC, bad). Epoch seconds or ISO local time.
+
+    ISO text is local time of the host that ran sacct; `timezone` names it (live queries run
+    sacct with TZ=UTC and SLURM_TIME_FORMAT=%s, so they are unambiguous).
+    """
+    s = _strings(values)
+    n = len(s)
+    out = np.full(n, np.datetime64("NaT"), dtype="datetime64[s]")
+    missing = pc.is_in(s, pa.array(_NO_TIME)).to_numpy(zero_copy_only=False)
+    is_epoch = pc.match_substring_regex(s, _EPOCH).to_numpy(zero_copy_only=False)
+    is_iso = pc.match_substring_regex(s, _ISO).to_numpy(zero_copy_only=False)
+    if is_epoch.any():
+        out[is_epoch] = (
+            pc.cast(s.filter(pa.array(is_epoch)), pa.int64()).to_numpy().astype("datetime64[s]")
+        )
+    if is_iso.any():
+        iso = s.filter(pa.array(is_iso))
+        ts = pc.strptime(iso, format="%Y-%m-%dT%H:%M:%S", unit="s", error_is_null=True)
+        ok = ts.is_valid().to_numpy(zero_copy_only=False)
+        vals = ts.cast(pa.int64()).fill_null(0).to_numpy().astype("datetime64[s]")
+        if timezone not in ("UTC", "Z", "+00:00"):
+            import pandas as pd
+
+            local = pd.DatetimeIndex(vals).tz_localize(timezone, ambiguous="NaT", nonexistent="NaT")
+            vals = local.tz_convert("UTC").tz_localize(None).to_numpy().astype("datetime64[s]")
+        vals[~ok] = np.datetime64("NaT")
+        out[is_iso] = vals
+        bad_iso = np.zeros(n, dtype=bool)
+        bad_iso[np.flatnonzero(is_iso)[~ok]] = True
+    else:
+        bad_iso = np.zeros(n, dtype=bool)
+    bad = ~(missing | is_epoch | is_iso) | bad_iso
+    return out, bad
+
+
+def parse_durations(values: pa.Array) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Elapsed/Timelimit text -> (seconds float, unlimited mask, bad mask).
+
+    `UNLIMITED` / `Partition_Limit` give NaN with `unlimited` set; empty gives NaN.
+    """
+    s = _strings(values)
+    n = len(s)
+    secs = np.full(n, np.nan)
+    unlimited = pc.is_in(s, pa.array(_UNLIMITED)).to_numpy(zero_copy_only=False)
+    empty = pc.equal(s, "").to_numpy(zero_copy_only=False)
+    m = pc.extract_regex(s, _DURATION)
+    ok = m.is_valid().to_numpy(zero_copy_only=False)
+    if ok.any():
+        mf = m.filter(pa.array(ok))
+
+        def part(name: str) -> np.ndarray:
+            col = pc.struct_field(mf, name)
+            col = pc.if_else(pc.equal(col, ""), "0", col)
+            return pc.cast(pc.fill_null(col, "0"), pa.float64()).to_numpy()
+
+        frac_text = pc.fill_null(pc.struct_field(mf, "f"), "")
+        frac_len = pc.utf8_length(frac_text).to_numpy()
+        frac = part("f") / np.power(10.0, frac_len)
+        secs[ok] = part("d") * 86400 + part("h") * 3600 + part("m") * 60 + part("s") + frac
+    dh = pc.extract_regex(s, _DURATION_D_H)
+    ok_dh = dh.is_valid().to_numpy(zero_copy_only=False)
+    if ok_dh.any():
+        mf = dh.filter(pa.array(ok_dh))
+        d = pc.cast(pc.struct_field(mf, "d"), pa.float64()).to_numpy()
+        h = pc.cast(pc.struct_field(mf, "h"), pa.float64()).to_numpy()
+        secs[ok_dh] = d * 86400 + h * 3600
+    bad = ~(ok | ok_dh | unlimited | empty)
+    return secs, unlimited, bad
+
+
+def parse_int(values: pa.Array, *, unlimited_ok: bool = False) -> tuple[np.ndarray, np.ndarray]:
+    """Integer text (ElapsedRaw, TimelimitRaw in minutes) -> (float with NaN, bad mask)."""
+    s = _strings(values)
+    ok = pc.match_substring_regex(s, r"^\d+$").to_numpy(zero_copy_only=False)
+    out = np.full(len(s), np.nan)
+    if ok.any():
+        out[ok] = pc.cast(s.filter(pa.array(ok)), pa.float64()).to_numpy()
+    empty = pc.equal(s, "").to_numpy(zero_copy_only=False)
+    allowed = empty
+    if unlimited_ok:
+        allowed = allowed | pc.is_in(s, pa.array(_UNLIMITED)).to_numpy(zero_copy_only=False)
+    return out, ~(ok | allowed)
+
+
+_STATE = r"^(?P<state>[A-Z_]+)\+?(?: by (?P<uid>\d+))?$"
+
+
+def parse_states(values: pa.Array) -> tuple[pa.Array, np.ndarray, np.ndarray]:
+    """State text -> (base state, cancelled-by uid float/NaN, bad mask).
+
+    `CANCELLED by 1000` -> CANCELLED + 1000 (`print.c` prints "CANCELLED by %u" when requid is
+    set); a `+` (fixed-width truncation marker) is tolerated.
+    """
+    s = _strings(values)
+    m = pc.extract_regex(s, _STATE)
+    ok = m.is_valid().to_numpy(zero_copy_only=False)
+    mf = pc.fill_null(m, pa.scalar({"state": "", "uid": ""}, m.type))
+    state = pc.struct_field(mf, "state")
+    uid_s = pc.struct_field(mf, "uid")
+    uid = np.full(len(s), np.nan)
+    has_uid = pc.not_equal(uid_s, "").to_numpy(zero_copy_only=False)
+    if has_uid.any():
+        uid[has_uid] = pc.cast(uid_s.filter(pa.array(has_uid)), pa.float64()).to_numpy()
+    return state, uid, ~ok
+
+
+# JobID forms: 123, 123_4, 123_[5-9,11], 123+0; optional step: .batch .extern .0 .interactive
+_JOBID = (
+    r"^(?P<job>\d+)"
+    r"(?:_(?P<task>\d+)|_\[(?P<range>[0-9,\-%]+)\]|\+(?P<het>\d+))?"
+    r"(?:\.(?P<step>[A-Za-z0-9_]+))?$"
+)
+_JOBIDRAW = r"^(?P<raw>\d+)(?:\.(?P<step>[A-Za-z0-9_]+))?$"
+
+
+class JobIds:
+    """Parsed JobID/JobIDRaw columns (numpy arrays; strings as object arrays)."""
+
+    def __init__(self, job_id: pa.Array | None, job_id_raw: pa.Array | None) -> None:
+        if job_id is None and job_id_raw is None:
+            raise ValueError("JobID or JobIDRaw is required")
+        ref = job_id if job_id is not None else job_id_raw
+        n = len(ref)
+        self.bad = np.zeros(n, dtype=bool)
+        self.base_job = np.full(n, np.nan)  # the number before _ / + / .
+        self.array_task = np.full(n, np.nan)
+        self.array_range = np.full(n, None, dtype=object)
+        self.het_offset = np.full(n, np.nan)
+        self.step = np.full(n, None, dtype=object)
+        self.raw = np.full(n, np.nan)
+        if job_id is not None:
+            m = pc.extract_regex(_strings(job_id), _JOBID)
+            ok = m.is_valid().to_numpy(zero_copy_only=False)
+            self.bad |= ~ok
+            mf = pc.fill_null(
+                m, pa.scalar({k: "" for k in ("job", "task", "range", "het", "step")}, m.type)
+            )
+            self.base_job = _num(pc.struct_field(mf, "job"))
+            self.array_task = _num(pc.struct_field(mf, "task"))
+            self.het_offset = _num(pc.struct_field(mf, "het"))
+            rng = pc.struct_field(mf, "range")
+            self.array_range = np.where(
+                pc.equal(rng, "").to_numpy(zero_copy_only=False),
+                None,
+                rng.to_numpy(zero_copy_only=False),
+            )
+            self.step = _opt_str(pc.struct_field(mf, "step"))
+        if job_id_raw is not None:
+            m = pc.extract_regex(_strings(job_id_raw), _JOBIDRAW)
+            ok = m.is_valid().to_numpy(zero_copy_only=False)
+            self.bad |= ~ok
+            mf = pc.fill_null(m, pa.scalar({"raw": "", "step": ""}, m.type))
+            self.raw = _num(pc.struct_field(mf, "raw"))
+            raw_step = _opt_str(pc.struct_field(mf, "step"))
+            if job_id is None:
+                self.step = raw_step
+                self.base_job = self.raw.copy()
+        else:
+            # Without JobIDRaw, the displayed id is the key; array tasks then share the array
+            # job's number, so keep them apart by task id (documented limitation).
+            self.raw = self.base_job.copy()
+        self.is_step = self.step.astype(bool)  # None -> False, a step name -> True
+
+
+def _num(col: pa.Array) -> np.ndarray:
+    col = pc.if_else(pc.equal(col, ""), None, col)
+    return pc.cast(col, pa.float64()).to_numpy(zero_copy_only=False)
+
+
+def _opt_str(col: pa.Array) -> np.ndarray:
+    arr = col.to_numpy(zero_copy_only=False).astype(object)
+    arr[arr == ""] = None
+    return arr

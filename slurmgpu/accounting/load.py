@@ -1,0 +1,733 @@
+"""Accounting sources -> ONE normalized per-allocation pandas frame (pyarrow-backed dtypes).
+
+Input is `sacct --parsable2` (`-P`) or `--parsable` (`-p`, trailing `|`) text with its header
+line, in any column order and subset that has the required columns, optionally gzipped
+(detected by magic bytes), from one or many files or from a live sacct call. Records from
+`sacct --json` or pyslurm enter through `load_records` and the same normalizer.
+
+Streaming: text is read in chunks of `chunk_lines` lines; each chunk is split and parsed with
+pyarrow compute (no Python loop per row), its allocation rows become a small typed table and its
+step rows are reduced to the few usage numbers that are folded into their allocation at the end.
+So memory is one chunk of text plus ~100 bytes per allocation, never the whole file.
+
+Nothing is dropped silently: every rejected row keeps (file, line, reason), and
+`rows_read == rows_analyzed + rows_rejected` is asserted.
+"""
+
+from __future__ import annotations
+
+import gzip
+import io
+import os
+import re
+from collections import Counter
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from slurmgpu.accounting import fields, tres
+from slurmgpu.errors import SacctParseError
+from slurmgpu.util.hostlist import parse_id_list
+
+# Canonical sacct column names (as sacct prints them in the header); lookup is case-insensitive.
+KNOWN_COLUMNS = (
+    "JobIDRaw", "JobID", "Cluster", "Partition", "QOS", "Account", "User", "Group",
+    "Submit", "Eligible", "Start", "End", "Elapsed", "ElapsedRaw", "Timelimit",
+    "TimelimitRaw", "State", "ExitCode", "NNodes", "NCPUS", "ReqTRES", "AllocTRES",
+    "NodeList", "Restarts", "Flags", "Reason", "JobName", "AdminComment", "Comment",
+    "SystemComment", "TRESUsageInAve", "TRESUsageInMax", "TRESUsageInTot", "NTasks",
+)  # fmt: skip
+# One of each tuple must be present. Account, Cluster, ReqTRES, Timelimit, NodeList, the
+# comments and TRESUsageIn* are optional (their metrics are then "unknown").
+REQUIRED_COLUMNS: tuple[tuple[str, ...], ...] = (
+    ("JobIDRaw", "JobID"),
+    ("State",),
+    ("Partition",),
+    ("QOS",),
+    ("User",),
+    ("Submit",),
+    ("Start",),
+    ("End",),
+    ("AllocTRES",),
+    ("ElapsedRaw", "Elapsed"),
+)
+# Free text that may itself contain `|`: extra fields of a too-long line are joined back into
+# the LAST of these present in the header (fields left of it taken from the left, right of it
+# from the right). With none present, a too-long line is rejected.
+FREE_TEXT_COLUMNS = ("JobName", "AdminComment", "Comment", "SystemComment", "Reason")
+MAX_REJECTED_KEPT = 100
+DEFAULT_CHUNK_LINES = 200_000
+# job_submit.lua writes `slurmgpu tier=P1 kind=finetune` into AdminComment (the wrapper into
+# Comment); tokens are separated by whitespace, `;` or `,`.
+_TAG = r"(?:^|[\s;,]){}=(?P<v>[A-Za-z0-9_.-]+)"
+_GZIP_MAGIC = b"\x1f\x8b"
+
+
+@dataclass(frozen=True)
+class Rejected:
+    """One row that could not be analyzed."""
+
+    file: str
+    line: int
+    reason: str
+
+
+@dataclass
+class LoadResult:
+    """The normalized allocation frame plus the row accounting that must reconcile."""
+
+    frame: pd.DataFrame
+    files: list[str]
+    rows_read: int = 0
+    rows_analyzed: int = 0
+    rows_rejected: int = 0
+    step_rows: int = 0
+    blank_lines: int = 0
+    rejected: list[Rejected] = field(default_factory=list)
+    rejected_reasons: Counter = field(default_factory=Counter)
+    has_usage: bool = False
+
+    def check(self) -> None:
+        """Assert the row accounting reconciles (a bug in slurmgpu if it does not)."""
+        assert self.rows_read == self.rows_analyzed + self.rows_rejected, (
+            self.rows_read,
+            self.rows_analyzed,
+            self.rows_rejected,
+        )
+
+
+# ------------------------------------------------------------------------------- reading text
+
+
+def open_text(path: str | os.PathLike[str]) -> io.TextIOBase:
+    """Open a sacct dump, gunzipping when the file starts with the gzip magic bytes."""
+    try:
+        with open(path, "rb") as probe:
+            magic = probe.read(2)
+        if magic == _GZIP_MAGIC:
+            return gzip.open(path, "rt", encoding="utf-8", errors="replace", newline="")
+        return open(path, encoding="utf-8", errors="replace", newline="")
+    except OSError as exc:
+        raise SacctParseError(f"{path}: cannot read: {exc.strerror or exc}") from exc
+
+
+def _canonical(name: str) -> str:
+    lookup = {c.lower(): c for c in KNOWN_COLUMNS}
+    return lookup.get(name.strip().lower(), name.strip())
+
+
+@dataclass
+class _Header:
+    columns: list[str]
+    trailing_pipe: bool
+    line: int
+    free_text_index: int | None
+    delimiter: str = "|"
+
+
+def _parse_header(text: str, line: int, source: str, delimiter: str = "|") -> _Header:
+    trailing = text.endswith(delimiter)
+    body = text[: -len(delimiter)] if trailing else text
+    names = [_canonical(c) for c in body.split(delimiter)]
+    present = set(names)
+    for options in REQUIRED_COLUMNS:
+        if not present.intersection(options):
+            wanted = " or ".join(options)
+            raise SacctParseError(
+                f"{source}: line {line}: required column {wanted} missing from the header "
+                "(save sacct output with its header, e.g. sacct -P -o JobIDRaw,State,...)"
+            )
+    dup = [c for c, k in Counter(names).items() if k > 1]
+    if dup:
+        raise SacctParseError(f"{source}: line {line}: column {dup[0]} appears twice in the header")
+    free = [i for i, c in enumerate(names) if c in FREE_TEXT_COLUMNS]
+    return _Header(names, trailing, line, free[-1] if free else None, delimiter)
+
+
+def _line_chunks(stream: io.TextIOBase, chunk_lines: int) -> Iterator[tuple[int, list[str]]]:
+    """Yield (number of the chunk's first line, lines without their newline)."""
+    first = 1
+    while True:
+        lines = []
+        for _ in range(chunk_lines):
+            line = stream.readline()
+            if not line:
+                break
+            lines.append(line)
+        if not lines:
+            return
+        yield first, [ln.rstrip("\r\n") for ln in lines]
+        first += len(lines)
+
+
+# -------------------------------------------------------------------------------- normalizing
+
+
+@dataclass
+class Options:
+    """How to read rows; all optional."""
+
+    timezone: str = "UTC"  # zone of ISO times in the text (live sacct runs with TZ=UTC)
+    tier_for_qos: Callable[[str], str | None] | None = None
+    shards_per_gpu: Mapping[str, float] = field(default_factory=dict)  # partition or "*" -> N
+    cluster: str = ""  # used when the input has no Cluster column
+    bare_gpumem_unit: str = "B"  # sacct --noconvert prints bytes; otherwise `38888M`
+
+
+class _Accumulator:
+    """Collects typed allocation tables, step usage tables and the rejection ledger."""
+
+    def __init__(self, options: Options) -> None:
+        self.options = options
+        self.allocs: list[pa.Table] = []
+        self.steps: list[pa.Table] = []
+        self.rows_read = 0
+        self.rows_rejected = 0
+        self.step_rows = 0
+        self.blank_lines = 0
+        self.rejected: list[Rejected] = []
+        self.reasons: Counter = Counter()
+        self.has_usage = False
+
+    def reject(self, file: str, lines: np.ndarray, reasons: Sequence[str]) -> None:
+        self.rows_rejected += len(lines)
+        for reason in reasons:
+            self.reasons[reason.split(" '")[0].split(":")[0]] += 1
+        room = MAX_REJECTED_KEPT - len(self.rejected)
+        for line, reason in list(zip(lines.tolist(), reasons, strict=True))[: max(room, 0)]:
+            self.rejected.append(Rejected(file, int(line), reason))
+
+
+def _col(columns: Mapping[str, pa.Array], name: str, n: int) -> pa.Array:
+    arr = columns.get(name)
+    return arr if arr is not None else pa.nulls(n, pa.string())
+
+
+def _tag(values: pa.Array, key: str) -> pa.Array:
+    m = pc.extract_regex(pc.fill_null(values, ""), _TAG.format(key))
+    return pc.struct_field(pc.fill_null(m, pa.scalar({"v": ""}, m.type)), "v")
+
+
+def _normalize_chunk(
+    acc: _Accumulator, columns: Mapping[str, pa.Array], lines: np.ndarray, file: str
+) -> None:
+    """Parse one chunk of rows (columns of equal length) into the accumulator."""
+    n = len(lines)
+    if n == 0:
+        return
+    acc.rows_read += n
+    opts = acc.options
+    errors: dict[int, str] = {}
+
+    def flag(mask: np.ndarray, what: str, raw: pa.Array) -> None:
+        for i in np.flatnonzero(mask).tolist():
+            errors.setdefault(i, f"bad {what} {raw[i].as_py()!r}")
+
+    jid, jraw = columns.get("JobID"), columns.get("JobIDRaw")
+    ids = fields.JobIds(jid, jraw)
+    flag(ids.bad, "JobID/JobIDRaw", jid if jid is not None else jraw)
+    is_step = ids.is_step
+
+    start, bad = fields.parse_times(_col(columns, "Start", n), timezone=opts.timezone)
+    flag(bad, "Start time", _col(columns, "Start", n))
+
+    # ---- step rows: only their usage matters; `.extern` is never counted (adopted processes,
+    # near-zero usage, `gres/gpuutil=0` placeholders)
+    have_usage = any(c in columns for c in ("TRESUsageInMax", "TRESUsageInAve"))
+    if have_usage and is_step.any():
+        acc.has_usage = True
+        util = np.full(n, np.nan)
+        mem = np.full(n, np.nan)
+        for name in ("TRESUsageInAve", "TRESUsageInMax"):  # Max overrides Ave where present
+            if name in columns:
+                u = tres.parse_usage_tres(columns[name], bare_mem_unit=opts.bare_gpumem_unit)
+                util = np.where(np.isnan(u.gpu_util_pct), util, u.gpu_util_pct)
+                mem = np.where(np.isnan(u.gpu_mem_mib), mem, u.gpu_mem_mib)
+                for i, reason in u.errors.items():
+                    if is_step[i]:
+                        errors.setdefault(i, reason)
+    else:
+        util = mem = np.full(n, np.nan)
+
+    # ---- allocation rows
+    alloc = ~is_step
+    state, cancelled_by, bad = fields.parse_states(_col(columns, "State", n))
+    flag(bad & alloc, "State", _col(columns, "State", n))
+    submit, bad = fields.parse_times(_col(columns, "Submit", n), timezone=opts.timezone)
+    flag(bad & alloc, "Submit time", _col(columns, "Submit", n))
+    end, bad = fields.parse_times(_col(columns, "End", n), timezone=opts.timezone)
+    flag(bad & alloc, "End time", _col(columns, "End", n))
+    if "ElapsedRaw" in columns:
+        elapsed, bad = fields.parse_int(columns["ElapsedRaw"])
+        flag(bad & alloc, "ElapsedRaw", columns["ElapsedRaw"])
+    else:
+        elapsed, _unl, bad = fields.parse_durations(columns["Elapsed"])
+        flag(bad & alloc, "Elapsed", columns["Elapsed"])
+    if "TimelimitRaw" in columns:
+        tl_min, bad = fields.parse_int(columns["TimelimitRaw"], unlimited_ok=True)
+        flag(bad & alloc, "TimelimitRaw", columns["TimelimitRaw"])
+        timelimit = tl_min * 60
+    elif "Timelimit" in columns:
+        timelimit, _unl, bad = fields.parse_durations(columns["Timelimit"])
+        flag(bad & alloc, "Timelimit", columns["Timelimit"])
+    else:
+        timelimit = np.full(n, np.nan)
+    at = tres.parse_alloc_tres(_col(columns, "AllocTRES", n))
+    for i, reason in at.errors.items():
+        if alloc[i]:
+            errors.setdefault(i, f"AllocTRES: {reason}")
+    if "ReqTRES" in columns:
+        rt = tres.parse_alloc_tres(columns["ReqTRES"])
+        for i, reason in rt.errors.items():
+            if alloc[i]:
+                errors.setdefault(i, f"ReqTRES: {reason}")
+        req_gpus = rt.gpu_equiv
+    else:
+        req_gpus = np.full(n, np.nan)
+
+    bad_rows = np.zeros(n, dtype=bool)
+    if errors:
+        idx = np.fromiter(errors.keys(), dtype=np.int64, count=len(errors))
+        bad_rows[idx] = True
+        order = np.argsort(idx)
+        acc.reject(file, lines[idx[order]], [errors[int(i)] for i in idx[order]])
+
+    keep_step = is_step & ~bad_rows
+    acc.step_rows += int(keep_step.sum())
+    cluster_all = columns.get("Cluster")
+    if cluster_all is None:
+        cluster_all = pa.array([opts.cluster] * n, pa.string())
+    cluster_all = pc.fill_null(cluster_all, opts.cluster)
+    if have_usage and keep_step.any():
+        sel = keep_step & (ids.step != "extern") & ~(np.isnan(util) & np.isnan(mem))
+        if sel.any():
+            m = pa.array(sel)
+            acc.steps.append(
+                pa.table(
+                    {
+                        "cluster": cluster_all.filter(m),
+                        "job_id_raw": pa.array(ids.raw[sel]).cast(pa.int64()),
+                        "step_start": pa.array(start[sel]),
+                        "step_gpu_util_pct": pa.array(util[sel]),
+                        "step_gpu_mem_mib": pa.array(mem[sel]),
+                    }
+                )
+            )
+
+    keep = alloc & ~bad_rows
+    if not keep.any():
+        return
+    m = pa.array(keep)
+    k = int(keep.sum())
+
+    def text(name: str, default: str = "") -> pa.Array:
+        arr = columns.get(name)
+        if arr is None:
+            return pa.array([default] * k, pa.string())
+        return pc.fill_null(arr.filter(m), default)
+
+    admin, comment = text("AdminComment"), text("Comment")
+    tag_tier = pc.if_else(
+        pc.not_equal(_tag(admin, "tier"), ""), _tag(admin, "tier"), _tag(comment, "tier")
+    )
+    tag_kind = pc.if_else(
+        pc.not_equal(_tag(admin, "kind"), ""), _tag(admin, "kind"), _tag(comment, "kind")
+    )
+    table = pa.table(
+        {
+            "cluster": cluster_all.filter(m),
+            "job_id": text("JobID") if jid is not None else _id_text(ids.raw[keep]),
+            "job_id_raw": _fa(ids.raw[keep]).cast(pa.int64()),
+            "array_job_id": _fa(
+                np.where(
+                    np.isnan(ids.array_task) & ~ids.array_range.astype(bool), np.nan, ids.base_job
+                )[keep]
+            ),
+            "array_task_id": _fa(ids.array_task[keep]),
+            "array_range": _fa(ids.array_range[keep], pa.string()),
+            "het_job_id": _fa(np.where(np.isnan(ids.het_offset), np.nan, ids.base_job)[keep]),
+            "het_offset": _fa(ids.het_offset[keep]),
+            "partition": text("Partition"),
+            "qos": text("QOS"),
+            "account": text("Account"),
+            "user": text("User"),
+            "job_name": text("JobName"),
+            "state": state.filter(m),
+            "cancelled_by_uid": _fa(cancelled_by[keep]),
+            "submit": _fa(submit[keep]),
+            "start": _fa(start[keep]),
+            "end": _fa(end[keep]),
+            "elapsed_s": _fa(elapsed[keep]),
+            "timelimit_s": _fa(timelimit[keep]),
+            "gpu_count": _fa(at.gpu_count[keep]),
+            "gpu_equiv": _fa(at.gpu_equiv[keep]),
+            "mig_slices": _fa(at.mig_slices[keep]),
+            "mig_profile": _fa(at.mig_profile[keep], pa.string()),
+            "gpu_type": _fa(at.gpu_type[keep], pa.string()),
+            "shards": _fa(at.shards[keep]),
+            "req_gpus": _fa(req_gpus[keep]),
+            "billing": _fa(at.billing[keep]),
+            "cpus": _fa(at.cpus[keep]),
+            "mem_mib": _fa(at.mem_mib[keep]),
+            "node_list": text("NodeList"),
+            "tag_tier": tag_tier,
+            "kind": pc.if_else(pc.equal(tag_kind, ""), "unknown", tag_kind),
+            "file": pa.array([file] * k, pa.string()),
+            "line": _fa(lines[keep]),
+        }
+    )
+    acc.allocs.append(table)
+
+
+def _fa(values, type: pa.DataType | None = None) -> pa.Array:
+    """numpy -> arrow with NaN/None as null (so "unknown" stays null, never a number)."""
+    return pa.array(values, type=type, from_pandas=True)
+
+
+def _id_text(raw: np.ndarray) -> pa.Array:
+    return pc.cast(pc.cast(pa.array(raw), pa.int64()), pa.string())
+
+
+def _split_lines(
+    acc: _Accumulator, header: _Header, first_line: int, raw_lines: list[str], file: str
+) -> None:
+    """Split one chunk of text lines into columns and normalize them."""
+    nums = np.arange(first_line, first_line + len(raw_lines), dtype=np.int64)
+    arr = pa.array(raw_lines, pa.string())
+    nonblank = pc.not_equal(pc.utf8_trim_whitespace(arr), "").to_numpy(zero_copy_only=False)
+    acc.blank_lines += int((~nonblank).sum())
+    arr, nums = arr.filter(pa.array(nonblank)), nums[nonblank]
+    if header.trailing_pipe:
+        # `-p` ends every line with `|`; strip exactly one so an empty last field survives
+        d = header.delimiter
+        arr = pc.if_else(pc.ends_with(arr, d), pc.utf8_slice_codeunits(arr, 0, -len(d)), arr)
+    ncols = len(header.columns)
+    parts = pc.split_pattern(arr, header.delimiter)
+    counts = pc.list_value_length(parts).to_numpy()
+    good = counts == ncols
+    fixed_cols: list[list[str]] = []
+    fixed_lines: list[int] = []
+    if not good.all():
+        bad_idx = np.flatnonzero(~good)
+        rej_lines, rej_reasons = [], []
+        k = header.free_text_index
+        for i in bad_idx.tolist():  # rare path: malformed lines only
+            tokens = arr[i].as_py().split(header.delimiter)
+            extra = len(tokens) - ncols
+            if extra > 0 and k is not None:
+                joined = header.delimiter.join(tokens[k : k + extra + 1])
+                merged = [*tokens[:k], joined, *tokens[k + extra + 1 :]]
+                fixed_cols.append(merged)
+                fixed_lines.append(int(nums[i]))
+            else:
+                rej_lines.append(int(nums[i]))
+                rej_reasons.append(f"wrong column count: {len(tokens)} fields, header has {ncols}")
+        if rej_lines:
+            acc.rows_read += len(rej_lines)
+            acc.reject(file, np.array(rej_lines), rej_reasons)
+    goodm = pa.array(good)
+    flat = pc.list_flatten(parts.filter(goodm))
+    ngood = int(good.sum())
+    columns: dict[str, pa.Array] = {}
+    for j, name in enumerate(header.columns):
+        col = flat.take(pa.array(np.arange(j, ngood * ncols, ncols, dtype=np.int64)))
+        if fixed_cols:
+            col = pa.concat_arrays([col, pa.array([r[j] for r in fixed_cols], pa.string())])
+        if name in KNOWN_COLUMNS:
+            columns[name] = col
+    all_lines = np.concatenate([nums[good], np.array(fixed_lines, dtype=np.int64)])
+    _normalize_chunk(acc, columns, all_lines, file)
+
+
+def _read_stream(
+    acc: _Accumulator, stream: io.TextIOBase, file: str, chunk_lines: int, delimiter: str = "|"
+) -> None:
+    header: _Header | None = None
+    for first, lines in _line_chunks(stream, chunk_lines):
+        if header is None:
+            for off, line in enumerate(lines):
+                if line.strip():
+                    header = _parse_header(line, first + off, file, delimiter)
+                    acc.blank_lines += off
+                    lines = lines[off + 1 :]
+                    first += off + 1
+                    break
+            else:
+                acc.blank_lines += len(lines)
+                continue
+        if lines:
+            _split_lines(acc, header, first, lines, file)
+    if header is None:
+        raise SacctParseError(f"{file}: no header line (empty input)")
+
+
+# --------------------------------------------------------------------------------- finishing
+
+
+def _finish(acc: _Accumulator, files: list[str]) -> LoadResult:
+    schema_src = acc.allocs
+    if schema_src:
+        table = pa.concat_tables(schema_src, promote_options="permissive")
+        frame = table.to_pandas(types_mapper=pd.ArrowDtype)
+    else:
+        frame = _empty_frame()
+    # -D returns every run of a requeued job and overlapping dumps repeat rows: the key of a run
+    # is (Cluster, JobIDRaw, Submit) (+Start, for versions that keep Submit on requeue).
+    key = ["cluster", "job_id_raw", "job_id", "submit", "start"]
+    dup = frame.duplicated(key, keep="first").to_numpy(dtype=bool)
+    if dup.any():
+        d = frame[dup]
+        for name, group in d.groupby("file", sort=False):
+            acc.reject(
+                str(name),
+                group["line"].to_numpy(dtype=np.int64),
+                [
+                    f"duplicate allocation row of job {j} (same Cluster, JobIDRaw, Submit, Start)"
+                    for j in group["job_id"].tolist()
+                ],
+            )
+        frame = frame[~dup].reset_index(drop=True)
+    frame = _fold_steps(frame, acc.steps)
+    frame = _derive(frame, acc.options)
+    result = LoadResult(
+        frame=frame,
+        files=files,
+        rows_read=acc.rows_read,
+        rows_analyzed=acc.rows_read - acc.rows_rejected,
+        rows_rejected=acc.rows_rejected,
+        step_rows=acc.step_rows,
+        blank_lines=acc.blank_lines,
+        rejected=sorted(acc.rejected, key=lambda r: (r.file, r.line))[:MAX_REJECTED_KEPT],
+        rejected_reasons=acc.reasons,
+        has_usage=acc.has_usage,
+    )
+    assert len(frame) + result.step_rows == result.rows_analyzed, (
+        len(frame),
+        result.step_rows,
+        result.rows_analyzed,
+    )
+    result.check()
+    return result
+
+
+def _empty_frame() -> pd.DataFrame:
+    acc = _Accumulator(Options())
+    cols = {name: pa.array(["0"], pa.string()) for name in ("JobIDRaw", "State", "Start")}
+    cols.update(Submit=pa.array(["0"]), End=pa.array(["0"]), ElapsedRaw=pa.array(["0"]))
+    _normalize_chunk(acc, cols, np.array([0]), "")
+    return acc.allocs[0].slice(0, 0).to_pandas(types_mapper=pd.ArrowDtype)
+
+
+def _fold_steps(frame: pd.DataFrame, steps: list[pa.Table]) -> pd.DataFrame:
+    """Attach each step's usage to the run (allocation row) it belongs to.
+
+    A requeued job has several runs under one JobIDRaw, so a step belongs to the latest run of
+    its job that started at or before the step (merge_asof by (cluster, JobIDRaw) on start).
+    Per run: the highest gpuutil and gpumem over its steps (`.extern` excluded upstream).
+    """
+    frame = frame.copy()
+    frame["gpu_util_pct"] = pd.Series(np.nan, index=frame.index, dtype=pd.ArrowDtype(pa.float64()))
+    frame["gpu_mem_used_mib"] = frame["gpu_util_pct"].copy()
+    if not steps or frame.empty:
+        return frame
+    st = pa.concat_tables(steps).to_pandas()
+    # one integer key per (cluster, JobIDRaw), shared by both sides
+    codes, _ = pd.factorize(
+        pd.concat(
+            [frame["cluster"].astype(object), st["cluster"].astype(object)], ignore_index=True
+        )
+    )
+    raw = np.concatenate(
+        [
+            frame["job_id_raw"].to_numpy(dtype=float, na_value=-1),
+            st["job_id_raw"].to_numpy(dtype=float),
+        ]
+    )
+    key = codes.astype(np.int64) * (1 << 40) + raw.astype(np.int64)
+    never = np.datetime64("1970-01-01T00:00:00", "s")
+    runs = pd.DataFrame(
+        {
+            "key": key[: len(frame)],
+            "run_start": frame["start"]
+            .to_numpy(dtype="datetime64[s]", na_value=np.datetime64("NaT"))
+            .astype("datetime64[ns]"),
+            "row": np.arange(len(frame)),
+        }
+    )
+    runs["run_start"] = runs["run_start"].fillna(pd.Timestamp(never))
+    steps_df = pd.DataFrame(
+        {
+            "key": key[len(frame) :],
+            "step_start": st["step_start"].to_numpy(dtype="datetime64[ns]"),
+            "util": st["step_gpu_util_pct"].to_numpy(float),
+            "mem": st["step_gpu_mem_mib"].to_numpy(float),
+        }
+    )
+    # a step without a start time belongs to the latest run of its job
+    steps_df["step_start"] = steps_df["step_start"].fillna(pd.Timestamp("2262-01-01"))
+    joined = pd.merge_asof(
+        steps_df.sort_values("step_start"),
+        runs.sort_values("run_start"),
+        left_on="step_start",
+        right_on="run_start",
+        by="key",
+        direction="backward",
+    )
+    joined = joined.dropna(subset=["row"])
+    agg = joined.groupby("row").agg(util=("util", "max"), mem=("mem", "max"))
+    rows = agg.index.to_numpy(dtype=np.int64)
+    util = np.full(len(frame), np.nan)
+    mem = np.full(len(frame), np.nan)
+    util[rows] = agg["util"].to_numpy(dtype=float)
+    mem[rows] = agg["mem"].to_numpy(dtype=float)
+    frame["gpu_util_pct"] = pd.array(util, dtype=pd.ArrowDtype(pa.float64()))
+    frame["gpu_mem_used_mib"] = pd.array(mem, dtype=pd.ArrowDtype(pa.float64()))
+    return frame
+
+
+def _derive(frame: pd.DataFrame, opts: Options) -> pd.DataFrame:
+    """Columns computed from the parsed ones: tier, shard fractions, GPU-hours, wait."""
+    f = frame
+    float_t = pd.ArrowDtype(pa.float64())
+    # tier: the policy's mapping of the QOS, else the QOS name itself (the tier= tag the
+    # job_submit plugin wrote is kept as `tag_tier`, for checking the two agree)
+    qos = pd.Series(f["qos"].to_numpy(dtype=object, na_value=""), index=f.index)
+    tier = qos.copy()
+    if opts.tier_for_qos is not None:
+        mapping = {q: opts.tier_for_qos(q) for q in qos.unique()}
+        from_policy = qos.map(mapping)
+        tier = from_policy.where(from_policy.notna(), tier)
+    f["tier"] = pd.array(tier.to_numpy(dtype=object), dtype=pd.ArrowDtype(pa.string()))
+    tag = f["tag_tier"].to_numpy(dtype=object, na_value="")
+    tag[tag == ""] = None
+    f["tag_tier"] = pd.array(tag, dtype=pd.ArrowDtype(pa.string()))
+    # shards -> GPU share, by partition's shards per GPU (or the "*" default); unknown -> NaN
+    shards = f["shards"].to_numpy(dtype=float, na_value=np.nan)
+    gpu_equiv = f["gpu_equiv"].to_numpy(dtype=float, na_value=np.nan)
+    per_gpu = (
+        f["partition"]
+        .astype(object)
+        .map(lambda p: opts.shards_per_gpu.get(p, opts.shards_per_gpu.get("*", np.nan)))
+        if len(f)
+        else pd.Series([], dtype=float)
+    )
+    per_gpu = per_gpu.to_numpy(dtype=float) if len(f) else np.array([])
+    shard_only = ~np.isnan(shards) & np.isnan(gpu_equiv)
+    gpu_equiv = np.where(shard_only, shards / per_gpu, gpu_equiv)
+    f["shard_fraction_known"] = pd.array(
+        np.where(np.isnan(shards), True, ~np.isnan(per_gpu)), dtype=pd.ArrowDtype(pa.bool_())
+    )
+    f["gpu_equiv"] = pd.array(gpu_equiv, dtype=float_t)
+    elapsed = f["elapsed_s"].to_numpy(dtype=float, na_value=np.nan)
+    start = f["start"].to_numpy(dtype="datetime64[s]", na_value=np.datetime64("NaT"))
+    end = f["end"].to_numpy(dtype="datetime64[s]", na_value=np.datetime64("NaT"))
+    # no Elapsed for a row? End - Start is the same quantity
+    derived = (end - start).astype("timedelta64[s]").astype(float)
+    derived[np.isnat(end) | np.isnat(start)] = np.nan
+    elapsed = np.where(np.isnan(elapsed), derived, elapsed)
+    f["elapsed_s"] = pd.array(elapsed, dtype=float_t)
+    started = ~np.isnat(start)
+    f["gpu_job"] = pd.array(
+        (np.nan_to_num(f["gpu_count"].to_numpy(dtype=float, na_value=np.nan)) > 0)
+        | (np.nan_to_num(shards) > 0),
+        dtype=pd.ArrowDtype(pa.bool_()),
+    )
+    gh = np.nan_to_num(gpu_equiv) * np.nan_to_num(elapsed) / 3600.0
+    f["gpu_hours"] = pd.array(np.where(started, gh, 0.0), dtype=float_t)
+    submit = f["submit"].to_numpy(dtype="datetime64[s]", na_value=np.datetime64("NaT"))
+    wait = (start - submit).astype("timedelta64[s]").astype(float)
+    wait[np.isnat(start) | np.isnat(submit)] = np.nan
+    f["wait_s"] = pd.array(wait, dtype=float_t)
+    # run end for time splitting: End, else Start + Elapsed (running jobs)
+    run_end = np.where(np.isnat(end), start + np.nan_to_num(elapsed).astype("timedelta64[s]"), end)
+    f["run_end"] = pd.array(run_end.astype("datetime64[s]"), dtype=pd.ArrowDtype(pa.timestamp("s")))
+    # one job per het job (components +1.. belong to the +0 leader)
+    het = f["het_offset"].to_numpy(dtype=float, na_value=np.nan)
+    f["counts_as_job"] = pd.array(np.isnan(het) | (het == 0), dtype=pd.ArrowDtype(pa.bool_()))
+    # a pending array range `123_[5-9,11%2]` stands for its tasks
+    rng = f["array_range"].astype(object)
+    uniq = {r: _range_size(r) for r in rng.dropna().unique()}
+    f["array_pending_tasks"] = pd.array(
+        rng.map(uniq).to_numpy(dtype=float, na_value=np.nan), dtype=float_t
+    )
+    # MIG devices never report gpuutil/gpumem (NVML limitation, gres.shtml): unknown, not 0
+    mig = f["mig_slices"].to_numpy(dtype=float, na_value=0) > 0
+    for c in ("gpu_util_pct", "gpu_mem_used_mib"):
+        vals = f[c].to_numpy(dtype=float, na_value=np.nan)
+        vals[mig] = np.nan
+        f[c] = pd.array(vals, dtype=float_t)
+    return f
+
+
+def _range_size(text: str) -> float:
+    body = re.sub(r"%\d+$", "", text)
+    try:
+        return float(len(parse_id_list(body)))
+    except ValueError:
+        return np.nan
+
+
+# ------------------------------------------------------------------------------- entry points
+
+
+def load_files(
+    paths: Sequence[str | os.PathLike[str]],
+    *,
+    options: Options | None = None,
+    chunk_lines: int = DEFAULT_CHUNK_LINES,
+) -> LoadResult:
+    """Load saved sacct dumps (plain or gzipped, each with its header line)."""
+    acc = _Accumulator(options or Options())
+    names = [os.fspath(p) for p in paths]
+    for name in names:
+        with open_text(name) as stream:
+            _read_stream(acc, stream, name, chunk_lines)
+    return _finish(acc, names)
+
+
+def load_text(
+    text: str,
+    *,
+    name: str = "sacct",
+    options: Options | None = None,
+    chunk_lines: int = DEFAULT_CHUNK_LINES,
+    delimiter: str = "|",
+) -> LoadResult:
+    """Load sacct output held in memory (e.g. a live call; `delimiter` as given to sacct)."""
+    acc = _Accumulator(options or Options())
+    _read_stream(acc, io.StringIO(text, newline=None), name, chunk_lines, delimiter)
+    return _finish(acc, [name])
+
+
+def load_records(
+    records: Iterable[Mapping[str, str]],
+    *,
+    name: str,
+    options: Options | None = None,
+    chunk_rows: int = DEFAULT_CHUNK_LINES,
+) -> LoadResult:
+    """Load rows given as {sacct column: text} (from `sacct --json` or pyslurm)."""
+    acc = _Accumulator(options or Options())
+    batch: list[Mapping[str, str]] = []
+    first = 1
+
+    def flush() -> None:
+        nonlocal first, batch
+        if not batch:
+            return
+        names = sorted({k for r in batch for k in r})
+        cols = {k: pa.array([r.get(k) for r in batch], pa.string()) for k in names}
+        _normalize_chunk(acc, cols, np.arange(first, first + len(batch)), name)
+        first += len(batch)
+        batch = []
+
+    for record in records:
+        batch.append(record)
+        if len(batch) >= chunk_rows:
+            flush()
+    flush()
+    return _finish(acc, [name])

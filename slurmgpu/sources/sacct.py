@@ -1,0 +1,187 @@
+"""Slurm accounting from the live cluster: `sacct` text (default) or `sacct --json`.
+
+Query decisions (see docs/accounting.md):
+
+- `-a -D -P` with an explicit `--format`: all users, every run of a requeued job (`-D`; without
+  it only the last run is shown and Submit is reset), parsable output with a header.
+- `-S` and `-E` are ALWAYS passed: sacct's default window is midnight-to-now, silently.
+- No `-X`: utilization (`TRESUsageIn*`) lives only on step rows; the loader folds steps into
+  their allocation.
+- `TZ=UTC SLURM_TIME_FORMAT=%s`: times come out as epoch seconds, immune to the local zone and
+  DST, and are the cheapest form to parse.
+- Delimiter `\\x1f` (ASCII unit separator) instead of `|`: JobName/AdminComment/Comment are
+  free text that may contain `|`, never a control character in practice.
+- Text is the default; `--json` is opt-in: measured 4-6x slower end to end (firecrest-v2 PR
+  #111; our own numbers in docs/accounting.md) and returned as one document, not a stream.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping, Sequence
+from datetime import datetime
+from typing import Any
+
+from slurmgpu.util.proc import run
+
+SACCT_FIELDS: tuple[str, ...] = (
+    "JobIDRaw", "JobID", "Cluster", "Partition", "QOS", "Account", "User", "Submit",
+    "Eligible", "Start", "End", "ElapsedRaw", "TimelimitRaw", "State", "NNodes", "ReqTRES",
+    "AllocTRES", "NodeList", "TRESUsageInAve", "TRESUsageInMax", "Reason", "AdminComment",
+    "Comment", "JobName",
+)  # fmt: skip
+DELIMITER = "\x1f"
+SACCT_ENV = {"TZ": "UTC", "SLURM_TIME_FORMAT": "%s"}
+
+
+def _stamp(t: datetime) -> str:
+    return t.strftime("%Y-%m-%dT%H:%M:%S")
+
+
+def sacct_argv(
+    since: datetime,
+    until: datetime,
+    *,
+    fields: Sequence[str] = SACCT_FIELDS,
+    clusters: Sequence[str] = (),
+    json: bool = False,
+) -> list[str]:
+    """The sacct command line for a window (times in UTC; sacct runs with TZ=UTC)."""
+    argv = ["sacct", "-a", "-D", "-S", _stamp(since), "-E", _stamp(until)]
+    if clusters:
+        argv += ["-M", ",".join(clusters)]
+    if json:
+        return [*argv, "--json"]
+    return [*argv, "-P", f"--delimiter={DELIMITER}", "--format", ",".join(fields)]
+
+
+def sacct_text(
+    since: datetime,
+    until: datetime,
+    *,
+    env: Mapping[str, str] | None = None,
+    clusters: Sequence[str] = (),
+    timeout: float = 600.0,
+) -> str:
+    """Run sacct for the window and return its parsable text (header first)."""
+    full_env = dict(env or {})
+    full_env.update(SACCT_ENV)
+    return run(sacct_argv(since, until, clusters=clusters), env=full_env, timeout=timeout).stdout
+
+
+def sacct_json(
+    since: datetime,
+    until: datetime,
+    *,
+    env: Mapping[str, str] | None = None,
+    clusters: Sequence[str] = (),
+    timeout: float = 600.0,
+) -> dict[str, Any]:
+    """Run `sacct --json` (22.05: dbv0.0.38 shape; 23.02+: data_parser) and decode it."""
+    import json
+
+    full_env = dict(env or {})
+    full_env.update(SACCT_ENV)
+    argv = sacct_argv(since, until, clusters=clusters, json=True)
+    out = run(argv, env=full_env, timeout=timeout).stdout
+    return json.loads(out)
+
+
+# ----------------------------------------------------------------------- JSON -> sacct columns
+
+
+def _number(value: Any) -> Any:
+    """`{"set": true, "number": 5}` (v0.0.40+ NO_VAL wrapper) -> 5; unset/infinite -> None."""
+    if isinstance(value, dict):
+        if value.get("infinite"):
+            return "UNLIMITED"
+        if not value.get("set", True):
+            return None
+        return value.get("number")
+    return value
+
+
+def _time(value: Any) -> str:
+    v = _number(value)
+    if v in (None, 0, "UNLIMITED"):
+        return "Unknown"
+    return str(int(v))
+
+
+def _tres(items: Any) -> str:
+    """`[{"type": "gres", "name": "gpu", "count": 2}, ...]` -> `gres/gpu=2,...`."""
+    parts = []
+    for item in items or []:
+        name = item.get("name") or ""
+        key = f"{item['type']}/{name}" if name else str(item["type"])
+        parts.append(f"{key}={_number(item.get('count'))}")
+    return ",".join(parts)
+
+
+def _state(value: Any) -> str:
+    if isinstance(value, dict):
+        value = value.get("current")
+    if isinstance(value, list):
+        return str(value[0]) if value else ""
+    return str(value or "")
+
+
+def json_records(doc: Mapping[str, Any]) -> Iterator[dict[str, str]]:
+    """Rows in sacct's column names from a `sacct --json` document (jobs, then their steps)."""
+    for job in doc.get("jobs", []):
+        raw = str(job["job_id"])
+        array = job.get("array") or {}
+        het = job.get("het") or {}
+        task = _number(array.get("task_id"))
+        offset = _number(het.get("job_offset"))
+        if _number(array.get("job_id")) and task is not None:
+            job_id = f"{_number(array['job_id'])}_{task}"
+        elif _number(het.get("job_id")) and offset is not None:
+            job_id = f"{_number(het['job_id'])}+{offset}"
+        else:
+            job_id = raw
+        t = job.get("time") or {}
+        tres = job.get("tres") or {}
+        comment = job.get("comment") or {}
+        limit = _number(t.get("limit"))
+        record = {
+            "JobIDRaw": raw,
+            "JobID": job_id,
+            "Cluster": job.get("cluster") or "",
+            "Partition": job.get("partition") or "",
+            "QOS": job.get("qos") or "",
+            "Account": job.get("account") or "",
+            "User": job.get("user") or "",
+            "Submit": _time(t.get("submission")),
+            "Start": _time(t.get("start")),
+            "End": _time(t.get("end")),
+            "ElapsedRaw": str(_number(t.get("elapsed")) or 0),
+            "TimelimitRaw": "" if limit is None else str(limit),
+            "State": _state(job.get("state")),
+            "AllocTRES": _tres(tres.get("allocated")),
+            "ReqTRES": _tres(tres.get("requested")),
+            "NodeList": job.get("nodes") or "",
+            "AdminComment": comment.get("administrator") or "",
+            "Comment": comment.get("job") or "",
+            "JobName": job.get("name") or "",
+        }
+        yield record
+        for step in job.get("steps", []):
+            sid = (step.get("step") or {}).get("id")
+            sid = str(sid.get("name") if isinstance(sid, dict) else sid)
+            if "." not in sid:  # v0.0.38 gives the step name alone
+                sid = f"{raw}.{(step.get('step') or {}).get('name', sid)}"
+            st = step.get("time") or {}
+            req = (step.get("tres") or {}).get("requested") or {}
+            yield {
+                "JobIDRaw": sid,
+                "JobID": sid,
+                "Cluster": record["Cluster"],
+                "Start": _time(st.get("start")),
+                "End": _time(st.get("end")),
+                "ElapsedRaw": str(_number(st.get("elapsed")) or 0),
+                "State": _state(step.get("state")),
+                "AllocTRES": _tres((step.get("tres") or {}).get("allocated")),
+                # naming trap: tres/requested/* is TRESUsageIn*, tres/consumed/* is TRESUsageOut*
+                "TRESUsageInAve": _tres(req.get("average")),
+                "TRESUsageInMax": _tres(req.get("max")),
+            }
