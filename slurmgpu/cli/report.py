@@ -9,37 +9,11 @@ from __future__ import annotations
 
 import datetime as dt
 import os
-import re
 from pathlib import Path
 
 import click
 
 FORMATS = ("text", "json", "html", "prom")
-
-_DURATION = re.compile(r"^(\d+(?:\.\d+)?)\s*(s|m|min|h|d|w)$", re.IGNORECASE)
-_UNIT_S = {"s": 1, "m": 60, "min": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
-
-
-def parse_when(text: str, *, now: dt.datetime, option: str) -> dt.datetime:
-    """`7d`/`12h`/`30m`/`2w` before `now`, `now`, or an ISO date/time (naive = UTC) -> UTC."""
-    from slurmgpu.errors import UsageError
-
-    value = text.strip()
-    if value.lower() == "now":
-        return now
-    match = _DURATION.match(value)
-    if match:
-        return now - dt.timedelta(seconds=float(match.group(1)) * _UNIT_S[match.group(2).lower()])
-    try:
-        parsed = dt.datetime.fromisoformat(value.replace("Z", "+00:00"))
-    except ValueError:
-        raise UsageError(
-            f"{option} {text!r}: expected a duration back from now (7d, 12h, 30m, 2w), "
-            "'now', or a date/time such as 2026-11-01 or 2026-11-01T08:00"
-        ) from None
-    if parsed.tzinfo is None:
-        parsed = parsed.replace(tzinfo=dt.UTC)
-    return parsed.astimezone(dt.UTC)
 
 
 def expand_output(path: str, when: dt.datetime) -> str:
@@ -85,7 +59,7 @@ def write_report(path: str | os.PathLike[str], text: str, fmt: str) -> Path:
     "--since",
     default="7d",
     show_default=True,
-    help="Window start: a duration back from --until (7d, 12h, 30m, 2w) or a date/time "
+    help="Window start: an age back from --until (30m, 12h, 7d, 2w) or an ISO date/time "
     "(2026-11-01, 2026-11-01T08:00; UTC unless an offset is given).",
 )
 @click.option("--until", default="now", show_default=True, help="Window end, same forms.")
@@ -95,7 +69,7 @@ def write_report(path: str | os.PathLike[str], text: str, fmt: str) -> Path:
     multiple=True,
     type=click.Path(exists=True, dir_okay=False),
     help="Saved `sacct -P` dump with its header line (plain or .gz); repeatable. "
-    "Without it the live cluster is queried with sacct.",
+    "Without it the live cluster is queried.",
 )
 @click.option(
     "--format",
@@ -117,14 +91,24 @@ def write_report(path: str | os.PathLike[str], text: str, fmt: str) -> Path:
 @click.option(
     "--policy",
     type=click.Path(exists=True, dir_okay=False),
-    help="Site policy (tiers, job kinds, GPU types) for tier/kind names and GPU memory.",
+    help="Site policy: maps QOS to tiers.",
 )
-@click.option(
-    "--inventory",
-    type=click.Path(exists=True, dir_okay=False),
-    help="Node inventory snapshot for partition capacity (else scontrol show node on a live "
-    "cluster; unknown for saved dumps).",
-)
+@click.option("--tier", "tier_pairs", multiple=True, metavar="QOS=TIER",
+              help="Map a QOS to a tier (repeatable; overrides --policy).")  # fmt: skip
+@click.option("--capacity", "capacity", multiple=True, metavar="PARTITION=GPUS",
+              help="GPUs in a partition (repeatable); overrides scontrol. Needed for "
+              "capacity and allocation ratio with --sacct-file.")  # fmt: skip
+@click.option("--gpu-type", "gpu_types", multiple=True, metavar="PARTITION=TYPE",
+              help="GPU type of a partition (e.g. gpu=h100) for GPU memory.")  # fmt: skip
+@click.option("--shards-per-gpu", "shards", multiple=True, metavar="[PARTITION=]N",
+              help="Shards per GPU, to count gres/shard jobs as GPU fractions.")  # fmt: skip
+@click.option("--backend", type=click.Choice(["auto", "sacct", "sacct-json", "pyslurm"]),
+              default="auto", show_default=True,
+              help="Live source: pyslurm if it matches Slurm, else sacct text.")  # fmt: skip
+@click.option("--timezone", "tz", default="UTC", show_default=True,
+              help="Zone of ISO times in --sacct-file dumps (sacct prints local time).",
+              )  # fmt: skip
+@click.option("--freq", type=click.Choice(["1h", "1D"]), help="Time-series bucket.")
 def report(
     since: str,
     until: str,
@@ -132,9 +116,17 @@ def report(
     fmt: str,
     output: str,
     policy: str | None,
-    inventory: str | None,
+    tier_pairs: tuple[str, ...],
+    capacity: tuple[str, ...],
+    gpu_types: tuple[str, ...],
+    shards: tuple[str, ...],
+    backend: str,
+    tz: str,
+    freq: str | None,
 ) -> None:
     """Analyze GPU accounting and write a report (for people, scripts, or Prometheus).
+
+    The analysis options are those of `slurmgpu analyze`.
 
     \b
       slurmgpu report --since 7d
@@ -143,6 +135,9 @@ def report(
           --output /var/lib/prometheus/node-exporter/slurmgpu.prom
     """
     from slurmgpu.accounting import analyze
+    from slurmgpu.accounting.capacity import parse_capacity_options
+    from slurmgpu.accounting.when import parse_when
+    from slurmgpu.cli.accounting import _load_policy, _pairs  # same option parsing as analyze
     from slurmgpu.cli.progress import LoadProgress
     from slurmgpu.errors import UsageError
     from slurmgpu.render.report import render_report
@@ -152,14 +147,36 @@ def report(
     since_t = parse_when(since, now=until_t, option="--since")
     if since_t >= until_t:
         raise UsageError(f"--since {since} is not before --until {until}")
+    tiers = _load_policy(policy) if policy else None
+    if tier_pairs:
+        mapping, base = _pairs(tier_pairs, "--tier"), tiers
+
+        def tiers(qos: str) -> str | None:
+            if qos in mapping:
+                return mapping[qos]
+            return getattr(base.tier_for_qos(qos), "name", None) if base is not None else None
+
+    shard_map: dict[str, float] = {}
+    for text in shards:
+        key, sep, value = text.rpartition("=")
+        try:
+            shard_map[key if sep else "*"] = float(value)
+        except ValueError:
+            raise UsageError(f"--shards-per-gpu {text!r}: use N or PARTITION=N") from None
     label = "reading sacct dumps" if sacct_files else "querying sacct"
     with LoadProgress(label, sacct_files):
         result = analyze(
-            sacct_files=list(sacct_files) or None,
+            list(sacct_files),
             since=since_t,
             until=until_t,
-            policy=policy,
-            inventory=inventory,
+            backend=backend,
+            tiers=tiers,
+            capacity=parse_capacity_options(capacity) or None,
+            shards_per_gpu=shard_map,
+            gpu_types=_pairs(gpu_types, "--gpu-type"),
+            timezone_name=tz,
+            freq=freq,
+            now=now,
         )
     text = render_report(result.to_dict(), fmt)
     if output == "-":

@@ -68,6 +68,11 @@ def fmt_ratio(value: Any, unknown: str = "n/a") -> str:
     return f"{float(value) * 100:.1f}%" if is_known(value) else unknown
 
 
+def fmt_percent(value: Any, unknown: str = "n/a") -> str:
+    """A 0..100 percentage (gres/gpuutil means) as `48.6%`."""
+    return f"{float(value):.1f}%" if is_known(value) else unknown
+
+
 def fmt_duration(seconds: Any, unknown: str = "n/a") -> str:
     """Seconds as the two largest units: `45s`, `12m 05s`, `3h 07m`, `2d 04h`."""
     if not is_known(seconds):
@@ -116,35 +121,47 @@ def _wait(group: Mapping[str, Any], key: str) -> Any:
     return (group.get("wait_s") or {}).get(key)
 
 
-# Columns of the per-group tables, shared by the text and HTML reports.
-def _group_columns(name_key: str, *, capacity: bool) -> list[tuple[str, Callable[[Mapping], str]]]:
-    cols: list[tuple[str, Callable[[Mapping], str]]] = [
-        (name_key.upper(), lambda g: printable(g.get(name_key), 32)),
+Column = tuple[str, Callable[[Mapping[str, Any]], str]]
+
+
+def _group_columns(name_key: str, *, capacity: bool) -> tuple[list[Column], list[Column]]:
+    """The two tables of a grouping (GPU-hours; waits and preemption), text and HTML alike."""
+    name: list[Column] = [(name_key.upper(), lambda g: printable(g.get(name_key), 32))]
+    if name_key == "qos":
+        name.append(("TIER", lambda g: printable(g.get("tier"), 16)))
+    hours: list[Column] = [
         ("JOBS", lambda g: fmt_int(g.get("jobs"))),
+        ("GPU JOBS", lambda g: fmt_int(g.get("gpu_jobs"))),
+        ("PENDING", lambda g: fmt_int(g.get("pending_jobs"))),
         ("GPU-H ALLOC", lambda g: fmt_gpu_hours(g.get("gpu_hours_allocated"))),
     ]
     if capacity:
-        cols += [
+        hours += [
             ("CAPACITY GPU-H", lambda g: fmt_gpu_hours(g.get("capacity_gpu_hours"))),
             ("ALLOC", lambda g: fmt_ratio(g.get("allocation_ratio"))),
         ]
-    cols += [
-        ("GPU UTIL", lambda g: fmt_ratio(g.get("gpu_util_mean"))),
+    hours += [
+        ("GPU-H USED", lambda g: fmt_gpu_hours(g.get("gpu_hours_used"))),
+        ("GPU UTIL", lambda g: fmt_percent(g.get("gpu_util_mean"))),
         ("WASTE GPU-H", lambda g: fmt_gpu_hours(g.get("waste_gpu_hours"))),
+    ]
+    waits: list[Column] = [
         ("WAIT P50", lambda g: fmt_duration(_wait(g, "p50"))),
         ("WAIT P95", lambda g: fmt_duration(_wait(g, "p95"))),
         ("WAIT MAX", lambda g: fmt_duration(_wait(g, "max"))),
-        ("PREEMPT", lambda g: fmt_int(g.get("preemptions"))),
-        ("REQUEUE", lambda g: fmt_int(g.get("requeues"))),
+        ("PREEMPTED", lambda g: fmt_int(g.get("preemptions"))),
         ("LOST GPU-H", lambda g: fmt_gpu_hours(g.get("gpu_hours_lost_to_preemption"))),
+        ("REQUEUED", lambda g: fmt_int(g.get("requeues"))),
+        ("REQUEUE LOST GPU-H", lambda g: fmt_gpu_hours(g.get("gpu_hours_lost_to_requeue"))),
     ]
-    return cols
+    return name + hours, name + waits
 
 
 # (section title, analysis key, name key, has capacity columns, rows shown: None = all)
 _GROUP_SECTIONS: tuple[tuple[str, str, str, bool, bool], ...] = (
     ("By partition", "by_partition", "partition", True, False),
-    ("By QOS (tier)", "by_qos", "qos", True, False),
+    ("By QOS", "by_qos", "qos", True, False),
+    ("By tier", "by_tier", "tier", False, False),
     ("By job kind", "by_kind", "kind", False, False),
     ("By account", "by_account", "account", False, True),
     ("By user", "by_user", "user", False, True),
@@ -161,17 +178,26 @@ def _sorted_groups(groups: Sequence[Mapping[str, Any]]) -> list[Mapping[str, Any
     return sorted(groups, key=key)
 
 
-def _group_table(
+def _group_tables(
     groups: Sequence[Mapping[str, Any]], name_key: str, capacity: bool, top: int | None
-) -> tuple[list[str], list[list[str]], int]:
-    """Headers, formatted rows and how many rows were left off (over `top`)."""
-    cols = _group_columns(name_key, capacity=capacity)
-    if name_key == "qos":
-        cols.insert(1, ("TIER", lambda g: printable(g.get("tier"), 16)))
+) -> tuple[list[tuple[list[str], list[list[str]]]], int]:
+    """[(headers, formatted rows)] for both tables, and how many rows were left off."""
     ordered = _sorted_groups(groups)
     shown = ordered if top is None else ordered[:top]
-    rows = [[fmt(g) for _, fmt in cols] for g in shown]
-    return [h for h, _ in cols], rows, len(ordered) - len(shown)
+    tables = [
+        ([h for h, _ in cols], [[fmt(g) for _, fmt in cols] for g in shown])
+        for cols in _group_columns(name_key, capacity=capacity)
+    ]
+    return tables, len(ordered) - len(shown)
+
+
+def _effect_text(effect: Any) -> str:
+    """`estimated_effect` is free text or a mapping of named numbers."""
+    if not is_known(effect) or effect == {}:
+        return "unknown"
+    if isinstance(effect, Mapping | list | tuple):
+        return ", ".join(_evidence_items(effect))
+    return str(effect)
 
 
 def _evidence_items(evidence: Any) -> list[str]:
@@ -203,7 +229,29 @@ def _source_line(source: Mapping[str, Any]) -> str:
         where += ", ".join(printable(f) for f in files[:3])
         where += ", …)" if len(files) > 3 else ")"
     version = source.get("slurm_version")
-    return f"{where}; Slurm {printable(version) if version else 'version unknown'}"
+    line = f"{where}; Slurm {printable(version) if version else 'version unknown'}"
+    if source.get("backend_note") and source.get("backend_note") != kind:
+        line += f" ({printable(source['backend_note'])})"
+    return line
+
+
+def _notes(analysis: Mapping[str, Any]) -> list[str]:
+    """Caveats a reader must see next to the numbers (why something is unknown)."""
+    notes = []
+    source = analysis.get("source") or {}
+    if source.get("capacity_error"):
+        notes.append(f"capacity unknown: {source['capacity_error']}")
+    totals = analysis.get("totals") or {}
+    outside = totals.get("rows_outside_window")
+    if is_known(outside) and outside:
+        notes.append(f"{fmt_int(outside)} allocation rows fall outside the window (not counted)")
+    unknown_shards = totals.get("shard_runs_unknown_fraction")
+    if is_known(unknown_shards) and unknown_shards:
+        notes.append(
+            f"{fmt_int(unknown_shards)} gres/shard runs have no known shards-per-GPU: "
+            "counted as 0 GPU-hours (give --shards-per-gpu)"
+        )
+    return notes
 
 
 # --------------------------------------------------------------------------- text
@@ -218,15 +266,30 @@ def _totals_lines(t: Mapping[str, Any]) -> list[tuple[str, str]]:
         alloc_line += f" of {fmt_gpu_hours(capacity)} capacity"
         alloc_line += f" ({fmt_ratio(t.get('allocation_ratio'), 'ratio unknown')})"
     else:
-        alloc_line += " (capacity unknown: no inventory)"
+        alloc_line += " (capacity unknown)"
     used = t.get("gpu_hours_used")
-    used_line = (
-        fmt_gpu_hours(used)
-        if is_known(used)
-        else "unknown (no gres/gpuutil in this accounting: Slurm >= 23.02, not for MIG)"
+    if is_known(used):
+        used_line = (
+            f"{fmt_gpu_hours(used)} of the {fmt_gpu_hours(t.get('util_known_gpu_hours'))} "
+            f"GPU-hours with gres/gpuutil (mean utilization "
+            f"{fmt_percent(t.get('gpu_util_mean'))}; "
+            f"waste {fmt_gpu_hours(t.get('waste_gpu_hours'))})"
+        )
+    else:
+        used_line = "unknown (no gres/gpuutil in this accounting: Slurm >= 23.02, never for MIG)"
+    jobs_line = f"{fmt_int(t.get('jobs'), 'unknown')} ({fmt_int(t.get('gpu_jobs'))} with GPUs"
+    if is_known(t.get("pending_jobs")):
+        jobs_line += f", {fmt_int(t.get('pending_jobs'))} never started"
+    jobs_line += ")"
+    preempt_line = (
+        f"{fmt_int(t.get('preemptions'), 'unknown')} preempted "
+        f"({fmt_gpu_hours(t.get('gpu_hours_lost_to_preemption'))} GPU-hours lost), "
+        f"{fmt_int(t.get('requeues'), 'unknown')} requeued"
     )
+    if is_known(t.get("gpu_hours_lost_to_requeue")):
+        preempt_line += f" ({fmt_gpu_hours(t.get('gpu_hours_lost_to_requeue'))} GPU-hours lost)"
     return [
-        ("jobs", f"{fmt_int(t.get('jobs'), 'unknown')} ({fmt_int(t.get('gpu_jobs'))} with GPUs)"),
+        ("jobs", jobs_line),
         ("GPU-hours allocated", alloc_line),
         ("GPU-hours used", used_line),
         (
@@ -234,12 +297,7 @@ def _totals_lines(t: Mapping[str, Any]) -> list[tuple[str, str]]:
             f"p50 {fmt_duration(wait.get('p50'))}, p95 {fmt_duration(wait.get('p95'))}, "
             f"max {fmt_duration(wait.get('max'))}",
         ),
-        (
-            "preemptions",
-            f"{fmt_int(t.get('preemptions'), 'unknown')} "
-            f"({fmt_gpu_hours(t.get('gpu_hours_lost_to_preemption'))} GPU-hours lost), "
-            f"requeues {fmt_int(t.get('requeues'), 'unknown')}",
-        ),
+        ("preemption", preempt_line),
         (
             "sacct rows",
             f"{fmt_int(t.get('rows_read'), '?')} read = "
@@ -247,6 +305,11 @@ def _totals_lines(t: Mapping[str, Any]) -> list[tuple[str, str]]:
             f"{fmt_int(t.get('rows_rejected'), '?')} rejected",
         ),
     ]
+
+
+def left_cols(name_key: str) -> int:
+    """Left-aligned (name) columns of a group table."""
+    return 2 if name_key == "qos" else 1
 
 
 def _fit_rows(fit: Mapping[str, Any]) -> list[list[str]]:
@@ -273,6 +336,7 @@ def render_text(analysis: Mapping[str, Any]) -> str:
     totals = _totals_lines(analysis.get("totals") or {})
     label_w = max(len(label) for label, _ in totals)
     out += [f"  {label.ljust(label_w)}  {value}" for label, value in totals]
+    out += [f"  note: {printable(note)}" for note in _notes(analysis)]
 
     for title, key, name_key, capacity, limited in _GROUP_SECTIONS:
         groups = analysis.get(key) or []
@@ -280,10 +344,12 @@ def render_text(analysis: Mapping[str, Any]) -> str:
         if not groups:
             out.append("  (none)")
             continue
-        headers, rows, left_off = _group_table(
-            groups, name_key, capacity, TOP_N if limited else None
-        )
-        out += ["  " + ln for ln in text_table(headers, rows).splitlines()]
+        tables, left_off = _group_tables(groups, name_key, capacity, TOP_N if limited else None)
+        for i, (headers, rows) in enumerate(tables):
+            out += [""] if i else []
+            out += [
+                "  " + ln for ln in text_table(headers, rows, left=left_cols(name_key)).splitlines()
+            ]
         if left_off:
             out.append(f"  ... {left_off} more (see --format json)")
 
@@ -298,6 +364,12 @@ def render_text(analysis: Mapping[str, Any]) -> str:
     rejected = analysis.get("rejected") or []
     n_rejected = (analysis.get("totals") or {}).get("rows_rejected")
     out += ["", f"Rejected rows: {fmt_int(n_rejected, str(len(rejected)))}"]
+    reasons = (analysis.get("totals") or {}).get("rejected_reasons") or {}
+    if reasons:
+        out.append(
+            "  by reason: "
+            + printable(", ".join(f"{k} {v}" for k, v in sorted(reasons.items(), key=_by_count)))
+        )
     for row in rejected[:REJECTED_SHOWN]:
         out.append(
             f"  {printable(row.get('file'))}:{row.get('line')}: {printable(row.get('reason'))}"
@@ -316,8 +388,12 @@ def render_text(analysis: Mapping[str, Any]) -> str:
         evidence = _evidence_items(rec.get("evidence"))
         if evidence:
             out.append(f"     evidence: {printable(', '.join(evidence))}")
-        out.append(f"     estimated effect: {printable(rec.get('estimated_effect') or 'unknown')}")
+        out.append(f"     estimated effect: {printable(_effect_text(rec.get('estimated_effect')))}")
     return "\n".join(out) + "\n"
+
+
+def _by_count(item: tuple[str, Any]) -> tuple[float, str]:
+    return (-float(item[1]) if is_known(item[1]) else 0.0, item[0])
 
 
 # --------------------------------------------------------------------------- JSON
@@ -349,15 +425,20 @@ def _html_context(analysis: Mapping[str, Any]) -> dict[str, Any]:
     tables = []
     for title, key, name_key, capacity, limited in _GROUP_SECTIONS:
         groups = analysis.get(key) or []
-        headers, rows, left_off = _group_table(
-            groups, name_key, capacity, HTML_TOP_N if limited else None
+        parts, left_off = _group_tables(groups, name_key, capacity, HTML_TOP_N if limited else None)
+        tables.append(
+            {
+                "title": title,
+                "parts": [{"headers": h, "rows": r} for h, r in parts] if groups else [],
+                "left_off": left_off,
+            }
         )
-        tables.append({"title": title, "headers": headers, "rows": rows, "left_off": left_off})
 
     points = (analysis.get("timeseries") or {}).get("points") or []
     partitions = _sorted_groups(analysis.get("by_partition") or [])
     qos = _sorted_groups(analysis.get("by_qos") or [])
     fit = analysis.get("fit_fraction") or {}
+    tiers = _sorted_groups(analysis.get("by_tier") or [])
     wait_groups = [("all jobs", totals.get("wait_s") or {})] + [
         (str(g.get("partition")), g.get("wait_s") or {}) for g in partitions
     ]
@@ -399,9 +480,20 @@ def _html_context(analysis: Mapping[str, Any]) -> dict[str, Any]:
             ),
         },
         {
-            "title": "Queue wait (eligible to start)",
+            "title": "Queue wait (eligible to start), all jobs and per partition",
             "svg": svg.bar_chart(
                 [(name, [w.get("p50"), w.get("p95"), w.get("max")]) for name, w in wait_groups],
+                series=["p50", "p95", "max"],
+                value_format=fmt_duration,
+            ),
+        },
+        {
+            "title": "Queue wait per tier",
+            "svg": svg.bar_chart(
+                [
+                    (str(g.get("tier")), [_wait(g, "p50"), _wait(g, "p95"), _wait(g, "max")])
+                    for g in tiers
+                ],
                 series=["p50", "p95", "max"],
                 value_format=fmt_duration,
             ),
@@ -413,7 +505,7 @@ def _html_context(analysis: Mapping[str, Any]) -> dict[str, Any]:
             "kind": printable(r.get("kind")),
             "detail": str(r.get("detail") or ""),
             "evidence": _evidence_items(r.get("evidence")),
-            "effect": str(r.get("estimated_effect") or "unknown"),
+            "effect": _effect_text(r.get("estimated_effect")),
         }
         for r in analysis.get("recommendations") or []
     ]
@@ -426,6 +518,7 @@ def _html_context(analysis: Mapping[str, Any]) -> dict[str, Any]:
         "generated_at": str(analysis.get("generated_at") or "?"),
         "source": _source_line(analysis.get("source") or {}),
         "totals": _totals_lines(totals),
+        "notes": _notes(analysis),
         "tables": tables,
         "plots": plots,
         "fit_rows": fit_rows,
@@ -477,8 +570,16 @@ def _prom_number(value: Any) -> str | None:
 
 
 # (metric suffix, help, getter) for each group gauge; the prefix says the grouping.
+def _util_ratio(group: Mapping[str, Any]) -> Any:
+    """The analysis gives mean gres/gpuutil in percent; Prometheus convention is 0..1."""
+    value = group.get("gpu_util_mean")
+    return float(value) / 100 if is_known(value) else None
+
+
 _GROUP_METRICS: tuple[tuple[str, str, Callable[[Mapping], Any]], ...] = (
     ("jobs", "Jobs (allocations) in the report window", lambda g: g.get("jobs")),
+    ("gpu_jobs", "Jobs that were allocated GPUs", lambda g: g.get("gpu_jobs")),
+    ("pending_jobs", "Jobs that never started", lambda g: g.get("pending_jobs")),
     (
         "gpu_hours_allocated",
         "GPU-hours allocated (AllocTRES GPUs x elapsed, MIG/shard weighted) in the window",
@@ -495,9 +596,14 @@ _GROUP_METRICS: tuple[tuple[str, str, Callable[[Mapping], Any]], ...] = (
         lambda g: g.get("allocation_ratio"),
     ),
     (
+        "gpu_hours_used",
+        "GPU-hours actually used (allocated x gres/gpuutil, where measured)",
+        lambda g: g.get("gpu_hours_used"),
+    ),
+    (
         "gpu_util_mean_ratio",
-        "Mean GPU utilization of jobs with gres/gpuutil (0..1)",
-        lambda g: g.get("gpu_util_mean"),
+        "Mean GPU utilization of jobs with gres/gpuutil, GPU-hour weighted (0..1)",
+        _util_ratio,
     ),
     (
         "waste_gpu_hours",
@@ -508,11 +614,16 @@ _GROUP_METRICS: tuple[tuple[str, str, Callable[[Mapping], Any]], ...] = (
     ("wait_p95_seconds", "95th percentile queue wait", lambda g: _wait(g, "p95")),
     ("wait_max_seconds", "Longest queue wait", lambda g: _wait(g, "max")),
     ("preemptions", "Preempted job runs in the window", lambda g: g.get("preemptions")),
-    ("requeues", "Requeued job runs in the window", lambda g: g.get("requeues")),
     (
         "gpu_hours_lost_to_preemption",
-        "GPU-hours of runs that ended preempted or requeued",
+        "GPU-hours of runs that ended preempted",
         lambda g: g.get("gpu_hours_lost_to_preemption"),
+    ),
+    ("requeues", "Requeued job runs in the window", lambda g: g.get("requeues")),
+    (
+        "gpu_hours_lost_to_requeue",
+        "GPU-hours of runs that ended requeued",
+        lambda g: g.get("gpu_hours_lost_to_requeue"),
     ),
 )
 
@@ -520,12 +631,6 @@ _TOTAL_METRICS: tuple[tuple[str, str, Callable[[Mapping], Any]], ...] = (
     ("sacct_rows_read", "sacct rows read", lambda t: t.get("rows_read")),
     ("sacct_rows_analyzed", "sacct rows analyzed", lambda t: t.get("rows_analyzed")),
     ("sacct_rows_rejected", "sacct rows rejected as malformed", lambda t: t.get("rows_rejected")),
-    ("gpu_jobs", "Jobs that were allocated GPUs", lambda t: t.get("gpu_jobs")),
-    (
-        "gpu_hours_used",
-        "GPU-hours actually used (from gres/gpuutil)",
-        lambda t: t.get("gpu_hours_used"),
-    ),
 )
 
 

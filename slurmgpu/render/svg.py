@@ -93,22 +93,39 @@ def timeseries_chart(points: Sequence[dict[str, Any]]) -> str:
                 f'<text x="{x(i):.1f}" y="{height - bottom + 18}" text-anchor="middle" '
                 f'class="axis">{esc(_short_time(p.get("t")))}</text>'
             )
-    # Allocated: one filled polygon per run of known values (unknown buckets leave a gap).
-    runs: list[list[tuple[float, float]]] = [[]]
+    # Allocated, stacked by partition when the analysis splits it (largest at the bottom),
+    # one set of polygons per run of known buckets (an unknown bucket leaves a gap).
+    layers = _partition_layers(points)
+    runs: list[list[int]] = [[]]
     for i, v in enumerate(alloc):
         if _known(v):
-            runs[-1].append((x(i), y(v)))
+            runs[-1].append(i)
         elif runs[-1]:
             runs.append([])
     for run in (r for r in runs if r):
+        xs = [x(i) for i in run]
         if len(run) == 1:
-            run = [(run[0][0] - 3, run[0][1]), (run[0][0] + 3, run[0][1])]
-        line = " ".join(f"{px:.1f},{py:.1f}" for px, py in run)
-        base = top + plot_h
+            xs = [xs[0] - 3, xs[0] + 3]
+            run = [run[0], run[0]]
+        lower = [0.0] * len(run)
+        for k, (_, values) in enumerate(layers):
+            upper = [lo + values[i] for lo, i in zip(lower, run, strict=True)]
+            fwd = " ".join(f"{px:.1f},{y(v):.1f}" for px, v in zip(xs, upper, strict=True))
+            back = " ".join(
+                f"{px:.1f},{y(v):.1f}" for px, v in reversed(list(zip(xs, lower, strict=True)))
+            )
+            colour = PALETTE[k % len(PALETTE)]
+            parts.append(
+                f'<polygon class="series s{k}" fill="{colour}" fill-opacity="0.55" '
+                f'stroke="none" points="{fwd} {back}"/>'
+            )
+            lower = upper
+        total = " ".join(
+            f"{px:.1f},{y(float(alloc[i])):.1f}" for px, i in zip(xs, run, strict=True)
+        )
         parts.append(
-            f'<polygon class="series s0" fill="{PALETTE[0]}" fill-opacity="0.35" stroke="none" '
-            f'points="{run[0][0]:.1f},{base} {line} {run[-1][0]:.1f},{base}"/>'
-            f'<polyline fill="none" stroke="{PALETTE[0]}" stroke-width="2" points="{line}"/>'
+            f'<polyline class="total" fill="none" stroke="{PALETTE[0]}" stroke-width="2" '
+            f'points="{total}"/>'
         )
     cap_pts = [(x(i), y(v)) for i, v in enumerate(cap) if _known(v)]
     if cap_pts:
@@ -129,15 +146,48 @@ def timeseries_chart(points: Sequence[dict[str, Any]]) -> str:
                 f'<circle cx="{x(i):.1f}" cy="{y(alloc[i]):.1f}" r="3" fill="{PALETTE[0]}">'
                 f"<title>{esc(tip)}</title></circle>"
             )
-    legend = [(PALETTE[0], "allocated")] + ([(CAPACITY_COLOUR, "capacity")] if cap_pts else [])
+    legend = [(PALETTE[k % len(PALETTE)], name) for k, (name, _) in enumerate(layers)]
+    legend += [(CAPACITY_COLOUR, "capacity")] if cap_pts else []
     parts.append(_legend(legend, left, 14))
     parts.append("</svg>")
     return "".join(parts)
 
 
+MAX_LAYERS = 5
+
+
+def _partition_layers(points: Sequence[dict[str, Any]]) -> list[tuple[str, list[float]]]:
+    """[(name, value per point)]: the largest partitions, the rest as "other"; or one
+    "allocated" layer when the points carry no per-partition split. Sums to the total."""
+    totals: dict[str, float] = {}
+    for p in points:
+        for name, v in (p.get("by_partition") or {}).items():
+            if _known(v):
+                totals[str(name)] = totals.get(str(name), 0.0) + float(v)
+    alloc = [float(p["gpu_hours_allocated"]) if _known(p.get("gpu_hours_allocated")) else 0.0
+             for p in points]  # fmt: skip
+    if not totals:
+        return [("allocated", alloc)]
+    names = sorted(totals, key=lambda n: (-totals[n], n))
+    shown = names if len(names) <= MAX_LAYERS else names[: MAX_LAYERS - 1]
+    layers = []
+    for name in shown:
+        values = []
+        for p in points:
+            v = (p.get("by_partition") or {}).get(name)
+            values.append(float(v) if _known(v) else 0.0)
+        layers.append((name, values))
+    stacked = [sum(values[i] for _, values in layers) for i in range(len(points))]
+    rest = [max(0.0, a - s) for a, s in zip(alloc, stacked, strict=True)]
+    if any(v > 1e-9 for v in rest):
+        layers.append(("other", rest))
+    return layers
+
+
 def _legend(entries: Sequence[tuple[str, str]], x0: float, y0: float) -> str:
     out, xx = [], x0
     for colour, name in entries:
+        name = name if len(name) <= 20 else name[:19] + "…"
         out.append(
             f'<rect x="{xx:.0f}" y="{y0 - 9}" width="12" height="10" fill="{colour}"/>'
             f'<text x="{xx + 16:.0f}" y="{y0}" class="legend">{esc(name)}</text>'

@@ -10,36 +10,14 @@ from pathlib import Path
 
 import pytest
 
+from slurmgpu.accounting.when import parse_when
 from slurmgpu.cli.progress import LoadProgress
-from slurmgpu.cli.report import expand_output, parse_when, report, write_report
+from slurmgpu.cli.report import expand_output, report, write_report
 from slurmgpu.errors import SlurmgpuError, UsageError
 from slurmgpu.util.atomic import write_atomic
 
 NOW = dt.datetime(2026, 12, 2, 14, 0, tzinfo=dt.UTC)
 ROOT = Path(__file__).resolve().parents[3]
-
-
-@pytest.mark.parametrize(
-    ("text", "expected"),
-    [
-        ("7d", dt.datetime(2026, 11, 25, 14, 0, tzinfo=dt.UTC)),
-        ("12h", dt.datetime(2026, 12, 2, 2, 0, tzinfo=dt.UTC)),
-        ("30m", dt.datetime(2026, 12, 2, 13, 30, tzinfo=dt.UTC)),
-        ("2w", dt.datetime(2026, 11, 18, 14, 0, tzinfo=dt.UTC)),
-        ("now", NOW),
-        ("2026-11-01", dt.datetime(2026, 11, 1, tzinfo=dt.UTC)),
-        ("2026-11-01T08:00", dt.datetime(2026, 11, 1, 8, tzinfo=dt.UTC)),
-        ("2026-11-01T08:00:00+01:00", dt.datetime(2026, 11, 1, 7, tzinfo=dt.UTC)),
-        ("2026-11-01T08:00:00Z", dt.datetime(2026, 11, 1, 8, tzinfo=dt.UTC)),
-    ],
-)
-def test_parse_when(text, expected):
-    assert parse_when(text, now=NOW, option="--since") == expected
-
-
-def test_parse_when_rejects_nonsense_with_one_line():
-    with pytest.raises(UsageError, match=r"--since 'last week': expected a duration"):
-        parse_when("last week", now=NOW, option="--since")
 
 
 def test_expand_output():

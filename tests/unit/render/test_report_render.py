@@ -85,10 +85,14 @@ def test_unknown_format_is_rejected(analysis):
 def test_text_totals(analysis):
     text = render_text(analysis)
     assert "GPU-hours allocated  7,312.0 of 10,752.0 capacity (68.0%)" in text
-    assert "jobs                 812 (640 with GPUs)" in text
+    assert "jobs                 812 (640 with GPUs, 9 never started)" in text
     assert "p50 2m 00s, p95 1h 30m, max 23h 53m" in text
+    assert "14 preempted (41.5 GPU-hours lost), 9 requeued (3.2 GPU-hours lost)" in text
     assert "2,412 read = 2,410 analyzed + 2 rejected" in text
-    assert re.search(r"GPU-hours used\s+unknown \(no gres/gpuutil", text)
+    assert "2,400.0 of the 3,000.0 GPU-hours with gres/gpuutil (mean utilization 80.0%" in text
+    assert "note: 8 allocation rows fall outside the window" in text
+    assert "by reason: bad ElapsedRaw 1, wrong column count 1" in text
+    assert "estimated effect: allocation_ratio_gain=0.09, gpus_carved=4" in text
 
 
 def test_text_partition_table_columns_line_up(analysis):
@@ -124,8 +128,10 @@ def test_text_sorts_users_by_gpu_hours_and_limits_rows(analysis):
 
 
 def test_text_unknowns_and_no_recommendation(unknown_analysis):
+    unknown_analysis["totals"]["gpu_hours_used"] = None
     text = render_text(unknown_analysis)
-    assert "7,312.0 (capacity unknown: no inventory)" in text
+    assert "7,312.0 (capacity unknown)" in text
+    assert re.search(r"GPU-hours used\s+unknown \(no gres/gpuutil", text)
     assert "Recommendations\n  none" in text
 
 
@@ -199,15 +205,18 @@ def test_html_shows_totals_and_plots(analysis):
     page = render_html(analysis)
     text = " ".join(_parse(page).text)
     assert "7,312.0 of 10,752.0 capacity (68.0%)" in text
-    assert page.count("<svg ") == 5
-    assert page.count('class="bar s0"') == 3 + 3 + 3 + 3  # partitions, QOS, fit, wait (known)
-    assert "<polygon" in page and 'class="capacity"' in page
+    assert page.count("<svg ") == 6
+    # known values only: partitions, QOS, fit slices, waits (all + 2 partitions), tier waits
+    assert page.count('class="bar s0"') == 3 + 3 + 3 + 3 + 3
+    assert 'class="capacity"' in page
+    assert page.count('<polygon class="series') == 3  # stacked by partition
+    assert "&lt;b&gt;lab&lt;/b&gt;</text>" in page  # the legend names the partition
     assert "Carve 4 H100 GPUs" in text
 
 
 def test_html_unknown_values_are_not_drawn_as_zero(unknown_analysis):
     page = render_html(unknown_analysis)
-    assert page.count("<svg ") == 4  # no time series points: no chart
+    assert page.count("<svg ") == 5  # no time series points: no chart
     assert "No data in this window." in page
     assert "p50: unknown" in page  # the third partition has no waits
     assert "No change recommended" in page
@@ -256,10 +265,13 @@ def test_prom_values(analysis):
 
 
 def test_prom_omits_unknowns(analysis):
+    analysis["totals"]["gpu_hours_used"] = None
     text = render_prom(analysis)
-    assert "slurmgpu_gpu_hours_used" not in text  # null in totals: no family at all
-    assert "slurmgpu_partition_gpu_util_mean_ratio" not in text
+    assert "slurmgpu_gpu_hours_used " not in text  # null in totals: no sample, no family
+    assert "# TYPE slurmgpu_gpu_hours_used gauge" not in text
     samples = _samples(text)
+    assert samples['slurmgpu_partition_gpu_util_mean_ratio{partition="gpu"}'] == "0.8"  # 80%
+    assert 'slurmgpu_partition_gpu_util_mean_ratio{partition="mig"}' not in samples
     assert 'slurmgpu_partition_capacity_gpu_hours{partition="<b>lab</b>"}' not in samples
     assert 'slurmgpu_partition_wait_p50_seconds{partition="<b>lab</b>"}' not in samples
     assert 'slurmgpu_partition_jobs{partition="<b>lab</b>"}' in samples
@@ -286,7 +298,11 @@ def test_docs_list_exactly_the_exported_metrics(analysis):
     full["totals"].update(gpu_hours_used=1.0, gpu_util_mean=0.5, waste_gpu_hours=2.0)
     for group in full["by_partition"] + full["by_qos"]:
         group.update(
-            gpu_util_mean=0.5, waste_gpu_hours=2.0, capacity_gpu_hours=10.0, allocation_ratio=0.1
+            gpu_util_mean=50.0,
+            gpu_hours_used=1.0,
+            waste_gpu_hours=2.0,
+            capacity_gpu_hours=10.0,
+            allocation_ratio=0.1,
         )
     exported = {ln.split()[2] for ln in render_prom(full).splitlines() if ln.startswith("# TYPE")}
     docs = (Path(__file__).resolve().parents[3] / "docs" / "reports.md").read_text()
