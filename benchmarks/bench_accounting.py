@@ -121,9 +121,23 @@ def stage_baseline(path: Path, args: argparse.Namespace) -> dict:
 
 
 def _analyze(path: Path):
+    """The library call `slurmgpu report --sacct-file` makes, with the synthetic site's
+    capacity, GPU types and shards (as a site would pass --capacity/--gpu-type)."""
+    sys.path.insert(0, str(HERE))
+    import gen_sacct
+
     from slurmgpu.accounting import analyze
 
-    return analyze(sacct_files=[path], since=None, until=None)
+    gpus_per_node = {"gpu": 8, "mig": 8, "shard": 8}
+    capacity = {
+        p: n * gpus_per_node[p] for p, _, n, _ in gen_sacct.PARTITIONS if p in gpus_per_node
+    }
+    return analyze(
+        [path],
+        capacity=capacity,
+        gpu_types={"gpu": "h100", "mig": "a100_80gb", "shard": "rtx4090"},
+        shards_per_gpu={"shard": 8},
+    )
 
 
 def stage_analyze(path: Path, _args: argparse.Namespace) -> dict:
