@@ -279,7 +279,7 @@ def _totals_lines(t: Mapping[str, Any]) -> list[tuple[str, str]]:
         used_line = "unknown (no gres/gpuutil in this accounting: Slurm >= 23.02, never for MIG)"
     jobs_line = f"{fmt_int(t.get('jobs'), 'unknown')} ({fmt_int(t.get('gpu_jobs'))} with GPUs"
     if is_known(t.get("pending_jobs")):
-        jobs_line += f", {fmt_int(t.get('pending_jobs'))} never started"
+        jobs_line += f", {fmt_int(t.get('pending_jobs'))} pending"
     jobs_line += ")"
     preempt_line = (
         f"{fmt_int(t.get('preemptions'), 'unknown')} preempted "
@@ -480,15 +480,16 @@ def _html_context(analysis: Mapping[str, Any]) -> dict[str, Any]:
             ),
         },
         {
-            "title": "Queue wait (eligible to start), all jobs and per partition",
+            "title": "Queue wait (eligible to start), all jobs and per partition (log scale)",
             "svg": svg.bar_chart(
                 [(name, [w.get("p50"), w.get("p95"), w.get("max")]) for name, w in wait_groups],
                 series=["p50", "p95", "max"],
                 value_format=fmt_duration,
+                log_scale=True,
             ),
         },
         {
-            "title": "Queue wait per tier",
+            "title": "Queue wait per tier (log scale)",
             "svg": svg.bar_chart(
                 [
                     (str(g.get("tier")), [_wait(g, "p50"), _wait(g, "p95"), _wait(g, "max")])
@@ -496,6 +497,7 @@ def _html_context(analysis: Mapping[str, Any]) -> dict[str, Any]:
                 ],
                 series=["p50", "p95", "max"],
                 value_format=fmt_duration,
+                log_scale=True,
             ),
         },
     ]

@@ -179,7 +179,7 @@ def _partition_layers(points: Sequence[dict[str, Any]]) -> list[tuple[str, list[
         layers.append((name, values))
     stacked = [sum(values[i] for _, values in layers) for i in range(len(points))]
     rest = [max(0.0, a - s) for a, s in zip(alloc, stacked, strict=True)]
-    if any(v > 1e-9 for v in rest):
+    if any(v > 1e-6 * max(alloc) for v in rest):  # not float noise of the sum
         layers.append(("other", rest))
     return layers
 
@@ -202,10 +202,12 @@ def bar_chart(
     series: Sequence[str],
     value_format: Callable[[Any], str],
     vmax: float | None = None,
+    log_scale: bool = False,
 ) -> str:
     """Horizontal (grouped) bars: one row per group, one bar per series; "" without groups.
 
-    Unknown values get the text "unknown" and no bar, so they never read as zero.
+    Unknown values get the text "unknown" and no bar, so they never read as zero. With
+    `log_scale` bar length follows log10(1 + value), for waits where the max dwarfs p50.
     """
     if not groups:
         return ""
@@ -217,6 +219,12 @@ def bar_chart(
     known = [float(v) for _, values in groups for v in values if _known(v)]
     scale_max = vmax if vmax is not None else nice_ceiling(max(known) if known else 1.0)
     scale_max = scale_max or 1.0
+
+    def length(value: float) -> float:
+        if log_scale:
+            return math.log10(1 + max(0.0, value)) / math.log10(1 + scale_max)
+        return min(value, scale_max) / scale_max
+
     parts = [
         f'<svg class="chart bars" width="{WIDTH}" '
         f'height="{height}" viewBox="0 0 {WIDTH} {height}" role="img">'
@@ -234,7 +242,7 @@ def bar_chart(
             yy = y0 + k * bar_h
             colour = PALETTE[k % len(PALETTE)]
             if _known(value):
-                w = max(1.0, bars_w * min(float(value), scale_max) / scale_max)
+                w = max(1.0, bars_w * min(1.0, length(float(value))))
                 parts.append(
                     f'<rect class="bar s{k}" x="{label_w}" y="{yy}" width="{w:.1f}" '
                     f'height="{bar_h - 2}" fill="{colour}"><title>{esc(label)} '

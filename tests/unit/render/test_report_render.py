@@ -85,7 +85,7 @@ def test_unknown_format_is_rejected(analysis):
 def test_text_totals(analysis):
     text = render_text(analysis)
     assert "GPU-hours allocated  7,312.0 of 10,752.0 capacity (68.0%)" in text
-    assert "jobs                 812 (640 with GPUs, 9 never started)" in text
+    assert "jobs                 812 (640 with GPUs, 9 pending)" in text
     assert "p50 2m 00s, p95 1h 30m, max 23h 53m" in text
     assert "14 preempted (41.5 GPU-hours lost), 9 requeued (3.2 GPU-hours lost)" in text
     assert "2,412 read = 2,410 analyzed + 2 rejected" in text
