@@ -62,26 +62,26 @@ class LoadProgress:
                 self.sizes[f] = os.stat(f).st_size
             except OSError:
                 self.sizes[f] = 0
-        self.done: set[str] = set()
-        self.best: dict[str, int] = {}
         self.drawn = False
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
     def fraction(self) -> float | None:
-        """Share of the input bytes read so far, or None when it cannot be known."""
+        """Share of the input bytes read so far, or None when it cannot be known.
+
+        The loader reads the files one after the other, from its first second on (the line
+        is drawn only after `delay_s`): files before the one open now are done, and with no
+        file open at all everything has been read and the analysis is running.
+        """
         total = sum(self.sizes.values())
         if not total:
             return None
         now = _read_positions(set(self.files))
-        for f, pos in now.items():
-            self.best[f] = max(self.best.get(f, 0), pos)
-        # a file read earlier and closed since counts as done
-        open_now = set(now)
-        for f in self.best:
-            if f not in open_now:
-                self.done.add(f)
-        read = sum(self.sizes[f] if f in self.done else self.best.get(f, 0) for f in self.files)
+        if not now:
+            return 1.0
+        first_open = min(self.files.index(f) for f in now)
+        read = sum(self.sizes[f] for f in self.files[:first_open])
+        read += sum(min(pos, self.sizes[f]) for f, pos in now.items())
         return min(1.0, read / total)
 
     def line(self, elapsed_s: float) -> str:
@@ -89,6 +89,8 @@ class LoadProgress:
         if frac is None:
             return f"{self.label}: {elapsed_s:.0f}s"
         total_mib = sum(self.sizes.values()) / 2**20
+        if frac >= 1.0:  # everything read: the metrics are being computed
+            return f"{self.label}: read {total_mib:,.0f} MiB, analyzing {elapsed_s:.0f}s"
         return (
             f"{self.label}: {frac * 100:3.0f}% ({frac * total_mib:,.0f}/{total_mib:,.0f} MiB) "
             f"{elapsed_s:.0f}s"

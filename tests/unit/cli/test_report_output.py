@@ -120,3 +120,22 @@ def test_example_units_use_valid_report_options(unit):
         assert ctx.params["fmt"] in ("html", "json", "prom")
         assert ctx.params["output"].startswith("/var/lib/")
         parse_when(ctx.params["since"], now=NOW, option="--since")
+
+
+def test_progress_says_analyzing_once_everything_is_read(tmp_path):
+    dump = tmp_path / "dump.txt"
+    dump.write_bytes(b"x" * 2048)
+    progress = LoadProgress("reading", [dump], enabled=False)
+    with open(dump, "rb") as fh:
+        fh.read()
+    assert progress.line(4.0) == "reading: read 0 MiB, analyzing 4s"
+
+
+def test_progress_counts_earlier_files_as_read(tmp_path):
+    first, second = tmp_path / "a.txt", tmp_path / "b.txt"
+    first.write_bytes(b"x" * 3000)
+    second.write_bytes(b"y" * 1000)
+    progress = LoadProgress("reading", [first, second], enabled=False)
+    with open(second, "rb", buffering=0) as fh:
+        fh.read(500)
+        assert progress.fraction() == pytest.approx(3500 / 4000)
