@@ -14,7 +14,7 @@ import pyarrow.compute as pc
 # `Unknown` = 0/INFINITE (End of a running job), `None` = NO_VAL (Start of a job cancelled while
 # pending); empty for fields a step row leaves blank.
 _NO_TIME = ("", "Unknown", "None", "N/A")
-_EPOCH = r"^\d{9,11}$"
+_EPOCH = r"^\d{1,12}$"
 _ISO = r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}$"
 # `[D-][HH:]MM:SS[.mmm]`: 3 parts = H:M:S, 2 parts = M:S (TotalCPU `31:09.458`); days optional
 _DURATION = r"^(?:(?P<d>\d+)-)?(?:(?P<h>\d+):)?(?P<m>\d+):(?P<s>\d+)(?:\.(?P<f>\d+))?$"
@@ -45,7 +45,9 @@ def parse_times(values: pa.Array, *, timezone: str = "UTC") -> tuple[np.ndarray,
     if is_iso.any():
         iso = s.filter(pa.array(is_iso))
         ts = pc.strptime(iso, format="%Y-%m-%dT%H:%M:%S", unit="s", error_is_null=True)
-        ok = ts.is_valid().to_numpy(zero_copy_only=False)
+        # strptime rolls 2026-02-30 over to March: a round trip catches impossible dates
+        back = pc.strftime(ts, format="%Y-%m-%dT%H:%M:%S")
+        ok = pc.fill_null(pc.equal(back, iso), False).to_numpy(zero_copy_only=False)
         vals = ts.cast(pa.int64()).fill_null(0).to_numpy().astype("datetime64[s]")
         if timezone not in ("UTC", "Z", "+00:00"):
             import pandas as pd

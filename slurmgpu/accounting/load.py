@@ -515,9 +515,11 @@ def _finish(acc: _Accumulator, files: list[str]) -> LoadResult:
 
 
 def _empty_frame() -> pd.DataFrame:
+    """A zero-row frame with the normalized schema (when no allocation row survived)."""
     acc = _Accumulator(Options())
-    cols = {name: pa.array(["0"], pa.string()) for name in ("JobIDRaw", "State", "Start")}
-    cols.update(Submit=pa.array(["0"]), End=pa.array(["0"]), ElapsedRaw=pa.array(["0"]))
+    epoch = pa.array(["1000000000"])
+    cols = {"JobIDRaw": pa.array(["1"]), "State": pa.array(["COMPLETED"])}
+    cols.update(Submit=epoch, Start=epoch, End=epoch, ElapsedRaw=pa.array(["0"]))
     _normalize_chunk(acc, cols, np.array([0]), "")
     return acc.allocs[0].slice(0, 0).to_pandas(types_mapper=pd.ArrowDtype)
 
@@ -657,7 +659,7 @@ def _derive(frame: pd.DataFrame, opts: Options) -> pd.DataFrame:
     # MIG devices never report gpuutil/gpumem (NVML limitation, gres.shtml): unknown, not 0
     mig = f["mig_slices"].to_numpy(dtype=float, na_value=0) > 0
     for c in ("gpu_util_pct", "gpu_mem_used_mib"):
-        vals = f[c].to_numpy(dtype=float, na_value=np.nan)
+        vals = f[c].to_numpy(dtype=float, na_value=np.nan).copy()
         vals[mig] = np.nan
         f[c] = pd.array(vals, dtype=float_t)
     return f

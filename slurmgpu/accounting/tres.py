@@ -139,7 +139,7 @@ def parse_alloc_tres(values: pa.Array) -> AllocTres:
 
     generic = per_row(keys_np == "gres/gpu")
     gpu_types = pc.utf8_slice_codeunits(keys, 9).to_numpy(zero_copy_only=False)
-    mig = pc.extract_regex(pa.array(gpu_types), MIG_TYPE)
+    mig = pc.extract_regex(pa.array(gpu_types, pa.string()), MIG_TYPE)
     is_mig = typed_gpu & mig.is_valid().to_numpy(zero_copy_only=False)
     slices = np.zeros(len(keys_np))
     if is_mig.any():

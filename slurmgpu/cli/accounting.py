@@ -25,7 +25,7 @@ def _load_policy(path: str):
 
     from slurmgpu.errors import UsageError
 
-    for module_name in ("slurmgpu.sources.policy", "slurmgpu.model.policy"):
+    for module_name in ("slurmgpu.sources.policy_file", "slurmgpu.sources.policy"):
         try:
             module = importlib.import_module(module_name)
         except ModuleNotFoundError:
