@@ -168,6 +168,13 @@ def by_group(
             vals = pd.unique(frame[name].to_numpy(dtype=object, na_value="")[sel])
             entry[name] = vals[0] if len(vals) == 1 else ",".join(sorted(map(str, vals)))
         out.append(entry)
+    # partitions with capacity but no runs in the window are idle, not absent
+    for value in sorted(set(capacity or {}) - set(map(str, pd.unique(keys)))):
+        empty = work.iloc[0:0]
+        entry = {column: value, **summarize(empty, capacity[value], window)}
+        for name in extra:
+            entry[name] = ""
+        out.append(entry)
     out.sort(key=lambda e: (-e["gpu_hours_allocated"], str(e[column])))
     return out
 

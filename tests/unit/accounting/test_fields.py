@@ -58,21 +58,42 @@ def test_unlimited_and_bad_durations():
 
 def test_states():
     st, uid, bad = fields.parse_states(
-        arr("CANCELLED by 1000", "CANCELLED by 0", "PREEMPTED", "NODE_FAIL", "REQUEUED",
-            "OUT_OF_MEMORY", "RUNNING", "WEIRD state")  # fmt: skip
+        arr(
+            "CANCELLED by 1000",
+            "CANCELLED by 0",
+            "PREEMPTED",
+            "NODE_FAIL",
+            "REQUEUED",
+            "OUT_OF_MEMORY",
+            "RUNNING",
+            "WEIRD state",
+        )
     )
     assert st.to_pylist()[:7] == [
-        "CANCELLED", "CANCELLED", "PREEMPTED", "NODE_FAIL", "REQUEUED", "OUT_OF_MEMORY",
+        "CANCELLED",
+        "CANCELLED",
+        "PREEMPTED",
+        "NODE_FAIL",
+        "REQUEUED",
+        "OUT_OF_MEMORY",
         "RUNNING",
-    ]  # fmt: skip
+    ]
     assert uid[0] == 1000 and uid[1] == 0 and np.isnan(uid[2])
     assert list(bad) == [False] * 7 + [True]
 
 
 def test_job_id_forms():
     ids = fields.JobIds(
-        arr("123", "123_4", "4103947_[9-11,13,16-20]", "123+1", "123.batch", "123.extern",
-            "123+1.0", "12x"),  # fmt: skip
+        arr(
+            "123",
+            "123_4",
+            "4103947_[9-11,13,16-20]",
+            "123+1",
+            "123.batch",
+            "123.extern",
+            "123+1.0",
+            "12x",
+        ),
         arr("123", "130", "4103947", "124", "123.batch", "123.extern", "124.0", "12"),
     )
     assert list(ids.bad) == [False] * 7 + [True]

@@ -1,4 +1,4 @@
-"""The loader on recorded and constructed sacct text: every shape, malformed rows, reconciliation."""
+"""The loader on recorded and constructed sacct text: every shape, malformed rows, totals."""
 
 import gzip
 import math
@@ -274,7 +274,9 @@ def test_empty_file_is_a_parse_error(tmp_path):
 
 def test_rejected_list_is_capped_but_counted():
     header = "JobIDRaw|State|Partition|QOS|User|Submit|Start|End|AllocTRES|ElapsedRaw\n"
-    bad = "".join(f"{i}|COMPLETED|gpu|q|u|x|1764547200|1764547201|gres/gpu=1|1\n" for i in range(150))
+    bad = "".join(
+        f"{i}|COMPLETED|gpu|q|u|x|1764547200|1764547201|gres/gpu=1|1\n" for i in range(150)
+    )
     res = load_text(header + bad)
     assert res.rows_rejected == 150 and len(res.rejected) == 100
     assert res.rejected_reasons["bad Submit time"] == 150

@@ -100,8 +100,10 @@ def test_usage_from_curc_sample():
 def test_usage_gres_shtml_example():
     r = parse_usage_tres(
         pa.array(
-            ["cpu=00:00:22,energy=0,fs/disk=175227,gres/gpumem=72532M,gres/gpuutil=200,"
-             "mem=1257496K,pages=0,vmem=0"]  # fmt: skip
+            [
+                "cpu=00:00:22,energy=0,fs/disk=175227,gres/gpumem=72532M,gres/gpuutil=200,"
+                "mem=1257496K,pages=0,vmem=0"
+            ]
         )
     )
     assert r.gpu_util_pct[0] == 200 and r.gpu_mem_mib[0] == 72532
