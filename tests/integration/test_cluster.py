@@ -156,8 +156,10 @@ def test_other_qos_after_allow_qos(slurm_cluster: SlurmCluster) -> None:
         slurm_cluster.allow_qos("harnesstest")
         jobid = slurm_cluster.sbatch("--qos=harnesstest")
         assert slurm_cluster.wait_job_state(jobid, "COMPLETED") == "COMPLETED"
-        rows = slurm_cluster.wait_sacct(jobid)
+        # slurmdbd prints a QOS added moments ago as "Unknown" for a few seconds
+        rows = slurm_cluster.wait_sacct(jobid, lambda r: bool(r) and r[0]["QOS"] != "Unknown")
         assert rows[0]["QOS"] == "harnesstest"
+        assert rows[0]["Account"] == slurm_cluster.account
     finally:
         slurm_cluster.scancel_all()
         slurm_cluster.sacctmgr("delete", "qos", "harnesstest", check=False)
