@@ -140,7 +140,8 @@ def _tail(path: Path, n: int) -> list[str]:
     return lines[-n:]
 
 
-def _pid_alive(pid: int) -> bool:
+def pid_alive(pid: int) -> bool:
+    """True while `pid` runs (a zombie counts as gone)."""
     try:
         with open(f"/proc/{pid}/stat") as fh:
             # the state letter follows the parenthesised command name
@@ -289,7 +290,7 @@ def _clean_env(extra: Mapping[str, str]) -> dict[str, str]:
 # ---------------------------------------------------------------- daemons
 
 
-class _Daemon:
+class Daemon:
     """One daemon run in the foreground; its pid is recorded in `pids/NAME.pid`."""
 
     def __init__(self, name: str, root: Path, log_file: Path, program: str) -> None:
@@ -328,7 +329,7 @@ class _Daemon:
         if self.proc is not None:
             return self.proc.poll() is None
         pid = self.pid
-        return pid is not None and _pid_alive(pid) and self.program in _pid_cmdline(pid)
+        return pid is not None and pid_alive(pid) and self.program in _pid_cmdline(pid)
 
     def stop(self, timeout: float = 20) -> None:
         """SIGTERM, wait, then SIGKILL; only the pid this harness started."""
@@ -408,13 +409,13 @@ class SlurmCluster:
         )
         self.node_name = _node_names(self._settings["node_line"])[0]
         self._daemons = {
-            "munged": _Daemon("munged", self.root, self.log_dir / "munged.log", "munged"),
-            "mariadb": _Daemon("mariadb", self.root, self.log_dir / "mariadb.log", "mariadbd"),
-            "slurmdbd": _Daemon("slurmdbd", self.root, self.log_dir / "slurmdbd.log", "slurmdbd"),
-            "slurmctld": _Daemon(
+            "munged": Daemon("munged", self.root, self.log_dir / "munged.log", "munged"),
+            "mariadb": Daemon("mariadb", self.root, self.log_dir / "mariadb.log", "mariadbd"),
+            "slurmdbd": Daemon("slurmdbd", self.root, self.log_dir / "slurmdbd.log", "slurmdbd"),
+            "slurmctld": Daemon(
                 "slurmctld", self.root, self.log_dir / "slurmctld.log", "slurmctld"
             ),
-            "slurmd": _Daemon("slurmd", self.root, self.log_dir / "slurmd.log", "slurmd"),
+            "slurmd": Daemon("slurmd", self.root, self.log_dir / "slurmd.log", "slurmd"),
         }
         self._atexit_registered = False
 
@@ -657,29 +658,14 @@ class SlurmCluster:
         self._daemons[name].start(argv, _clean_env(self.env), self.work_dir)
 
     def _start_munge(self, deadline: float) -> None:
-        if _munge_answers():
+        if munge_answers():
             return  # reuse the munged on the default socket; never stop one we did not start
-        key = self.root / "munge" / "munge.key"
-        key.parent.mkdir(mode=0o700, exist_ok=True)
-        key.write_bytes(secrets.token_bytes(128))
-        key.chmod(0o600)
+        key = write_munge_key(self.root / "munge" / "munge.key")
         Path(MUNGE_SOCKET).parent.mkdir(parents=True, exist_ok=True)
         self.munged_started = True
         self._write_state()
-        self._start(
-            "munged",
-            [
-                which("munged") or "munged",
-                "-F",
-                "--force",
-                f"--key-file={key}",
-                f"--socket={MUNGE_SOCKET}",
-                f"--pid-file={self.root}/run/munged.pid",
-                f"--log-file={self.log_dir}/munged.log",
-                f"--seed-file={key.parent}/munged.seed",
-            ],
-        )
-        self._wait("munged", _munge_answers, deadline, "answering on " + MUNGE_SOCKET)
+        self._start("munged", munged_argv(key, MUNGE_SOCKET, self.root / "run", self.log_dir))
+        self._wait("munged", munge_answers, deadline, "answering on " + MUNGE_SOCKET)
 
     def _start_mariadb(self, deadline: float) -> None:
         data = self.mysql_dir / "data"
@@ -793,9 +779,24 @@ class SlurmCluster:
         return parse_scontrol_record(line) if proc.returncode == 0 and line else {}
 
     def _node_idle(self) -> bool:
-        state = self.node_state().get("State", "")
-        flags = state.split("+")
-        return flags[0] == "IDLE" and not ({"DRAIN", "NOT_RESPONDING", "INVALID_REG"} & set(flags))
+        """True once the node is IDLE; ClusterError at once when slurmctld drained it.
+
+        The saved node state is dropped before every (re)start, so a DRAIN or INVALID_REG
+        here comes from the configuration just written (e.g. `gres/gpu count reported lower
+        than configured (4 < 8)`): no point waiting for the timeout.
+        """
+        node = self.node_state()
+        flags = set(node.get("State", "").split("+"))
+        if {"DRAIN", "INVALID_REG"} & flags and node.get("Reason", "(null)") != "(null)":
+            ctld = self._daemons["slurmctld"]
+            raise ClusterError(
+                f"slurmd registered node {self.node_name} but slurmctld set it "
+                f"State={node['State']} Reason={node['Reason']}\n"
+                f"--- last lines of {ctld.log_file} ---\n{ctld.tail(15)}\n"
+                f"--- last lines of {self._daemons['slurmd'].log_file} ---\n"
+                f"{self._daemons['slurmd'].tail(15)}"
+            )
+        return "IDLE" in flags and not ({"DRAIN", "NOT_RESPONDING", "INVALID_REG"} & flags)
 
     # ------------------------------------------------------------ reconfiguration
 
@@ -1018,17 +1019,45 @@ class SlurmCluster:
             time.sleep(0.5)
 
 
-def _munge_answers() -> bool:
-    """True when `munge -n | unmunge` works on the default socket."""
+def write_munge_key(path: Path) -> Path:
+    """A fresh munge key (128 random bytes, mode 600, in a 700 directory)."""
+    path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+    path.write_bytes(secrets.token_bytes(128))
+    path.chmod(0o600)
+    return path
+
+
+def munged_argv(key: Path, socket_path: str, run_dir: Path, log_dir: Path) -> list[str]:
+    """`munged` in the foreground with its key, socket, pid, log and seed files given."""
+    return [
+        which("munged") or "munged",
+        "-F",
+        "--force",  # take over a stale socket left by a munged that died
+        f"--key-file={key}",
+        f"--socket={socket_path}",
+        f"--pid-file={run_dir}/munged.pid",
+        f"--log-file={log_dir}/munged.log",
+        f"--seed-file={key.parent}/munged.seed",
+    ]
+
+
+def munge_answers(socket_path: str = MUNGE_SOCKET) -> bool:
+    """True when `munge -n | unmunge` works on `socket_path` (default: the system socket)."""
     munge, unmunge = which("munge"), which("unmunge")
     if not munge or not unmunge:
         return False
     try:
-        cred = subprocess.run([munge, "-n"], capture_output=True, timeout=5, check=False)
+        cred = subprocess.run(
+            [munge, "-n", f"--socket={socket_path}"], capture_output=True, timeout=5, check=False
+        )
         if cred.returncode != 0:
             return False
         back = subprocess.run(
-            [unmunge], input=cred.stdout, capture_output=True, timeout=5, check=False
+            [unmunge, f"--socket={socket_path}"],
+            input=cred.stdout,
+            capture_output=True,
+            timeout=5,
+            check=False,
         )
     except subprocess.TimeoutExpired:
         return False

@@ -2,14 +2,27 @@
 
 from __future__ import annotations
 
+import os
 import re
+import subprocess
+import sys
+import time
+from pathlib import Path
 
 import pytest
 
 from tests.harness import ClusterError, SlurmCluster
+from tests.harness.cluster import (
+    Daemon,
+    munge_answers,
+    munged_argv,
+    pid_alive,
+    write_munge_key,
+)
 from tests.integration.conftest import require_slurm
 
 pytestmark = pytest.mark.integration
+REPO = Path(__file__).resolve().parents[2]
 
 DGX_NODE = (
     "NodeName=dgx01 CPUs=224 Sockets=2 CoresPerSocket=56 ThreadsPerCore=2 "
@@ -163,3 +176,68 @@ def test_other_qos_after_allow_qos(slurm_cluster: SlurmCluster) -> None:
     finally:
         slurm_cluster.scancel_all()
         slurm_cluster.sacctmgr("delete", "qos", "harnesstest", check=False)
+
+
+def test_reconfigure_reports_a_drained_node_at_once(slurm_cluster: SlurmCluster) -> None:
+    # the node says 8 GPUs, the gres.conf only 4 files: slurmctld drains it at registration
+    try:
+        with pytest.raises(ClusterError) as info:
+            slurm_cluster.reconfigure(
+                gres_conf="Name=gpu Type=h100 File=/dev/nvidia[0-3]\n", timeout=50
+            )
+        message = str(info.value)
+        assert message.startswith("slurmd registered node gpu01"), message
+        assert "gres/gpu count reported lower than configured (4 < 8)" in message
+        assert "slurmctld.log" in message
+    finally:
+        slurm_cluster.reset()
+    assert slurm_cluster.node_state()["State"] == "IDLE"
+
+
+def test_harness_munged_answers_on_a_private_socket(tmp_path) -> None:
+    require_slurm()
+    # the code path a machine without a running munged takes, on a socket of its own
+    sock = str(tmp_path / "munge.sock")
+    key = write_munge_key(tmp_path / "munge" / "munge.key")
+    daemon = Daemon("munged", tmp_path, tmp_path / "munged.log", "munged")
+    (tmp_path / "pids").mkdir()
+    daemon.start(munged_argv(key, sock, tmp_path, tmp_path), os.environ, tmp_path)
+    try:
+        deadline = time.monotonic() + 20
+        while not munge_answers(sock) and time.monotonic() < deadline:
+            assert daemon.alive(), daemon.tail()
+            time.sleep(0.2)
+        assert munge_answers(sock), daemon.tail()
+    finally:
+        daemon.stop()
+    assert not daemon.alive()
+    assert not munge_answers(sock)
+
+
+def test_slurm_test_cluster_script_up_status_down(tmp_path) -> None:
+    require_slurm()
+    script = [sys.executable, str(REPO / "scripts" / "slurm-test-cluster")]
+    root = tmp_path / "by-hand"
+    up = subprocess.run([*script, "up", str(root)], capture_output=True, text=True, timeout=150)
+    try:
+        assert up.returncode == 0, up.stderr
+        assert up.stdout.strip() == f"export SLURM_CONF={root}/etc/slurm.conf"
+        env = {k: v for k, v in os.environ.items() if not k.startswith("SLURM_")}
+        env["SLURM_CONF"] = f"{root}/etc/slurm.conf"
+        sinfo = subprocess.run(
+            ["sinfo", "-h", "-o", "%P %t %G"], capture_output=True, text=True, env=env, timeout=30
+        )
+        assert sinfo.stdout.split() == ["gpu*", "idle", "gpu:h100:8"], sinfo.stdout
+        status = subprocess.run([*script, "status", str(root)], capture_output=True, text=True)
+        assert status.returncode == 0, status.stdout + status.stderr
+        assert "slurmctld  running" in status.stdout
+        pids = [int(p.read_text()) for p in (root / "pids").glob("*.pid")]
+        assert len(pids) >= 4
+    finally:
+        down = subprocess.run([*script, "down", str(root)], capture_output=True, text=True)
+    assert down.returncode == 0, down.stderr
+    assert down.stdout.startswith("stopped: slurmd, slurmctld, slurmdbd, mariadb")
+    # gone, or a zombie waiting for init to reap it (the script that started it has exited)
+    assert [pid for pid in pids if pid_alive(pid)] == []
+    status = subprocess.run([*script, "status", str(root)], capture_output=True, text=True)
+    assert status.returncode == 1
