@@ -92,6 +92,7 @@ def test_block_conf_needs_23_11():
 
 def test_yaml_from_25_05_carries_both_topologies():
     import yaml  # PyYAML (a test dependency) parses the file as Slurm's YAML parser would
+
     out = render_topology(spec(), slurm_version=(25, 5), nodes=NODES)
     assert set(out.files) == {"topology.conf", "topology.yaml"}
     doc = yaml.safe_load(out.files["topology.yaml"])
