@@ -117,3 +117,25 @@ def test_pyslurm_without_db_api(tmp_path, monkeypatch):
 def test_pyslurm_unknown_slurm_version(tmp_path, monkeypatch):
     _fake_pyslurm(tmp_path, monkeypatch, "22.5.0")
     assert not pyslurm_decision(None, module_name="fake_pyslurm_mod").usable
+
+
+def test_recorded_2205_json_agrees_with_recorded_text():
+    import json
+    from pathlib import Path
+
+    from slurmgpu.accounting.load import load_files
+
+    data = Path(__file__).resolve().parents[2] / "data" / "sacct"
+    doc = json.loads((data / "slurm-22.05-harness.json").read_text())
+    js = load_records(json_records(doc), name="json")
+    txt = load_files([data / "slurm-22.05-harness.txt"])
+    cols = ["job_id", "job_id_raw", "state", "gpu_count", "elapsed_s", "gpu_hours", "wait_s",
+            "submit", "start", "end", "kind", "partition", "qos", "account", "user"]  # fmt: skip
+    a = js.frame[cols].sort_values("job_id").reset_index(drop=True)
+    b = txt.frame[cols].sort_values("job_id").reset_index(drop=True)
+    assert a.astype(str).to_numpy().tolist() == b.astype(str).to_numpy().tolist()
+    assert (js.rows_read, js.step_rows, js.rows_rejected) == (12, 6, 0)
+    assert (txt.rows_read, txt.step_rows, txt.rows_rejected) == (12, 6, 0)
+    cancelled = txt.frame[txt.frame["job_id"] == "3"].iloc[0]
+    assert cancelled["state"] == "CANCELLED" and cancelled["cancelled_by_uid"] == 0
+    assert set(txt.frame["job_id"]) == {"1", "2_0", "2_1", "2_2", "3", "4"}
