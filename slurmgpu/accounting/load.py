@@ -596,7 +596,7 @@ def _fold_steps(frame: pd.DataFrame, steps: list[pa.Table]) -> pd.DataFrame:
     its job that started at or before the step (merge_asof by (cluster, JobIDRaw) on start).
     Per run: the highest gpuutil and gpumem over its steps (`.extern` excluded upstream).
     """
-    frame = frame.copy()
+    # (new columns are assigned in place: the frame is ours, a copy would double the peak)
     frame["gpu_util_pct"] = pd.Series(np.nan, index=frame.index, dtype=pd.ArrowDtype(pa.float64()))
     frame["gpu_mem_used_mib"] = frame["gpu_util_pct"].copy()
     if not steps or frame.empty:

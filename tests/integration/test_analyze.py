@@ -224,3 +224,66 @@ def test_cli_json_from_live_cluster(slurm_cluster: SlurmCluster, ran: dict) -> N
     assert r.exit_code == 0, r.output
     doc = json.loads(r.output)
     assert any(e["account"] == ACCOUNT for e in doc["by_account"])
+
+
+# A node with one GPU carved into 7x 1g.10gb and 7 whole H100s, each of those shareable as 8
+# shards (Slurm spreads `Count=56` over the 7 files). Fake device nodes stand in for the GPUs;
+# Slurm schedules them for real.
+SLICED_NODE = (
+    "NodeName=gpu01 CPUs=16 Sockets=2 CoresPerSocket=8 ThreadsPerCore=1 RealMemory=64000 "
+    "Gres=gpu:1g.10gb:7,gpu:h100:7,shard:56"
+)
+SLICED_GRES = (
+    "Name=gpu Type=1g.10gb File=/dev/nvidia[0-6]\n"
+    "Name=gpu Type=h100 File=/dev/nvidia[7-13]\n"
+    "Name=shard Count=56 File=/dev/nvidia[7-13]\n"
+)
+SLICED_TRES = "AccountingStorageTRES=gres/gpu,gres/shard,gres/gpu:1g.10gb,gres/gpu:h100"
+
+
+@pytest.fixture(scope="module")
+def sliced(slurm_cluster: SlurmCluster):
+    c = slurm_cluster
+    c.reconfigure(node_line=SLICED_NODE, gres_conf=SLICED_GRES, extra_conf=SLICED_TRES)
+    try:
+        since = datetime.now(UTC) - timedelta(seconds=2)
+        mig = c.sbatch("--gres=gpu:1g.10gb:1", "-o", "mig-%j.out",
+                       script=TIMED.format(body="sleep 3"))  # fmt: skip
+        shard = c.sbatch("--gres=shard:2", "-o", "shard-%j.out",
+                         script=TIMED.format(body="sleep 3"))  # fmt: skip
+        for jobid in (mig, shard):
+            c.wait_job_state(jobid, "COMPLETED", timeout=90)
+            c.wait_sacct(jobid, lambda rows: any(r["End"] != "Unknown" for r in rows))
+        until = datetime.now(UTC) + timedelta(seconds=5)
+        result = analyze(since=since, until=until, env=c.env, backend="sacct")
+        yield {"mig": mig, "shard": shard, "result": result}
+    finally:
+        c.reset()
+
+
+def test_mig_and_shard_jobs_count_as_gpu_fractions(slurm_cluster: SlurmCluster, sliced) -> None:
+    c = slurm_cluster
+    f = sliced["result"].frame
+    doc = sliced["result"].to_dict()
+    mig = f[f["job_id"] == str(sliced["mig"])].iloc[0]
+    assert mig["mig_profile"] == "1g.10gb" and mig["gpu_count"] == 1
+    ((s, e),) = _times(c, f"mig-{sliced['mig']}.out")
+    assert abs(mig["gpu_hours"] - (e - s) / 7 / 3600) <= TOLERANCE_S / 7 / 3600
+    assert pd_isna(mig["gpu_util_pct"])
+    shard = f[f["job_id"] == str(sliced["shard"])].iloc[0]
+    assert shard["shards"] == 2 and shard["shard_fraction_known"]
+    # scontrol: shard:56 over 7 whole GPUs -> 8 shards per GPU, so 2 shards are 1/4 GPU
+    ((s, e),) = _times(c, f"shard-{sliced['shard']}.out")
+    assert shard["gpu_equiv"] == pytest.approx(2 / 8)
+    assert abs(shard["gpu_hours"] - (e - s) / 4 / 3600) <= TOLERANCE_S / 4 / 3600
+    part = next(p for p in doc["by_partition"] if p["partition"] == "gpu")
+    # capacity from scontrol: 7 slices of 1/7 + 7 whole GPUs = 8 GPUs
+    assert part["capacity_gpu_hours"] == pytest.approx(8 * _hours(doc))
+    ff = doc["fit_fraction"]
+    assert ff["basis_counts"]["requested_slice"] >= 1
+
+
+def pd_isna(value) -> bool:
+    import pandas as pd
+
+    return bool(pd.isna(value))
