@@ -348,10 +348,11 @@ def render_gres_conf(inv: Inventory, opts: GresOptions, *, inventory_sha256: str
             "Links= counts NVLinks to each GPU in the order of this file (-1 = self); GPUs on "
             "one NVSwitch fabric count as fully connected. MIG devices do no NVLink P2P: 0."
         )
-    if opts.slurm_version >= WHOLE_SOCKETS_FROM:
+    if any(r.notes for r in plan.records):
         comments.append(
             "Cores= are widened to whole sockets where a GPU's affinity covers part of one: "
-            "Slurm >= 24.05.5 rejects other Cores= ranges (_check_core_range_matches_sock)."
+            "Slurm >= 24.05.5 rejects other Cores= ranges (_check_core_range_matches_sock); "
+            "use --numa-as-socket with SlurmdParameters=numa_node_as_socket to keep them."
         )
     if opts.numa_as_socket:
         comments.append(
