@@ -193,7 +193,7 @@ def test_missing_caps_minor_is_an_error_naming_the_gpu():
 def test_versions():
     assert gres.parse_slurm_version("24.05.5") == (24, 5, 5)
     assert gres.parse_slurm_version("22.05") == (22, 5, 0)
-    with pytest.raises(UsageError, match="expected X.Y"):
+    with pytest.raises(UsageError, match=r"expected X\.Y"):
         gres.parse_slurm_version("latest")
     with pytest.raises(UsageError, match="MultipleFiles"):
         gres.GresOptions(slurm_version=(20, 2, 0))

@@ -29,13 +29,22 @@ def _broken(change):
 @pytest.mark.parametrize(
     ("change", "message"),
     [
-        (lambda d: d["gpus"][3].update(pci_bus_id=7), "gpus[3].pci_bus_id: expected a string, got 7"),
+        (
+            lambda d: d["gpus"][3].update(pci_bus_id=7),
+            "gpus[3].pci_bus_id: expected a string, got 7",
+        ),
         (lambda d: d.update(schema_version=2), "schema_version: 2 is newer than this slurmgpu"),
         (lambda d: d.update(schema_version="1"), "schema_version: expected an integer"),
         (lambda d: d["gpus"][0].pop("uuid"), "gpus[0].uuid: missing"),
         (lambda d: d["gpus"][0].update(colour="red"), "gpus[0].colour: unknown field"),
-        (lambda d: d["gpus"][2].update(cpu_affinity="16-x"), "gpus[2].cpu_affinity: expected a cpu list"),
-        (lambda d: d["gpus"][1].update(mig_mode_current=1), "gpus[1].mig_mode_current: expected true or false"),
+        (
+            lambda d: d["gpus"][2].update(cpu_affinity="16-x"),
+            "gpus[2].cpu_affinity: expected a cpu list",
+        ),
+        (
+            lambda d: d["gpus"][1].update(mig_mode_current=1),
+            "gpus[1].mig_mode_current: expected true or false",
+        ),
         (
             lambda d: d["gpus"][0]["mig_devices"][2].update(gi_access_minor="66"),
             "gpus[0].mig_devices[2].gi_access_minor: expected an integer",
@@ -45,9 +54,15 @@ def _broken(change):
             "gpus[4].nvlinks[0].remote_type: expected one of GPU, NVSWITCH",
         ),
         (lambda d: d["gpus"][5].update(minor_number=4), "gpus[5].minor_number: 4 is also GPU 4"),
-        (lambda d: d["host"]["mig_minors"].update(config=-1), "host.mig_minors.config: expected a non-negative"),
+        (
+            lambda d: d["host"]["mig_minors"].update(config=-1),
+            "host.mig_minors.config: expected a non-negative",
+        ),
         (lambda d: d["host"].update(cpus={}), "host.cpus: expected a list"),
-        (lambda d: d["gpus"][0].update(cpu_affinity="999"), "gpus[0].cpu_affinity: cpu 999 is not in host.cpus"),
+        (
+            lambda d: d["gpus"][0].update(cpu_affinity="999"),
+            "gpus[0].cpu_affinity: cpu 999 is not in host.cpus",
+        ),
     ],
 )
 def test_bad_snapshot_one_line_naming_the_field(change, message):
