@@ -33,6 +33,15 @@ CASES = [
 ]
 
 
+def _count(records: list[str], name: str) -> int:
+    """Total Count= of slurmd -G's records for GRES `name`."""
+    total = 0
+    for record in records:
+        if record.startswith(f"Name={name} "):
+            total += int(re.search(r"\bCount=(\d+)", record).group(1))
+    return total
+
+
 def _generate(name: str, **options):
     inv = snapshot.load(EXAMPLES / f"{name}.json")
     opts = gres.GresOptions(**options)
@@ -47,9 +56,9 @@ def test_slurmd_accepts_generated_gres_conf(slurm_cluster, name, options, gpus):
     # slurmgpu's own --check path (GresTypes as the node line needs)
     ours = slurmd.check_gres_conf(text, line, gres_types=gres.gres_types(opts))
     assert ours.ok, ours.errors
-    assert sum(1 for r in ours.records if r.startswith("Name=gpu ")) == gpus
+    assert _count(ours.records, "gpu") == gpus
     if opts.shards_per_gpu:
-        assert sum(1 for r in ours.records if r.startswith("Name=shard ")) == 8
+        assert _count(ours.records, "shard") == 8 * opts.shards_per_gpu
     # the harness's validator (it always puts shard in GresTypes)
     theirs = slurm_cluster.validate_gres(text, line)
     assert theirs.ok, theirs.errors
@@ -154,6 +163,6 @@ def test_dgx_a100_mig_node_comes_up_and_runs_mig_jobs(cluster):
 
 def test_pcie_node_with_shards_comes_up(cluster):
     out = _node_up(cluster, "pcie-8gpu", shards_per_gpu=4)
-    assert "gpu:rtx4090:8" in out and "shard:32" in out, out
+    assert "gpu:rtx4090:8" in out and "gres/shard=32" in out, out  # shards take the GPU type
     jobid = cluster.sbatch("--gres=shard:2", script="#!/bin/sh\nsleep 1\n")
     assert cluster.wait_job_state(jobid, "COMPLETED", timeout=90) == "COMPLETED"
