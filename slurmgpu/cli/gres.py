@@ -60,22 +60,21 @@ def inventory(host_root: str, output: str, allow_partial: bool) -> None:
 
 def _slurm_version(text: str | None):
     from slurmgpu.errors import SlurmCommandError
-    from slurmgpu.render.gres import DEFAULT_SLURM_VERSION, format_version, parse_slurm_version
-    from slurmgpu.sources.slurm import slurm_version
+    from slurmgpu.render.gres import DEFAULT_SLURM_VERSION, format_version
+    from slurmgpu.sources.slurm import target_slurm_version
     from slurmgpu.sources.slurmd import slurmd_version
 
-    if text:
-        return parse_slurm_version(text)
-    for detect in (slurm_version, slurmd_version):  # sinfo needs a slurm.conf on 22.05
-        try:
-            return detect()
-        except SlurmCommandError:
-            continue
-    _warn(
-        "cannot detect the Slurm version (sinfo --version, slurmd -V); assuming "
-        f"{format_version(DEFAULT_SLURM_VERSION)}: pass --slurm-version X.Y.Z"
-    )
-    return DEFAULT_SLURM_VERSION
+    version, source = target_slurm_version(text, default=DEFAULT_SLURM_VERSION)
+    if text or source == "installed Slurm":
+        return version
+    try:
+        return slurmd_version()  # 22.05's sinfo --version needs a slurm.conf; slurmd -V not
+    except SlurmCommandError:
+        _warn(
+            "cannot detect the Slurm version (sinfo --version, slurmd -V); assuming "
+            f"{format_version(DEFAULT_SLURM_VERSION)}: pass --slurm-version X.Y.Z"
+        )
+        return DEFAULT_SLURM_VERSION
 
 
 @click.command(name="gen-gres")

@@ -33,5 +33,10 @@ class Inventory:
     schema_version: int = SCHEMA_VERSION
 
     @property
+    def node_name(self) -> str:
+        """The node this inventory describes (its short host name)."""
+        return self.host.hostname
+
+    @property
     def partial(self) -> bool:
         return bool(self.skipped_gpus)

@@ -31,16 +31,6 @@ WHOLE_SOCKETS_FROM = (24, 5, 5)
 # 06fa614909 / f0f6916b28 (25.11.0): Cores= must be exactly one socket, or every core.
 ONE_SOCKET_FROM = (25, 11, 0)
 
-_VERSION = re.compile(r"^\s*(\d+)\.(\d+)(?:\.(\d+))?\s*$")
-
-
-def parse_slurm_version(text: str) -> tuple[int, int, int]:
-    """`"24.05.5"` -> (24, 5, 5); `"22.05"` -> (22, 5, 0)."""
-    m = _VERSION.match(text)
-    if not m:
-        raise UsageError(f"--slurm-version: expected X.Y or X.Y.Z (e.g. 24.05.5), got {text!r}")
-    return int(m.group(1)), int(m.group(2)), int(m.group(3) or 0)
-
 
 def format_version(version: tuple[int, int, int]) -> str:
     return f"{version[0]}.{version[1]:02d}.{version[2]}"

@@ -225,3 +225,7 @@ def load(path: str | os.PathLike[str]) -> Inventory:
     except OSError as exc:
         raise SnapshotError(f"{p}: cannot read: {exc.strerror or exc}") from exc
     return loads(text, source=str(p))
+
+
+# the name slurmgpu.cli.topology reads node snapshots with
+load_snapshot = load
