@@ -45,7 +45,9 @@ class GresOptions:
     mig_types: str = "short"  # short: 1g.10gb | full: nvidia_a100_1g.10gb
     shards_per_gpu: int = 0
     numa_as_socket: bool = False  # the node line uses SlurmdParameters=numa_node_as_socket
-    node_name: str | None = None  # default: the inventory's host name
+    # NodeName (a hostlist, e.g. dgx[01-10]) for the node line and, when set, every gres.conf
+    # line; default: the inventory's host name on the node line, no NodeName= in gres.conf
+    node_name: str | None = None
     node_hostname: str | None = None  # NodeHostname= on the node line, when set
     allow_partial: bool = False
 
@@ -81,7 +83,6 @@ class GresPlan:
 
     records: list[GresRecord]
     warnings: list[str] = field(default_factory=list)
-    comments: list[str] = field(default_factory=list)  # header comments after the banner
 
 
 # -- types -----------------------------------------------------------------------------------
@@ -257,6 +258,9 @@ class GresLine:
 
 
 def _lines(plan: GresPlan, opts: GresOptions) -> list[GresLine]:
+    # with an explicit node name (or hostlist), each line says which nodes it is for, so one
+    # gres.conf can hold several node types; without, the lines apply to every node
+    prefix = [("NodeName", opts.node_name)] if opts.node_name else []
     lines: list[GresLine] = []
     records = plan.records
     compressible = all(r.links is None for r in records)
@@ -291,7 +295,7 @@ def _lines(plan: GresPlan, opts: GresOptions) -> list[GresLine]:
             else:
                 comment = ", ".join(m.gpu.label for m in members) + f": {rec.gpu.name}"
             files = compress_hostlist(m.files[0] for m in members)
-            fields = [("Name", "gpu"), ("Type", rec.gres_type), ("File", files)]
+            fields = [*prefix, ("Name", "gpu"), ("Type", rec.gres_type), ("File", files)]
         done.update(group)
         fields.append(("Cores", format_id_list(rec.cores)))
         if rec.links is not None:
@@ -304,10 +308,16 @@ def _lines(plan: GresPlan, opts: GresOptions) -> list[GresLine]:
 def _shard_lines(plan: GresPlan, opts: GresOptions) -> list[GresLine]:
     if not opts.shards_per_gpu:
         return []
+    prefix = (("NodeName", opts.node_name),) if opts.node_name else ()
     return [
         GresLine(
             comments=(),
-            fields=(("Name", "shard"), ("Count", str(opts.shards_per_gpu)), ("File", r.files[0])),
+            fields=(
+                *prefix,
+                ("Name", "shard"),
+                ("Count", str(opts.shards_per_gpu)),
+                ("File", r.files[0]),
+            ),
         )
         for r in sorted(plan.records, key=lambda r: r.gpu.minor_number)
         if r.mig is None

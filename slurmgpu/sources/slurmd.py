@@ -110,7 +110,10 @@ def check_gres_conf(
     m = _NODE_NAME.search(node_line)
     if not m:
         raise SlurmCommandError(f"node line has no NodeName=: {node_line!r}")
-    node = m.group(1)
+    try:
+        node = expand_hostlist(m.group(1))[0]  # NodeName=dgx[01-10]: check as dgx01
+    except (ValueError, IndexError) as exc:
+        raise SlurmCommandError(f"node line has a malformed NodeName=: {m.group(1)!r}") from exc
     if shutil.which(slurmd) is None:
         raise SlurmCommandError(f"{slurmd}: command not found (cannot check with slurmd -G)")
     with tempfile.TemporaryDirectory(prefix="slurmgpu-check-") as tmp:
@@ -133,7 +136,7 @@ def check_gres_conf(
                     "TaskPlugin=task/none",
                     "SelectType=select/cons_tres",
                     node_line,
-                    f"PartitionName=check Nodes={node} Default=YES",
+                    f"PartitionName=check Nodes={m.group(1)} Default=YES",
                     "",
                 ]
             ),

@@ -166,3 +166,11 @@ def test_pcie_node_with_shards_comes_up(cluster):
     assert "gpu:rtx4090:8" in out and "gres/shard=32" in out, out  # shards take the GPU type
     jobid = cluster.sbatch("--gres=shard:2", script="#!/bin/sh\nsleep 1\n")
     assert cluster.wait_job_state(jobid, "COMPLETED", timeout=90) == "COMPLETED"
+
+
+def test_check_with_a_hostlist_node_name():
+    inv, opts, text = _generate("dgx-h100", node_name="dgx[01-04]")
+    assert text.count("NodeName=dgx[01-04] Name=gpu") == 8
+    result = slurmd.check_gres_conf(text, gres.node_line(inv, opts))
+    assert result.ok, result.errors
+    assert _count(result.records, "gpu") == 8

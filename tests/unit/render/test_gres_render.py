@@ -194,3 +194,15 @@ def test_too_old_slurm_refused():
     assert gres.format_version((24, 5, 5)) == "24.05.5"
     with pytest.raises(UsageError, match="MultipleFiles"):
         gres.GresOptions(slurm_version=(20, 2, 0))
+
+
+def test_node_name_hostlist_prefixes_every_line():
+    inv = load("pcie-8gpu")
+    opts = gres.GresOptions(node_name="pcie[01-04]", shards_per_gpu=2)
+    text = gres.render_gres_conf(inv, opts, inventory_sha256="0" * 64)
+    device_lines = [ln for ln in text.splitlines() if ln and not ln.startswith("#")]
+    assert device_lines[0] == "AutoDetect=off"
+    assert all(ln.startswith("NodeName=pcie[01-04] Name=") for ln in device_lines[1:])
+    assert gres.node_line(inv, opts).startswith("NodeName=pcie[01-04] CPUs=224 ")
+    # without --node-name the lines apply to every node that reads the file
+    assert "NodeName=" not in conf(inv)
