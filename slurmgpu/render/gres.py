@@ -164,9 +164,11 @@ def nvlink_count(a: Gpu, b: Gpu) -> int:
 
 
 # -- the plan --------------------------------------------------------------------------------
-def plan_gres(inv: Inventory, opts: GresOptions) -> GresPlan:
-    """Decide every gres.conf device record for the inventory (no text yet)."""
-    plan = GresPlan(records=[])
+Entry = tuple[Gpu, MigDevice | None]
+
+
+def _entries(inv: Inventory, opts: GresOptions, plan: GresPlan) -> list[Entry]:
+    """The gpu devices to describe, in GPU order (a MIG GPU's devices in its place)."""
     if inv.skipped_gpus:
         lost = ", ".join(
             f"GPU {s.index}" + (f" ({s.pci_bus_id})" if s.pci_bus_id else "") + f": {s.reason}"
@@ -178,7 +180,7 @@ def plan_gres(inv: Inventory, opts: GresOptions) -> GresPlan:
                 "to generate for the healthy GPUs only"
             )
         plan.warnings.append(f"PARTIAL gres.conf: left out {lost}")
-    entries: list[tuple[Gpu, MigDevice | None]] = []
+    entries: list[Entry] = []
     for gpu in inv.gpus:
         if not gpu.mig_enabled:
             entries.append((gpu, None))
@@ -208,8 +210,12 @@ def plan_gres(inv: Inventory, opts: GresOptions) -> GresPlan:
             "--shards-per-gpu cannot be combined with MIG devices: with shard in GresTypes "
             "Slurm splits each MultipleFiles= MIG line into one GPU per file"
         )
+    return entries
 
-    link_rows: list[tuple[int, ...]] = []
+
+def _link_rows(entries: list[Entry]) -> list[tuple[int, ...]] | None:
+    """Links= per record (-1 self), or None when no pair is NVLink-connected (PCIe boards)."""
+    rows: list[tuple[int, ...]] = []
     for i, (gpu, mig) in enumerate(entries):
         row = []
         for j, (other, other_mig) in enumerate(entries):
@@ -219,9 +225,30 @@ def plan_gres(inv: Inventory, opts: GresOptions) -> GresPlan:
                 row.append(0)  # MIG devices do no peer-to-peer over NVLink (Slurm: same)
             else:
                 row.append(nvlink_count(gpu, other))
-        link_rows.append(tuple(row))
-    with_links = any(v > 0 for row in link_rows for v in row)
+        rows.append(tuple(row))
+    return rows if any(v > 0 for row in rows for v in row) else None
 
+
+def _layout_warnings(inv: Inventory) -> list[str]:
+    host = inv.host
+    per_package: dict[int, set[int]] = {}
+    for c in host.cpus:
+        per_package.setdefault(c.physical_package_id, set()).add(c.core_id)
+    counts = sorted({len(v) for v in per_package.values()})
+    if len(counts) > 1:
+        return [
+            f"{host.hostname}: sockets have different online core counts ({counts}); the node "
+            f"line states {host.cores_per_socket} per socket and Cores= may not fit"
+        ]
+    return []
+
+
+def plan_gres(inv: Inventory, opts: GresOptions) -> GresPlan:
+    """Decide every gres.conf device record for the inventory (no text yet)."""
+    plan = GresPlan(records=[], warnings=_layout_warnings(inv))
+    entries = _entries(inv, opts, plan)
+    link_rows = _link_rows(entries)
+    noted: set[int] = set()
     for i, (gpu, mig) in enumerate(entries):
         cores, note = gpu_cores(inv, gpu, opts)
         if mig is None:
@@ -230,7 +257,8 @@ def plan_gres(inv: Inventory, opts: GresOptions) -> GresPlan:
         else:
             files = (gpu.device_file, mig.gi_access_path or "", mig.ci_access_path or "")
             gtype = mig_type(gpu, mig, opts.mig_types)
-        notes = (note,) if note and (mig is None or mig.index == gpu.mig_devices[0].index) else ()
+        notes = (note,) if note and gpu.index not in noted else ()  # once per GPU
+        noted.add(gpu.index)
         plan.records.append(
             GresRecord(
                 gpu=gpu,
@@ -238,7 +266,7 @@ def plan_gres(inv: Inventory, opts: GresOptions) -> GresPlan:
                 gres_type=gtype,
                 files=files,
                 cores=cores,
-                links=link_rows[i] if with_links else None,
+                links=link_rows[i] if link_rows else None,
                 notes=notes,
             )
         )

@@ -206,3 +206,13 @@ def test_node_name_hostlist_prefixes_every_line():
     assert gres.node_line(inv, opts).startswith("NodeName=pcie[01-04] CPUs=224 ")
     # without --node-name the lines apply to every node that reads the file
     assert "NodeName=" not in conf(inv)
+
+
+def test_uneven_sockets_warn():
+    inv = load("dgx-h100")
+    # one core (both threads) of socket 1 offline
+    cpus = tuple(c for c in inv.host.cpus if c.cpu not in (111, 223))
+    uneven = dataclasses.replace(inv, host=dataclasses.replace(inv.host, cpus=cpus))
+    assert uneven.host.cores_per_socket == 55
+    text = conf(uneven)
+    assert "sockets have different online core counts ([55, 56])" in text
