@@ -174,3 +174,15 @@ def test_check_with_a_hostlist_node_name():
     result = slurmd.check_gres_conf(text, gres.node_line(inv, opts))
     assert result.ok, result.errors
     assert _count(result.records, "gpu") == 8
+
+
+def test_why_shards_are_refused_with_mig():
+    # the Slurm behaviour behind the UsageError: with shard in GresTypes, 22.05 turns each
+    # MultipleFiles= MIG record into one GPU per file (12 MIG devices x 3 files + 5 GPUs)
+    inv, opts, text = _generate("dgx-a100-mig")
+    line = gres.node_line(inv, opts)
+    assert _count(slurmd.check_gres_conf(text, line, gres_types="gpu").records, "gpu") == 17
+    split = slurmd.check_gres_conf(text, line, gres_types="gpu,shard")
+    if split.ok and _count(split.records, "gpu") == 17:
+        pytest.skip("this Slurm keeps MultipleFiles= records whole with shard configured")
+    assert _count(split.records, "gpu") == 12 * 3 + 5
