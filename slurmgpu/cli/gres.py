@@ -59,22 +59,16 @@ def inventory(host_root: str, output: str, allow_partial: bool) -> None:
 
 
 def _slurm_version(text: str | None):
-    from slurmgpu.errors import SlurmCommandError
     from slurmgpu.render.gres import DEFAULT_SLURM_VERSION, format_version
     from slurmgpu.sources.slurm import target_slurm_version
-    from slurmgpu.sources.slurmd import slurmd_version
 
     version, source = target_slurm_version(text, default=DEFAULT_SLURM_VERSION)
-    if text or source == "installed Slurm":
-        return version
-    try:
-        return slurmd_version()  # 22.05's sinfo --version needs a slurm.conf; slurmd -V not
-    except SlurmCommandError:
+    if source.startswith("default"):
         _warn(
             "cannot detect the Slurm version (sinfo --version, slurmd -V); assuming "
             f"{format_version(DEFAULT_SLURM_VERSION)}: pass --slurm-version X.Y.Z"
         )
-        return DEFAULT_SLURM_VERSION
+    return version
 
 
 @click.command(name="gen-gres")

@@ -158,15 +158,3 @@ def check_gres_conf(
     if proc.returncode != 0 and not errors:
         errors.append(f"slurmd -G exited {proc.returncode}")
     return GresCheck(ok=not errors, records=records, errors=errors, output=output, notes=notes)
-
-
-_VERSION = re.compile(r"slurm(?:-wlm)?\s+(\d+)\.(\d+)\.(\d+)")
-
-
-def slurmd_version(slurmd: str = "slurmd") -> tuple[int, int, int]:
-    """`slurmd -V` (needs no slurm.conf, unlike 22.05's `sinfo --version`)."""
-    out = run([slurmd, "-V"], timeout=15).stdout
-    m = _VERSION.search(out)
-    if not m:
-        raise SlurmCommandError(f"cannot read the Slurm version from {out.strip()!r}")
-    return int(m.group(1)), int(m.group(2)), int(m.group(3))
