@@ -68,3 +68,11 @@ def test_relative_since():
     r = invoke("--sacct-file", MIX, "--format", "json", "--since", "3650d")
     assert r.exit_code == 0, r.output
     assert json.loads(r.output)["totals"]["jobs"] == 15
+
+
+def test_inventory_option_bad_file_is_one_line(tmp_path):
+    bad = tmp_path / "inv.json"
+    bad.write_text("{}")
+    r = invoke("--sacct-file", MIX, "--inventory", str(bad))
+    assert r.exit_code == 1 and r.output.startswith("slurmgpu: error:")
+    assert r.output.strip().count("\n") == 0

@@ -157,3 +157,28 @@ def test_json_has_no_nan_and_contract_keys(tmp_path):
     assert doc["source"] == {"kind": "file", "files": [str(tmp_path / "dump.txt")],
                              "slurm_version": None}  # fmt: skip
     assert set(doc["by_qos"][0]) >= {"qos", "tier", "jobs", "wait_s", "waste_gpu_hours"}
+
+
+def test_low_memory_gpu_hours(tmp_path):
+    rows = [
+        # 8000 MiB of an 81559 MiB H100: under a quarter of what it was given
+        job(1, "gpu", 0, 0, 3600, "gres/gpu:h100=1,gres/gpu=1", usage="gres/gpumem=8000M"),
+        job(2, "gpu", 0, 0, 3600, "gres/gpu:h100=1,gres/gpu=1", usage="gres/gpumem=60000M"),
+        job(3, "gpu", 0, 0, 3600, "gres/gpu=1"),  # unknown memory: not counted either way
+    ]
+    doc = run(tmp_path, rows)
+    assert doc["totals"]["low_memory_gpu_hours"] == pytest.approx(1.0)
+    doc = run(tmp_path, [job(1, "gpu", 0, 0, 3600, "gres/gpu=1")])
+    assert doc["totals"]["low_memory_gpu_hours"] is None
+
+
+def test_inventory_memory_and_partition_gpu_type(tmp_path):
+    from pathlib import Path
+
+    inventory = Path(__file__).resolve().parents[3] / "etc" / "examples" / "dgx-h100.json"
+    rows = [job(1, "gpu", 0, 0, 3600, "gres/gpu=1", usage="gres/gpumem=5000M")]
+    # generic gres/gpu only: without a type the memory (and so the measured basis) is unknown
+    assert run(tmp_path, rows)["fit_fraction"]["basis_counts"]["measured_gpumem"] == 0
+    doc = run(tmp_path, rows, gpu_types={"gpu": "h100"}, inventories=[inventory])
+    assert doc["fit_fraction"]["basis_counts"]["measured_gpumem"] == 1
+    assert doc["fit_fraction"]["1/7"]["jobs"] == 1.0  # 5000 of 81559 MiB
