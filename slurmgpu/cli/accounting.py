@@ -64,8 +64,8 @@ def _load_policy(path: str):
               )  # fmt: skip
 @click.option("--freq", type=click.Choice(["1h", "1D"]), help="Time-series bucket.")
 @click.option("--output", "-o", default="-", show_default=True, help="File to write, or -.")
-def analyze(sacct_files, since, until, fmt, policy, inventories, tier_pairs, capacity, gpu_types, shards,
-            backend, tz, freq, output) -> None:  # fmt: skip
+def analyze(sacct_files, since, until, fmt, policy, inventories, tier_pairs, capacity,
+            gpu_types, shards, backend, tz, freq, output) -> None:  # fmt: skip
     """GPU-hours, utilization, waits, preemption losses and partition recommendations."""
     import json
     from datetime import datetime
