@@ -99,6 +99,12 @@ def analyze(
     from slurmgpu.accounting import load as load_mod
     from slurmgpu.errors import SacctParseError, SlurmCommandError, UsageError
 
+    try:
+        import zoneinfo
+
+        zoneinfo.ZoneInfo(timezone_name)
+    except (ValueError, zoneinfo.ZoneInfoNotFoundError):
+        raise UsageError(f"--timezone {timezone_name!r}: not a time zone name") from None
     now = _utc(now) or datetime.now(UTC)
     since, until = _utc(since), _utc(until)
     if since and until and until <= since:

@@ -58,6 +58,7 @@ def test_missing_column_is_one_line_error(tmp_path):
 
 def test_bad_option_values_exit_2():
     for args in (["--since", "last tuesday"], ["--capacity", "gpu"], ["--tier", "x"],
+                 ["--timezone", "Mars/Olympus"],
                  ["--since", "2025-12-02", "--until", "2025-12-01"]):  # fmt: skip
         r = invoke("--sacct-file", MIX, *args)
         assert r.exit_code == 2, (args, r.output)
