@@ -80,6 +80,7 @@ def analyze(
     capacity: Mapping[str, float] | None = None,
     shards_per_gpu: Mapping[str, float] | None = None,
     gpu_types: Mapping[str, str] | None = None,
+    inventories: Sequence[str | os.PathLike[str]] = (),
     env: Mapping[str, str] | None = None,
     freq: str | None = None,
     timezone_name: str = "UTC",
@@ -90,12 +91,20 @@ def analyze(
     backend (live only): "auto" (pyslurm when importable and matching Slurm, else sacct text),
     "sacct" (parsable text, the default path), "sacct-json" (`sacct --json`), "pyslurm".
     capacity: {partition: GPUs} overriding what scontrol reports; shards_per_gpu:
-    {partition or "*": shards per GPU}; gpu_types: {partition: GPU type} for GPU memory.
+    {partition or "*": shards per GPU}; gpu_types: {partition: GPU type} for GPU memory;
+    inventories: `slurmgpu inventory` snapshots whose measured GPU memory wins over the
+    catalogue's.
     """
     from slurmgpu.accounting import capacity as cap_mod
     from slurmgpu.accounting import load as load_mod
     from slurmgpu.errors import SacctParseError, SlurmCommandError, UsageError
 
+    try:
+        import zoneinfo
+
+        zoneinfo.ZoneInfo(timezone_name)
+    except (ValueError, zoneinfo.ZoneInfoNotFoundError):
+        raise UsageError(f"--timezone {timezone_name!r}: not a time zone name") from None
     now = _utc(now) or datetime.now(UTC)
     since, until = _utc(since), _utc(until)
     if since and until and until <= since:
@@ -143,12 +152,12 @@ def analyze(
     in_window = _active_in(frame, window)
     outside = int((~in_window).sum())
     frame = frame[in_window].reset_index(drop=True)
-    work = metrics.prepare(frame, window)
-
     part_gpus = dict(cap.partition_gpus)
     part_gpus.update(capacity or {})
     types = dict(cap.gpu_types)
     types.update(gpu_types or {})
+    gpu_mem = metrics.gpu_memory_mib(frame, types, _inventory_memory(inventories))
+    work = metrics.prepare(frame, window, gpu_mem)
     total_gpus = cap.total_gpus if not capacity else sum(part_gpus.values())
     if not part_gpus:
         total_gpus = None
@@ -172,7 +181,6 @@ def analyze(
     by_partition = metrics.by_group(frame, work, "partition", window, part_gpus)
     by_qos = metrics.by_group(frame, work, "qos", window, None, extra=("tier",))
     by_tier = metrics.by_group(frame, work, "tier", window, None)
-    gpu_mem = metrics.gpu_memory_mib(frame, types)
     need, measured, sliced = metrics.run_need(frame, work, gpu_mem)
     doc: dict[str, Any] = {
         "schema_version": SCHEMA_VERSION,
@@ -210,6 +218,25 @@ def analyze(
         gpus_per_node=nodes_per_part,
     )
     return AnalysisResult(document=doc, frame=frame, load=loaded)
+
+
+def _inventory_memory(paths: Sequence[str | os.PathLike[str]]) -> dict[str, float]:
+    """{GPU type name: memory MiB} from inventory snapshots (every name Slurm may use)."""
+    if not paths:
+        return {}
+    from slurmgpu.model.catalog import model_for_name
+    from slurmgpu.sources import snapshot
+
+    out: dict[str, float] = {}
+    for path in paths:
+        for gpu in snapshot.load(path).gpus:
+            model = model_for_name(gpu.name)
+            names = {model.short_type, model.autodetect_type, model.key} if model else set()
+            for name in names | {gpu.name}:
+                out[name] = float(gpu.memory_mib)
+            for mig in gpu.mig_devices:
+                out[mig.profile] = float(mig.memory_mib)
+    return out
 
 
 def _days(n: float):

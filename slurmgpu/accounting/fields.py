@@ -14,12 +14,24 @@ import pyarrow.compute as pc
 # `Unknown` = 0/INFINITE (End of a running job), `None` = NO_VAL (Start of a job cancelled while
 # pending); empty for fields a step row leaves blank.
 _NO_TIME = ("", "Unknown", "None", "N/A")
-_EPOCH = r"^\d{9,11}$"
+_EPOCH = r"^\d{1,12}$"
 _ISO = r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}$"
 # `[D-][HH:]MM:SS[.mmm]`: 3 parts = H:M:S, 2 parts = M:S (TotalCPU `31:09.458`); days optional
 _DURATION = r"^(?:(?P<d>\d+)-)?(?:(?P<h>\d+):)?(?P<m>\d+):(?P<s>\d+)(?:\.(?P<f>\d+))?$"
 _DURATION_D_H = r"^(?P<d>\d+)-(?P<h>\d+)$"  # `1-12` (days-hours) is legal for Timelimit
 _UNLIMITED = ("UNLIMITED", "Partition_Limit", "INVALID")
+
+
+def fill_struct(m: pa.Array, defaults: dict[str, str]) -> pa.StructArray:
+    """`fill_null` for the struct `extract_regex` returns, field by field.
+
+    pyarrow's fill_null on a struct array with a struct scalar is ~200x slower than on its
+    string children (measured: 0.49 s vs 0.002 s for 300k rows), and it is on the hot path.
+    """
+    return pa.StructArray.from_arrays(
+        [pc.fill_null(pc.struct_field(m, k), v) for k, v in defaults.items()],
+        names=list(defaults),
+    )
 
 
 def _strings(values: pa.Array) -> pa.Array:
@@ -45,7 +57,9 @@ def parse_times(values: pa.Array, *, timezone: str = "UTC") -> tuple[np.ndarray,
     if is_iso.any():
         iso = s.filter(pa.array(is_iso))
         ts = pc.strptime(iso, format="%Y-%m-%dT%H:%M:%S", unit="s", error_is_null=True)
-        ok = ts.is_valid().to_numpy(zero_copy_only=False)
+        # strptime rolls 2026-02-30 over to March 2: the parsed day must be the written one
+        written_day = pc.cast(pc.utf8_slice_codeunits(iso, 8, 10), pa.int64())
+        ok = pc.fill_null(pc.equal(pc.day(ts), written_day), False).to_numpy(zero_copy_only=False)
         vals = ts.cast(pa.int64()).fill_null(0).to_numpy().astype("datetime64[s]")
         if timezone not in ("UTC", "Z", "+00:00"):
             import pandas as pd
@@ -123,7 +137,7 @@ def parse_states(values: pa.Array) -> tuple[pa.Array, np.ndarray, np.ndarray]:
     s = _strings(values)
     m = pc.extract_regex(s, _STATE)
     ok = m.is_valid().to_numpy(zero_copy_only=False)
-    mf = pc.fill_null(m, pa.scalar({"state": "", "uid": ""}, m.type))
+    mf = fill_struct(m, {"state": "", "uid": ""})
     state = pc.struct_field(mf, "state")
     uid_s = pc.struct_field(mf, "uid")
     uid = np.full(len(s), np.nan)
@@ -161,9 +175,7 @@ class JobIds:
             m = pc.extract_regex(_strings(job_id), _JOBID)
             ok = m.is_valid().to_numpy(zero_copy_only=False)
             self.bad |= ~ok
-            mf = pc.fill_null(
-                m, pa.scalar({k: "" for k in ("job", "task", "range", "het", "step")}, m.type)
-            )
+            mf = fill_struct(m, {k: "" for k in ("job", "task", "range", "het", "step")})
             self.base_job = _num(pc.struct_field(mf, "job"))
             self.array_task = _num(pc.struct_field(mf, "task"))
             self.het_offset = _num(pc.struct_field(mf, "het"))
@@ -178,7 +190,7 @@ class JobIds:
             m = pc.extract_regex(_strings(job_id_raw), _JOBIDRAW)
             ok = m.is_valid().to_numpy(zero_copy_only=False)
             self.bad |= ~ok
-            mf = pc.fill_null(m, pa.scalar({"raw": "", "step": ""}, m.type))
+            mf = fill_struct(m, {"raw": "", "step": ""})
             self.raw = _num(pc.struct_field(mf, "raw"))
             raw_step = _opt_str(pc.struct_field(mf, "step"))
             if job_id is None:

@@ -5,7 +5,7 @@ line, in any column order and subset that has the required columns, optionally g
 (detected by magic bytes), from one or many files or from a live sacct call. Records from
 `sacct --json` or pyslurm enter through `load_records` and the same normalizer.
 
-Streaming: text is read in chunks of `chunk_lines` lines; each chunk is split and parsed with
+Streaming: text is read in blocks of about `chunk_bytes`; each block is split and parsed with
 pyarrow compute (no Python loop per row), its allocation rows become a small typed table and its
 step rows are reduced to the few usage numbers that are folded into their allocation at the end.
 So memory is one chunk of text plus ~100 bytes per allocation, never the whole file.
@@ -60,7 +60,14 @@ REQUIRED_COLUMNS: tuple[tuple[str, ...], ...] = (
 # from the right). With none present, a too-long line is rejected.
 FREE_TEXT_COLUMNS = ("JobName", "AdminComment", "Comment", "SystemComment", "Reason")
 MAX_REJECTED_KEPT = 100
-DEFAULT_CHUNK_LINES = 200_000
+# Few distinct values over millions of rows: stored dictionary-encoded (pyarrow dictionary
+# dtype), so the per-run frame costs a 4-byte index per value instead of the string.
+DICTIONARY_COLUMNS = (
+    "cluster", "partition", "qos", "account", "user", "state", "kind", "tag_tier",
+    "mig_profile", "gpu_type",
+)  # fmt: skip
+# text per chunk: ~32 MiB is ~100k sacct lines; peak memory is a small multiple of it
+DEFAULT_CHUNK_BYTES = 32 * 1024 * 1024
 # job_submit.lua writes `slurmgpu tier=P1 kind=finetune` into AdminComment (the wrapper into
 # Comment); tokens are separated by whitespace, `;` or `,`.
 _TAG = r"(?:^|[\s;,]){}=(?P<v>[A-Za-z0-9_.-]+)"
@@ -148,19 +155,30 @@ def _parse_header(text: str, line: int, source: str, delimiter: str = "|") -> _H
     return _Header(names, trailing, line, free[-1] if free else None, delimiter)
 
 
-def _line_chunks(stream: io.TextIOBase, chunk_lines: int) -> Iterator[tuple[int, list[str]]]:
-    """Yield (number of the chunk's first line, lines without their newline)."""
+def _line_chunks(stream: io.TextIOBase, chunk_bytes: int) -> Iterator[tuple[int, pa.Array]]:
+    """Yield (number of the chunk's first line, its lines as a pyarrow string array).
+
+    Reads blocks of about `chunk_bytes` characters and splits them into lines with pyarrow
+    (no Python loop per line); a partial last line is carried into the next block.
+    """
     first = 1
+    carry = ""
     while True:
-        lines = []
-        for _ in range(chunk_lines):
-            line = stream.readline()
-            if not line:
-                break
-            lines.append(line)
-        if not lines:
+        block = stream.read(chunk_bytes)
+        if not block:
+            if carry:
+                yield first, pc.utf8_rtrim(pa.array([carry], pa.string()), characters="\r")
             return
-        yield first, [ln.rstrip("\r\n") for ln in lines]
+        text = carry + block
+        cut = text.rfind("\n")
+        if cut < 0:
+            carry = text
+            continue
+        carry = text[cut + 1 :]
+        lines = pc.list_flatten(pc.split_pattern(pa.array([text[:cut]], pa.string()), "\n"))
+        del text
+        lines = pc.utf8_rtrim(lines, characters="\r")
+        yield first, lines
         first += len(lines)
 
 
@@ -192,6 +210,13 @@ class _Accumulator:
         self.rejected: list[Rejected] = []
         self.reasons: Counter = Counter()
         self.has_usage = False
+        self.files: list[str] = []
+
+    def file_index(self, file: str) -> int:
+        """Small integer for a file name (the frame stores it dictionary-encoded)."""
+        if file not in self.files:
+            self.files.append(file)
+        return self.files.index(file)
 
     def reject(self, file: str, lines: np.ndarray, reasons: Sequence[str]) -> None:
         self.rows_rejected += len(lines)
@@ -209,13 +234,18 @@ def _col(columns: Mapping[str, pa.Array], name: str, n: int) -> pa.Array:
 
 def _tag(values: pa.Array, key: str) -> pa.Array:
     m = pc.extract_regex(pc.fill_null(values, ""), _TAG.format(key))
-    return pc.struct_field(pc.fill_null(m, pa.scalar({"v": ""}, m.type)), "v")
+    return pc.struct_field(fields.fill_struct(m, {"v": ""}), "v")
 
 
 def _normalize_chunk(
     acc: _Accumulator, columns: Mapping[str, pa.Array], lines: np.ndarray, file: str
 ) -> None:
-    """Parse one chunk of rows (columns of equal length) into the accumulator."""
+    """Parse one chunk of rows (columns of equal length) into the accumulator.
+
+    Rows are split into allocation rows and step rows first; each field is then parsed only on
+    the rows that use it (steps: id, Start, usage; allocations: the rest), so the ~2/3 of a
+    dump that are steps cost little.
+    """
     n = len(lines)
     if n == 0:
         return
@@ -223,71 +253,115 @@ def _normalize_chunk(
     opts = acc.options
     errors: dict[int, str] = {}
 
-    def flag(mask: np.ndarray, what: str, raw: pa.Array) -> None:
+    def flag(mask: np.ndarray, what: str, raw: pa.Array, rows: np.ndarray) -> None:
+        """Record a reason for each bad value; `rows` maps the parsed subset to chunk rows."""
         for i in np.flatnonzero(mask).tolist():
-            errors.setdefault(i, f"bad {what} {raw[i].as_py()!r}")
+            errors.setdefault(int(rows[i]), f"bad {what} {raw[i].as_py()!r}")
 
+    everything = np.arange(n)
     jid, jraw = columns.get("JobID"), columns.get("JobIDRaw")
     ids = fields.JobIds(jid, jraw)
-    flag(ids.bad, "JobID/JobIDRaw", jid if jid is not None else jraw)
-    is_step = ids.is_step
+    flag(ids.bad, "JobID/JobIDRaw", jid if jid is not None else jraw, everything)
+    is_step = ids.is_step & ~ids.bad
+    alloc = ~ids.is_step & ~ids.bad
+    step_rows = np.flatnonzero(is_step)
+    alloc_rows = np.flatnonzero(alloc)
+    step_m, alloc_m = pa.array(is_step), pa.array(alloc)
 
-    start, bad = fields.parse_times(_col(columns, "Start", n), timezone=opts.timezone)
-    flag(bad, "Start time", _col(columns, "Start", n))
+    def sub(name: str, mask: pa.Array) -> pa.Array:
+        arr = columns.get(name)
+        return arr.filter(mask) if arr is not None else pa.nulls(int(mask.true_count), pa.string())
+
+    cluster_all = columns.get("Cluster")
+    if cluster_all is None:
+        cluster_all = pa.repeat(pa.scalar(opts.cluster, pa.string()), n)
+    cluster_all = pc.fill_null(cluster_all, opts.cluster)
 
     # ---- step rows: only their usage matters; `.extern` is never counted (adopted processes,
     # near-zero usage, `gres/gpuutil=0` placeholders)
     have_usage = any(c in columns for c in ("TRESUsageInMax", "TRESUsageInAve"))
-    if have_usage and is_step.any():
-        acc.has_usage = True
-        util = np.full(n, np.nan)
-        mem = np.full(n, np.nan)
-        for name in ("TRESUsageInAve", "TRESUsageInMax"):  # Max overrides Ave where present
-            if name in columns:
-                u = tres.parse_usage_tres(columns[name], bare_mem_unit=opts.bare_gpumem_unit)
-                util = np.where(np.isnan(u.gpu_util_pct), util, u.gpu_util_pct)
-                mem = np.where(np.isnan(u.gpu_mem_mib), mem, u.gpu_mem_mib)
+    if len(step_rows):
+        s_start, bad = fields.parse_times(sub("Start", step_m), timezone=opts.timezone)
+        flag(bad, "Start time", sub("Start", step_m), step_rows)
+        k = len(step_rows)
+        util = np.full(k, np.nan)
+        mem = np.full(k, np.nan)
+        if have_usage:
+            acc.has_usage = True
+            for name in ("TRESUsageInAve", "TRESUsageInMax"):  # Max overrides Ave
+                if name not in columns:
+                    continue
+                col = sub(name, step_m)
+                # most usage strings carry no GPU keys (Slurm < 23.02, CPU jobs): skip them
+                gpu = pc.match_substring(pc.fill_null(col, ""), "gres/gpu").to_numpy(
+                    zero_copy_only=False
+                )
+                if not gpu.any():
+                    continue
+                sel = np.flatnonzero(gpu)
+                u = tres.parse_usage_tres(
+                    col.take(pa.array(sel)), bare_mem_unit=opts.bare_gpumem_unit
+                )
+                util[sel] = np.where(np.isnan(u.gpu_util_pct), util[sel], u.gpu_util_pct)
+                mem[sel] = np.where(np.isnan(u.gpu_mem_mib), mem[sel], u.gpu_mem_mib)
                 for i, reason in u.errors.items():
-                    if is_step[i]:
-                        errors.setdefault(i, reason)
-    else:
-        util = mem = np.full(n, np.nan)
+                    errors.setdefault(int(step_rows[sel[i]]), reason)
+        ok = ~np.isin(step_rows, np.fromiter(errors, dtype=np.int64, count=len(errors)))
+        acc.step_rows += int(ok.sum())
+        keep = ok & (ids.step[step_rows] != "extern") & ~(np.isnan(util) & np.isnan(mem))
+        if keep.any():
+            km = pa.array(keep)
+            acc.steps.append(
+                pa.table(
+                    {
+                        "cluster": cluster_all.filter(step_m).filter(km),
+                        "job_id_raw": pa.array(ids.raw[step_rows][keep]).cast(pa.int64()),
+                        "step_start": pa.array(s_start[keep]),
+                        "step_gpu_util_pct": pa.array(util[keep]),
+                        "step_gpu_mem_mib": pa.array(mem[keep]),
+                    }
+                )
+            )
 
     # ---- allocation rows
-    alloc = ~is_step
-    state, cancelled_by, bad = fields.parse_states(_col(columns, "State", n))
-    flag(bad & alloc, "State", _col(columns, "State", n))
-    submit, bad = fields.parse_times(_col(columns, "Submit", n), timezone=opts.timezone)
-    flag(bad & alloc, "Submit time", _col(columns, "Submit", n))
-    end, bad = fields.parse_times(_col(columns, "End", n), timezone=opts.timezone)
-    flag(bad & alloc, "End time", _col(columns, "End", n))
-    if "ElapsedRaw" in columns:
-        elapsed, bad = fields.parse_int(columns["ElapsedRaw"])
-        flag(bad & alloc, "ElapsedRaw", columns["ElapsedRaw"])
-    else:
-        elapsed, _unl, bad = fields.parse_durations(columns["Elapsed"])
-        flag(bad & alloc, "Elapsed", columns["Elapsed"])
-    if "TimelimitRaw" in columns:
-        tl_min, bad = fields.parse_int(columns["TimelimitRaw"], unlimited_ok=True)
-        flag(bad & alloc, "TimelimitRaw", columns["TimelimitRaw"])
-        timelimit = tl_min * 60
-    elif "Timelimit" in columns:
-        timelimit, _unl, bad = fields.parse_durations(columns["Timelimit"])
-        flag(bad & alloc, "Timelimit", columns["Timelimit"])
-    else:
-        timelimit = np.full(n, np.nan)
-    at = tres.parse_alloc_tres(_col(columns, "AllocTRES", n))
-    for i, reason in at.errors.items():
-        if alloc[i]:
-            errors.setdefault(i, f"AllocTRES: {reason}")
-    if "ReqTRES" in columns:
-        rt = tres.parse_alloc_tres(columns["ReqTRES"])
-        for i, reason in rt.errors.items():
-            if alloc[i]:
-                errors.setdefault(i, f"ReqTRES: {reason}")
-        req_gpus = rt.gpu_equiv
-    else:
-        req_gpus = np.full(n, np.nan)
+    m = len(alloc_rows)
+    if m:
+        a = alloc_rows
+        state, cancelled_by, bad = fields.parse_states(sub("State", alloc_m))
+        flag(bad, "State", sub("State", alloc_m), a)
+        times = {}
+        for name in ("Submit", "Start", "End"):
+            times[name], bad = fields.parse_times(sub(name, alloc_m), timezone=opts.timezone)
+            flag(bad, f"{name} time", sub(name, alloc_m), a)
+        if "ElapsedRaw" in columns:
+            elapsed, bad = fields.parse_int(sub("ElapsedRaw", alloc_m))
+            flag(bad, "ElapsedRaw", sub("ElapsedRaw", alloc_m), a)
+        else:
+            elapsed, _unl, bad = fields.parse_durations(sub("Elapsed", alloc_m))
+            flag(bad, "Elapsed", sub("Elapsed", alloc_m), a)
+        if "TimelimitRaw" in columns:
+            tl_min, bad = fields.parse_int(sub("TimelimitRaw", alloc_m), unlimited_ok=True)
+            flag(bad, "TimelimitRaw", sub("TimelimitRaw", alloc_m), a)
+            timelimit = tl_min * 60
+        elif "Timelimit" in columns:
+            timelimit, _unl, bad = fields.parse_durations(sub("Timelimit", alloc_m))
+            flag(bad, "Timelimit", sub("Timelimit", alloc_m), a)
+        else:
+            timelimit = np.full(m, np.nan)
+        alloc_tres = sub("AllocTRES", alloc_m)
+        at = tres.parse_alloc_tres(alloc_tres)
+        for i, reason in at.errors.items():
+            errors.setdefault(int(a[i]), f"AllocTRES: {reason}")
+        req_gpus = np.full(m, np.nan)
+        if "ReqTRES" in columns:
+            # requested GPUs matter only where nothing was allocated (pending, never started)
+            empty = pc.equal(pc.fill_null(alloc_tres, ""), "").to_numpy(zero_copy_only=False)
+            if empty.any():
+                sel = np.flatnonzero(empty)
+                rt = tres.parse_alloc_tres(sub("ReqTRES", alloc_m).take(pa.array(sel)))
+                req_gpus[sel] = rt.gpu_equiv
+                for i, reason in rt.errors.items():
+                    errors.setdefault(int(a[sel[i]]), f"ReqTRES: {reason}")
 
     bad_rows = np.zeros(n, dtype=bool)
     if errors:
@@ -295,40 +369,19 @@ def _normalize_chunk(
         bad_rows[idx] = True
         order = np.argsort(idx)
         acc.reject(file, lines[idx[order]], [errors[int(i)] for i in idx[order]])
-
-    keep_step = is_step & ~bad_rows
-    acc.step_rows += int(keep_step.sum())
-    cluster_all = columns.get("Cluster")
-    if cluster_all is None:
-        cluster_all = pa.array([opts.cluster] * n, pa.string())
-    cluster_all = pc.fill_null(cluster_all, opts.cluster)
-    if have_usage and keep_step.any():
-        sel = keep_step & (ids.step != "extern") & ~(np.isnan(util) & np.isnan(mem))
-        if sel.any():
-            m = pa.array(sel)
-            acc.steps.append(
-                pa.table(
-                    {
-                        "cluster": cluster_all.filter(m),
-                        "job_id_raw": pa.array(ids.raw[sel]).cast(pa.int64()),
-                        "step_start": pa.array(start[sel]),
-                        "step_gpu_util_pct": pa.array(util[sel]),
-                        "step_gpu_mem_mib": pa.array(mem[sel]),
-                    }
-                )
-            )
-
-    keep = alloc & ~bad_rows
+    if not m:
+        return
+    keep = ~bad_rows[alloc_rows]
     if not keep.any():
         return
-    m = pa.array(keep)
+    km = pa.array(keep)
     k = int(keep.sum())
 
     def text(name: str, default: str = "") -> pa.Array:
         arr = columns.get(name)
         if arr is None:
-            return pa.array([default] * k, pa.string())
-        return pc.fill_null(arr.filter(m), default)
+            return pa.repeat(pa.scalar(default, pa.string()), k)
+        return pc.fill_null(arr.filter(alloc_m).filter(km), default)
 
     admin, comment = text("AdminComment"), text("Comment")
     tag_tier = pc.if_else(
@@ -337,30 +390,28 @@ def _normalize_chunk(
     tag_kind = pc.if_else(
         pc.not_equal(_tag(admin, "kind"), ""), _tag(admin, "kind"), _tag(comment, "kind")
     )
+    rows = alloc_rows[keep]
+    no_array = np.isnan(ids.array_task[rows]) & ~ids.array_range[rows].astype(bool)
     table = pa.table(
         {
-            "cluster": cluster_all.filter(m),
-            "job_id": text("JobID") if jid is not None else _id_text(ids.raw[keep]),
-            "job_id_raw": _fa(ids.raw[keep]).cast(pa.int64()),
-            "array_job_id": _fa(
-                np.where(
-                    np.isnan(ids.array_task) & ~ids.array_range.astype(bool), np.nan, ids.base_job
-                )[keep]
-            ),
-            "array_task_id": _fa(ids.array_task[keep]),
-            "array_range": _fa(ids.array_range[keep], pa.string()),
-            "het_job_id": _fa(np.where(np.isnan(ids.het_offset), np.nan, ids.base_job)[keep]),
-            "het_offset": _fa(ids.het_offset[keep]),
+            "cluster": cluster_all.filter(alloc_m).filter(km),
+            "job_id": text("JobID") if jid is not None else _id_text(ids.raw[rows]),
+            "job_id_raw": _fa(ids.raw[rows]).cast(pa.int64()),
+            "array_job_id": _fa(np.where(no_array, np.nan, ids.base_job[rows])),
+            "array_task_id": _fa(ids.array_task[rows]),
+            "array_range": _fa(ids.array_range[rows], pa.string()),
+            "het_job_id": _fa(np.where(np.isnan(ids.het_offset[rows]), np.nan, ids.base_job[rows])),
+            "het_offset": _fa(ids.het_offset[rows]),
             "partition": text("Partition"),
             "qos": text("QOS"),
             "account": text("Account"),
             "user": text("User"),
             "job_name": text("JobName"),
-            "state": state.filter(m),
+            "state": state.filter(km),
             "cancelled_by_uid": _fa(cancelled_by[keep]),
-            "submit": _fa(submit[keep]),
-            "start": _fa(start[keep]),
-            "end": _fa(end[keep]),
+            "submit": _fa(times["Submit"][keep]),
+            "start": _fa(times["Start"][keep]),
+            "end": _fa(times["End"][keep]),
             "elapsed_s": _fa(elapsed[keep]),
             "timelimit_s": _fa(timelimit[keep]),
             "gpu_count": _fa(at.gpu_count[keep]),
@@ -376,10 +427,13 @@ def _normalize_chunk(
             "node_list": text("NodeList"),
             "tag_tier": tag_tier,
             "kind": pc.if_else(pc.equal(tag_kind, ""), "unknown", tag_kind),
-            "file": pa.array([file] * k, pa.string()),
-            "line": _fa(lines[keep]),
+            "file_index": pa.repeat(pa.scalar(acc.file_index(file), pa.int32()), k),
+            "line": _fa(lines[rows]),
         }
     )
+    for name in DICTIONARY_COLUMNS:
+        i = table.schema.get_field_index(name)
+        table = table.set_column(i, name, pc.dictionary_encode(table.column(name)))
     acc.allocs.append(table)
 
 
@@ -393,11 +447,10 @@ def _id_text(raw: np.ndarray) -> pa.Array:
 
 
 def _split_lines(
-    acc: _Accumulator, header: _Header, first_line: int, raw_lines: list[str], file: str
+    acc: _Accumulator, header: _Header, first_line: int, arr: pa.Array, file: str
 ) -> None:
     """Split one chunk of text lines into columns and normalize them."""
-    nums = np.arange(first_line, first_line + len(raw_lines), dtype=np.int64)
-    arr = pa.array(raw_lines, pa.string())
+    nums = np.arange(first_line, first_line + len(arr), dtype=np.int64)
     nonblank = pc.not_equal(pc.utf8_trim_whitespace(arr), "").to_numpy(zero_copy_only=False)
     acc.blank_lines += int((~nonblank).sum())
     arr, nums = arr.filter(pa.array(nonblank)), nums[nonblank]
@@ -434,32 +487,36 @@ def _split_lines(
     ngood = int(good.sum())
     columns: dict[str, pa.Array] = {}
     for j, name in enumerate(header.columns):
+        if name not in KNOWN_COLUMNS:
+            continue  # columns slurmgpu does not use are never materialized
         col = flat.take(pa.array(np.arange(j, ngood * ncols, ncols, dtype=np.int64)))
         if fixed_cols:
             col = pa.concat_arrays([col, pa.array([r[j] for r in fixed_cols], pa.string())])
-        if name in KNOWN_COLUMNS:
-            columns[name] = col
+        columns[name] = col
     all_lines = np.concatenate([nums[good], np.array(fixed_lines, dtype=np.int64)])
     _normalize_chunk(acc, columns, all_lines, file)
 
 
 def _read_stream(
-    acc: _Accumulator, stream: io.TextIOBase, file: str, chunk_lines: int, delimiter: str = "|"
+    acc: _Accumulator,
+    stream: io.TextIOBase,
+    file: str,
+    chunk_bytes: int,
+    delimiter: str = "|",
 ) -> None:
     header: _Header | None = None
-    for first, lines in _line_chunks(stream, chunk_lines):
+    for first, lines in _line_chunks(stream, chunk_bytes):
         if header is None:
-            for off, line in enumerate(lines):
-                if line.strip():
-                    header = _parse_header(line, first + off, file, delimiter)
-                    acc.blank_lines += off
-                    lines = lines[off + 1 :]
-                    first += off + 1
-                    break
-            else:
+            nonblank = pc.not_equal(pc.utf8_trim_whitespace(lines), "")
+            idx = pc.index(nonblank, True).as_py()
+            if idx < 0:
                 acc.blank_lines += len(lines)
                 continue
-        if lines:
+            header = _parse_header(lines[idx].as_py(), first + idx, file, delimiter)
+            acc.blank_lines += idx
+            lines = lines.slice(idx + 1)
+            first += idx + 1
+        if len(lines):
             _split_lines(acc, header, first, lines, file)
     if header is None:
         raise SacctParseError(f"{file}: no header line (empty input)")
@@ -471,8 +528,8 @@ def _read_stream(
 def _finish(acc: _Accumulator, files: list[str]) -> LoadResult:
     schema_src = acc.allocs
     if schema_src:
-        table = pa.concat_tables(schema_src, promote_options="permissive")
-        frame = table.to_pandas(types_mapper=pd.ArrowDtype)
+        table = pa.concat_tables(schema_src, promote_options="permissive").unify_dictionaries()
+        frame = _with_file_names(table, acc.files).to_pandas(types_mapper=pd.ArrowDtype)
     else:
         frame = _empty_frame()
     # -D returns every run of a requeued job and overlapping dumps repeat rows: the key of a run
@@ -515,11 +572,21 @@ def _finish(acc: _Accumulator, files: list[str]) -> LoadResult:
 
 
 def _empty_frame() -> pd.DataFrame:
+    """A zero-row frame with the normalized schema (when no allocation row survived)."""
     acc = _Accumulator(Options())
-    cols = {name: pa.array(["0"], pa.string()) for name in ("JobIDRaw", "State", "Start")}
-    cols.update(Submit=pa.array(["0"]), End=pa.array(["0"]), ElapsedRaw=pa.array(["0"]))
+    epoch = pa.array(["1000000000"])
+    cols = {"JobIDRaw": pa.array(["1"]), "State": pa.array(["COMPLETED"])}
+    cols.update(Submit=epoch, Start=epoch, End=epoch, ElapsedRaw=pa.array(["0"]))
     _normalize_chunk(acc, cols, np.array([0]), "")
-    return acc.allocs[0].slice(0, 0).to_pandas(types_mapper=pd.ArrowDtype)
+    return _with_file_names(acc.allocs[0].slice(0, 0), [""]).to_pandas(types_mapper=pd.ArrowDtype)
+
+
+def _with_file_names(table: pa.Table, files: list[str]) -> pa.Table:
+    """Replace `file_index` by a dictionary-encoded `file` column (one copy of each name)."""
+    idx = table.column("file_index").combine_chunks()
+    file_col = pa.DictionaryArray.from_arrays(idx, pa.array(files or [""], pa.string()))
+    pos = table.schema.get_field_index("file_index")
+    return table.set_column(pos, "file", file_col)
 
 
 def _fold_steps(frame: pd.DataFrame, steps: list[pa.Table]) -> pd.DataFrame:
@@ -529,7 +596,7 @@ def _fold_steps(frame: pd.DataFrame, steps: list[pa.Table]) -> pd.DataFrame:
     its job that started at or before the step (merge_asof by (cluster, JobIDRaw) on start).
     Per run: the highest gpuutil and gpumem over its steps (`.extern` excluded upstream).
     """
-    frame = frame.copy()
+    # (new columns are assigned in place: the frame is ours, a copy would double the peak)
     frame["gpu_util_pct"] = pd.Series(np.nan, index=frame.index, dtype=pd.ArrowDtype(pa.float64()))
     frame["gpu_mem_used_mib"] = frame["gpu_util_pct"].copy()
     if not steps or frame.empty:
@@ -602,20 +669,16 @@ def _derive(frame: pd.DataFrame, opts: Options) -> pd.DataFrame:
         from_policy = qos.map(mapping)
         tier = from_policy.where(from_policy.notna(), tier)
     f["tier"] = pd.array(tier.to_numpy(dtype=object), dtype=pd.ArrowDtype(pa.string()))
-    tag = f["tag_tier"].to_numpy(dtype=object, na_value="")
-    tag[tag == ""] = None
-    f["tag_tier"] = pd.array(tag, dtype=pd.ArrowDtype(pa.string()))
+    f["tag_tier"] = f["tag_tier"].where(f["tag_tier"] != "", None)
     # shards -> GPU share, by partition's shards per GPU (or the "*" default); unknown -> NaN
     shards = f["shards"].to_numpy(dtype=float, na_value=np.nan)
     gpu_equiv = f["gpu_equiv"].to_numpy(dtype=float, na_value=np.nan)
-    per_gpu = (
-        f["partition"]
-        .astype(object)
-        .map(lambda p: opts.shards_per_gpu.get(p, opts.shards_per_gpu.get("*", np.nan)))
-        if len(f)
-        else pd.Series([], dtype=float)
-    )
-    per_gpu = per_gpu.to_numpy(dtype=float) if len(f) else np.array([])
+    parts = f["partition"].to_numpy(dtype=object, na_value="")
+    default = opts.shards_per_gpu.get("*", np.nan)
+    per_gpu = np.full(len(f), default, dtype=float)
+    for part, value in opts.shards_per_gpu.items():  # one pass per configured partition
+        if part != "*":
+            per_gpu[parts == part] = value
     shard_only = ~np.isnan(shards) & np.isnan(gpu_equiv)
     gpu_equiv = np.where(shard_only, shards / per_gpu, gpu_equiv)
     f["shard_fraction_known"] = pd.array(
@@ -657,7 +720,7 @@ def _derive(frame: pd.DataFrame, opts: Options) -> pd.DataFrame:
     # MIG devices never report gpuutil/gpumem (NVML limitation, gres.shtml): unknown, not 0
     mig = f["mig_slices"].to_numpy(dtype=float, na_value=0) > 0
     for c in ("gpu_util_pct", "gpu_mem_used_mib"):
-        vals = f[c].to_numpy(dtype=float, na_value=np.nan)
+        vals = f[c].to_numpy(dtype=float, na_value=np.nan).copy()
         vals[mig] = np.nan
         f[c] = pd.array(vals, dtype=float_t)
     return f
@@ -678,14 +741,14 @@ def load_files(
     paths: Sequence[str | os.PathLike[str]],
     *,
     options: Options | None = None,
-    chunk_lines: int = DEFAULT_CHUNK_LINES,
+    chunk_bytes: int = DEFAULT_CHUNK_BYTES,
 ) -> LoadResult:
     """Load saved sacct dumps (plain or gzipped, each with its header line)."""
     acc = _Accumulator(options or Options())
     names = [os.fspath(p) for p in paths]
     for name in names:
         with open_text(name) as stream:
-            _read_stream(acc, stream, name, chunk_lines)
+            _read_stream(acc, stream, name, chunk_bytes)
     return _finish(acc, names)
 
 
@@ -694,12 +757,12 @@ def load_text(
     *,
     name: str = "sacct",
     options: Options | None = None,
-    chunk_lines: int = DEFAULT_CHUNK_LINES,
+    chunk_bytes: int = DEFAULT_CHUNK_BYTES,
     delimiter: str = "|",
 ) -> LoadResult:
     """Load sacct output held in memory (e.g. a live call; `delimiter` as given to sacct)."""
     acc = _Accumulator(options or Options())
-    _read_stream(acc, io.StringIO(text, newline=None), name, chunk_lines, delimiter)
+    _read_stream(acc, io.StringIO(text, newline=None), name, chunk_bytes, delimiter)
     return _finish(acc, [name])
 
 
@@ -708,7 +771,7 @@ def load_records(
     *,
     name: str,
     options: Options | None = None,
-    chunk_rows: int = DEFAULT_CHUNK_LINES,
+    chunk_rows: int = 100_000,
 ) -> LoadResult:
     """Load rows given as {sacct column: text} (from `sacct --json` or pyslurm)."""
     acc = _Accumulator(options or Options())

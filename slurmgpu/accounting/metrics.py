@@ -77,8 +77,14 @@ def _num(frame: pd.DataFrame, col: str) -> np.ndarray:
     return frame[col].to_numpy(dtype=float, na_value=np.nan)
 
 
-def prepare(frame: pd.DataFrame, window: Window) -> pd.DataFrame:
-    """Per-run working columns: window-clipped GPU-hours, normalized utilization, flags."""
+def prepare(
+    frame: pd.DataFrame, window: Window, gpu_mem_mib: np.ndarray | None = None
+) -> pd.DataFrame:
+    """Per-run working columns: window-clipped GPU-hours, normalized utilization, flags.
+
+    `gpu_mem_mib` (memory of one GPU of each run's type) gives `mem_share`, the measured GPU
+    memory over the memory the run was given (NaN when either is unknown).
+    """
     f = pd.DataFrame(index=frame.index)
     start, end = _dt(frame, "start"), _dt(frame, "run_end")
     s = np.maximum(start, window.since)
@@ -106,6 +112,10 @@ def prepare(frame: pd.DataFrame, window: Window) -> pd.DataFrame:
     f["start"] = start
     f["end"] = end
     f["gpus"] = gpus
+    if gpu_mem_mib is None:
+        gpu_mem_mib = np.full(len(frame), np.nan)
+    given = gpu_mem_mib * np.where(gpus > 0, gpus, np.nan)
+    f["mem_share"] = _num(frame, "gpu_mem_used_mib") / given
     return f
 
 
@@ -130,6 +140,9 @@ def summarize(w: pd.DataFrame, capacity_gpus: float | None, window: Window) -> d
     util_mean = float((gh[known] * util[known]).sum() / gh[known].sum()) if known.any() else None
     cap_h = capacity_gpus * window.hours if capacity_gpus is not None else None
     alloc = float(gh.sum())
+    share = w["mem_share"].to_numpy() if "mem_share" in w else np.full(len(w), np.nan)
+    mem_known = ~np.isnan(share) & (gh > 0)
+    low_mem = float(gh[mem_known & (share < LOW_MEMORY_SHARE)].sum()) if mem_known.any() else None
     return {
         "jobs": round(float(w["job_weight"].sum())),
         "gpu_jobs": round(float(w["job_weight"][w["gpu_job"]].sum())),
@@ -141,6 +154,7 @@ def summarize(w: pd.DataFrame, capacity_gpus: float | None, window: Window) -> d
         "gpu_util_mean": util_mean,
         "util_known_gpu_hours": float(gh[known].sum()),
         "waste_gpu_hours": waste,
+        "low_memory_gpu_hours": low_mem,
         "wait_s": _wait(w["wait_s"].to_numpy()),
         "preemptions": int(w["preempted"].sum()),
         "requeues": int(w["requeued"].sum()),
@@ -167,6 +181,13 @@ def by_group(
         for name in extra:
             vals = pd.unique(frame[name].to_numpy(dtype=object, na_value="")[sel])
             entry[name] = vals[0] if len(vals) == 1 else ",".join(sorted(map(str, vals)))
+        out.append(entry)
+    # partitions with capacity but no runs in the window are idle, not absent
+    for value in sorted(set(capacity or {}) - set(map(str, pd.unique(keys)))):
+        empty = work.iloc[0:0]
+        entry = {column: value, **summarize(empty, capacity[value], window)}
+        for name in extra:
+            entry[name] = ""
         out.append(entry)
     out.sort(key=lambda e: (-e["gpu_hours_allocated"], str(e[column])))
     return out
@@ -239,16 +260,27 @@ def timeseries(
     return {"freq": freq, "points": points}
 
 
-def gpu_memory_mib(frame: pd.DataFrame, partition_types: Mapping[str, str]) -> np.ndarray:
-    """Memory of ONE GPU of each run's type (typed TRES, else the partition's type); NaN unknown."""
+def gpu_memory_mib(
+    frame: pd.DataFrame,
+    partition_types: Mapping[str, str],
+    type_memory_mib: Mapping[str, float] | None = None,
+) -> np.ndarray:
+    """Memory of ONE GPU of each run's type (typed TRES, else the partition's type); NaN unknown.
+
+    `type_memory_mib` (from inventory snapshots: what NVML reported) wins over the catalogue.
+    """
     types = frame["gpu_type"].to_numpy(dtype=object, na_value=None)
     parts = frame["partition"].to_numpy(dtype=object, na_value="")
     out = np.full(len(frame), np.nan)
     cache: dict[str, float] = {}
+    measured = type_memory_mib or {}
     for i_type in pd.unique(np.concatenate([types, list(partition_types.values())])):
         if isinstance(i_type, str) and i_type not in cache:
             model = model_for_type(i_type)
-            cache[i_type] = float(model.memory_mib) if model else np.nan
+            if i_type in measured:
+                cache[i_type] = float(measured[i_type])
+            else:
+                cache[i_type] = float(model.memory_mib) if model else np.nan
     for t, mem in cache.items():
         out[types == t] = mem
     for p, t in partition_types.items():

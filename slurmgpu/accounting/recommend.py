@@ -40,6 +40,8 @@ TOP_TIER_WAIT_P95_S = 900.0
 # ... judged only over enough jobs for a p95 to mean something
 MIN_TIER_JOBS = 5
 DEFAULT_GPUS_PER_NODE = 8
+# A slice must hold the p95 measured GPU memory of its jobs with 10% to spare.
+MEMORY_MARGIN = 1.10
 
 
 def _partition_model(
@@ -58,12 +60,12 @@ def _partition_model(
     return None
 
 
-def _smallest_profile(model: GpuModel, max_memory_share: float) -> MigProfile | None:
-    """The profile with the fewest compute slices whose memory covers `max_memory_share`."""
+def _smallest_profile(model: GpuModel, memory_mib: float) -> MigProfile | None:
+    """The profile with the fewest slices whose memory holds `memory_mib` (+ margin)."""
     fitting = [
         p
         for p in model.mig_profiles
-        if not p.media_extensions and p.memory_mib >= max_memory_share * model.memory_mib * 0.9
+        if not p.media_extensions and p.memory_mib >= memory_mib * MEMORY_MARGIN
     ]
     return min(fitting, key=lambda p: (p.gpu_slices, p.memory_slices), default=None)
 
@@ -143,10 +145,11 @@ def _carve(
         if model is not None and model.supports_mig:
             layouts = []
             gpus = 0
-            for need_share, conc in ((1 / 7, conc_tiny), (0.5, conc_med)):
+            mem = frame["gpu_mem_used_mib"].to_numpy(dtype=float, na_value=np.nan)
+            for cls, conc in ((tiny, conc_tiny), (medium, conc_med)):
                 if conc <= 0:
                     continue
-                prof = _smallest_profile(model, need_share)
+                prof = _smallest_profile(model, float(np.percentile(mem[cls], 95)))
                 if prof is None:
                     continue
                 per_gpu = max(c for c in range(1, 8) if valid_layout(prof, c))

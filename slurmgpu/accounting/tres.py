@@ -24,6 +24,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from slurmgpu.accounting.fields import fill_struct
 from slurmgpu.model.catalog import COMPUTE_SLICES_PER_GPU
 
 _ITEM = r"^(?P<key>[A-Za-z][A-Za-z0-9_./:+-]*)=(?P<val>.*)$"
@@ -74,7 +75,7 @@ def _long_table(values: pa.Array) -> tuple[np.ndarray, pa.Array, pa.Array, np.nd
     items = items.filter(pa.array(nonempty))
     kv = pc.extract_regex(items, _ITEM)
     bad = kv.is_null().to_numpy(zero_copy_only=False)
-    kv = pc.fill_null(kv, pa.scalar({"key": "", "val": ""}, kv.type))
+    kv = fill_struct(kv, {"key": "", "val": ""})
     keys = pc.struct_field(kv, "key")
     vals = pc.struct_field(kv, "val")
     return parents, keys, vals, bad, n
@@ -89,7 +90,7 @@ def _sizes_mib(vals: pa.Array, bare_unit: str) -> tuple[np.ndarray, np.ndarray]:
     """Memory sizes -> MiB; `bare_unit` is the unit of a number without one ("B" = bytes)."""
     m = pc.extract_regex(vals, _SIZE)
     ok = m.is_valid().to_numpy(zero_copy_only=False)
-    m = pc.fill_null(m, pa.scalar({"num": "0", "unit": ""}, m.type))
+    m = fill_struct(m, {"num": "0", "unit": ""})
     num = pc.cast(pc.struct_field(m, "num"), pa.float64()).to_numpy(zero_copy_only=False)
     unit = pc.struct_field(m, "unit").to_numpy(zero_copy_only=False)
     factor = np.ones(len(num))
@@ -139,11 +140,11 @@ def parse_alloc_tres(values: pa.Array) -> AllocTres:
 
     generic = per_row(keys_np == "gres/gpu")
     gpu_types = pc.utf8_slice_codeunits(keys, 9).to_numpy(zero_copy_only=False)
-    mig = pc.extract_regex(pa.array(gpu_types), MIG_TYPE)
+    mig = pc.extract_regex(pa.array(gpu_types, pa.string()), MIG_TYPE)
     is_mig = typed_gpu & mig.is_valid().to_numpy(zero_copy_only=False)
     slices = np.zeros(len(keys_np))
     if is_mig.any():
-        mig_f = pc.fill_null(mig, pa.scalar({"slices": "0", "mem": "0"}, mig.type))
+        mig_f = fill_struct(mig, {"slices": "0", "mem": "0"})
         slices = pc.cast(pc.struct_field(mig_f, "slices"), pa.float64()).to_numpy()
     typed_plain = typed_gpu & ~is_mig
     typed_sum = per_row(typed_gpu, "sum")

@@ -25,7 +25,7 @@ def _load_policy(path: str):
 
     from slurmgpu.errors import UsageError
 
-    for module_name in ("slurmgpu.sources.policy", "slurmgpu.model.policy"):
+    for module_name in ("slurmgpu.sources.policy_file", "slurmgpu.sources.policy"):
         try:
             module = importlib.import_module(module_name)
         except ModuleNotFoundError:
@@ -46,6 +46,8 @@ def _load_policy(path: str):
               show_default=True)  # fmt: skip
 @click.option("--policy", type=click.Path(exists=True, dir_okay=False),
               help="Site policy: maps QOS to tiers.")  # fmt: skip
+@click.option("--inventory", "inventories", multiple=True, type=click.Path(dir_okay=False),
+              help="`slurmgpu inventory` snapshot: measured GPU memory per type.")  # fmt: skip
 @click.option("--tier", "tier_pairs", multiple=True, metavar="QOS=TIER",
               help="Map a QOS to a tier (repeatable; overrides --policy).")  # fmt: skip
 @click.option("--capacity", "capacity", multiple=True, metavar="PARTITION=GPUS",
@@ -62,8 +64,8 @@ def _load_policy(path: str):
               )  # fmt: skip
 @click.option("--freq", type=click.Choice(["1h", "1D"]), help="Time-series bucket.")
 @click.option("--output", "-o", default="-", show_default=True, help="File to write, or -.")
-def analyze(sacct_files, since, until, fmt, policy, tier_pairs, capacity, gpu_types, shards,
-            backend, tz, freq, output) -> None:  # fmt: skip
+def analyze(sacct_files, since, until, fmt, policy, inventories, tier_pairs, capacity,
+            gpu_types, shards, backend, tz, freq, output) -> None:  # fmt: skip
     """GPU-hours, utilization, waits, preemption losses and partition recommendations."""
     import json
     from datetime import datetime
@@ -104,6 +106,7 @@ def analyze(sacct_files, since, until, fmt, policy, tier_pairs, capacity, gpu_ty
         capacity=parse_capacity_options(capacity) or None,
         shards_per_gpu=shard_map,
         gpu_types=_pairs(gpu_types, "--gpu-type"),
+        inventories=list(inventories),
         timezone_name=tz,
         freq=freq,
         now=now,

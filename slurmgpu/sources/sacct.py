@@ -21,6 +21,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
+from slurmgpu.errors import SlurmCommandError
 from slurmgpu.util.proc import run
 
 SACCT_FIELDS: tuple[str, ...] = (
@@ -80,10 +81,22 @@ def sacct_json(
     import json
 
     full_env = dict(env or {})
-    full_env.update(SACCT_ENV)
+    # NOT SLURM_TIME_FORMAT=%s here: 22.05's --json path re-parses -S/-E through that format
+    # and fails ("Invalid time specification"), returning `errors` and no jobs. JSON times are
+    # epoch integers anyway.
+    full_env["TZ"] = "UTC"
     argv = sacct_argv(since, until, clusters=clusters, json=True)
     out = run(argv, env=full_env, timeout=timeout).stdout
-    return json.loads(out)
+    try:
+        doc = json.loads(out)
+    except ValueError as exc:
+        raise SlurmCommandError(f"sacct --json: output is not JSON ({exc})") from exc
+    errors = doc.get("errors") or []
+    if errors:
+        first = errors[0]
+        detail = first.get("description") or first.get("error") or str(first)
+        raise SlurmCommandError(f"sacct --json reported {len(errors)} error(s): {detail}")
+    return doc
 
 
 # ----------------------------------------------------------------------- JSON -> sacct columns
@@ -111,6 +124,8 @@ def _tres(items: Any) -> str:
     """`[{"type": "gres", "name": "gpu", "count": 2}, ...]` -> `gres/gpu=2,...`."""
     parts = []
     for item in items or []:
+        if _number(item.get("count")) is None:
+            continue  # `energy` with a null count, unset counters
         name = item.get("name") or ""
         key = f"{item['type']}/{name}" if name else str(item["type"])
         parts.append(f"{key}={_number(item.get('count'))}")

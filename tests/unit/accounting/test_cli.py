@@ -1,0 +1,79 @@
+"""`slurmgpu analyze` through click's CliRunner (files only; the live path is integration)."""
+
+import json
+from pathlib import Path
+
+from click.testing import CliRunner
+
+from slurmgpu.cli import main
+
+DATA = Path(__file__).resolve().parents[2] / "data" / "sacct"
+MIX = str(DATA / "synthetic-mix.txt")
+
+
+def invoke(*args):
+    return CliRunner().invoke(main, ["analyze", *args])
+
+
+def test_json_output_reconciles():
+    r = invoke("--sacct-file", MIX, "--format", "json", "--capacity", "gpu=16")
+    assert r.exit_code == 0, r.output
+    doc = json.loads(r.output)
+    t = doc["totals"]
+    assert (t["rows_read"], t["rows_analyzed"], t["rows_rejected"]) == (26, 21, 5)
+    assert len(doc["rejected"]) == 5 and doc["rejected"][0]["line"] == 22
+    part = {e["partition"]: e for e in doc["by_partition"]}
+    assert part["gpu"]["capacity_gpu_hours"] is not None
+    assert part["mig"]["capacity_gpu_hours"] is None
+
+
+def test_text_output_has_tables():
+    r = invoke("--sacct-file", MIX, "--shards-per-gpu", "8")
+    assert r.exit_code == 0, r.output
+    assert "By partition" in r.output and "rows read 26 = analyzed 21 + rejected 5" in r.output
+    assert "Recommendations" in r.output
+
+
+def test_output_file_written(tmp_path):
+    out = tmp_path / "a.json"
+    r = invoke("--sacct-file", MIX, "--format", "json", "--output", str(out))
+    assert r.exit_code == 0 and r.output == ""
+    assert json.loads(out.read_text())["schema_version"] == 1
+
+
+def test_tier_mapping_option():
+    r = invoke("--sacct-file", MIX, "--format", "json", "--tier", "p1=P1", "--tier", "p2=P2")
+    tiers = {e["qos"]: e["tier"] for e in json.loads(r.output)["by_qos"]}
+    assert tiers == {"p1": "P1", "p2": "P2", "p0": "p0"}
+
+
+def test_missing_column_is_one_line_error(tmp_path):
+    p = tmp_path / "bad.txt"
+    p.write_text("JobIDRaw|State|Partition|User|Submit|Start|End|AllocTRES|ElapsedRaw\n")
+    r = invoke("--sacct-file", str(p))
+    assert r.exit_code == 1
+    assert r.output.strip().count("\n") == 0
+    assert "slurmgpu: error:" in r.output and "required column QOS missing" in r.output
+
+
+def test_bad_option_values_exit_2():
+    for args in (["--since", "last tuesday"], ["--capacity", "gpu"], ["--tier", "x"],
+                 ["--timezone", "Mars/Olympus"],
+                 ["--since", "2025-12-02", "--until", "2025-12-01"]):  # fmt: skip
+        r = invoke("--sacct-file", MIX, *args)
+        assert r.exit_code == 2, (args, r.output)
+        assert r.output.startswith("slurmgpu: error:") or "Error" in r.output
+
+
+def test_relative_since():
+    r = invoke("--sacct-file", MIX, "--format", "json", "--since", "3650d")
+    assert r.exit_code == 0, r.output
+    assert json.loads(r.output)["totals"]["jobs"] == 15
+
+
+def test_inventory_option_bad_file_is_one_line(tmp_path):
+    bad = tmp_path / "inv.json"
+    bad.write_text("{}")
+    r = invoke("--sacct-file", MIX, "--inventory", str(bad))
+    assert r.exit_code == 1 and r.output.startswith("slurmgpu: error:")
+    assert r.output.strip().count("\n") == 0

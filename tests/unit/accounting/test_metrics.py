@@ -1,0 +1,184 @@
+"""Metric definitions on small constructed accounting data."""
+
+from datetime import UTC, datetime
+
+import pytest
+
+from slurmgpu.accounting import analyze
+
+from .sacct_text import job, text
+
+
+def run(tmp_path, rows, **kw):
+    path = tmp_path / "dump.txt"
+    path.write_text(text(rows))
+    return analyze([path], **kw).to_dict()
+
+
+def at(h, m=0):
+    return datetime(2025, 12, 1, h, m, tzinfo=UTC)
+
+
+def test_gpu_hours_split_across_hourly_buckets(tmp_path):
+    rows = [job(1, "gpu", 0, 1800, 1800 + 7200, "gres/gpu=2")]  # 00:30 -> 02:30 on 2 GPUs
+    doc = run(tmp_path, rows, since=at(0), until=at(3), capacity={"gpu": 8})
+    pts = doc["timeseries"]["points"]
+    assert doc["timeseries"]["freq"] == "1h"
+    assert [p["t"] for p in pts] == [f"2025-12-01T0{h}:00:00Z" for h in range(3)]
+    assert [p["gpu_hours_allocated"] for p in pts] == pytest.approx([1.0, 2.0, 1.0])
+    assert [p["capacity_gpu_hours"] for p in pts] == [8.0, 8.0, 8.0]
+    assert pts[1]["allocation_ratio"] == pytest.approx(0.25)
+    assert pts[1]["by_partition"] == {"gpu": pytest.approx(2.0)}
+    t = doc["totals"]
+    assert t["gpu_hours_allocated"] == pytest.approx(4.0)
+    assert t["capacity_gpu_hours"] == 24.0 and t["allocation_ratio"] == pytest.approx(4 / 24)
+
+
+def test_window_clips_gpu_hours_and_drops_runs_outside(tmp_path):
+    rows = [
+        job(1, "gpu", 0, 1800, 1800 + 7200, "gres/gpu=2"),
+        job(2, "gpu", 0, 0, 600, "gres/gpu=1"),  # ends before the window
+    ]
+    doc = run(tmp_path, rows, since=at(1), until=at(2))
+    assert doc["totals"]["gpu_hours_allocated"] == pytest.approx(2.0)
+    assert doc["totals"]["jobs"] == 1 and doc["totals"]["rows_outside_window"] == 1
+    assert doc["totals"]["rows_read"] == doc["totals"]["rows_analyzed"] == 2
+    assert doc["window"] == {"since": "2025-12-01T01:00:00Z", "until": "2025-12-01T02:00:00Z"}
+
+
+def test_daily_buckets_for_long_windows(tmp_path):
+    rows = [job(1, "gpu", 0, 0, 86400 * 2, "gres/gpu=1")]
+    doc = run(tmp_path, rows, since=at(0), until=datetime(2025, 12, 8, tzinfo=UTC))
+    pts = doc["timeseries"]["points"]
+    assert doc["timeseries"]["freq"] == "1D" and len(pts) == 7
+    assert [p["gpu_hours_allocated"] for p in pts[:3]] == pytest.approx([24, 24, 0])
+
+
+def test_utilization_known_unknown_and_waste(tmp_path):
+    rows = [
+        job(1, "gpu", 0, 0, 3600, "gres/gpu=1", usage="gres/gpumem=8000M,gres/gpuutil=25"),
+        job(2, "gpu", 0, 0, 3600, "gres/gpu=1"),  # no usage: unknown
+    ]
+    p = run(tmp_path, rows)["by_partition"][0]
+    assert p["gpu_hours_allocated"] == pytest.approx(2.0)
+    assert p["gpu_hours_used"] == pytest.approx(0.25)  # only the measured hour counts
+    assert p["waste_gpu_hours"] == pytest.approx(0.75)
+    assert p["gpu_util_mean"] == pytest.approx(25)
+    assert p["util_known_gpu_hours"] == pytest.approx(1.0)
+
+
+def test_utilization_null_not_zero_when_never_measured(tmp_path):
+    doc = run(tmp_path, [job(1, "gpu", 0, 0, 3600, "gres/gpu=1")])
+    t = doc["totals"]
+    assert t["gpu_hours_used"] is None and t["gpu_util_mean"] is None
+    assert t["waste_gpu_hours"] is None
+    assert doc["by_partition"][0]["capacity_gpu_hours"] is None
+
+
+def test_multi_gpu_util_sum_is_per_gpu(tmp_path):
+    # Slurm >= 24.05 sums gpuutil over a step's GPUs: 8 GPUs at 50% read 400
+    rows = [job(1, "gpu", 0, 0, 3600, "gres/gpu=8", usage="gres/gpuutil=400")]
+    assert run(tmp_path, rows)["totals"]["gpu_util_mean"] == pytest.approx(50)
+
+
+def test_waits_preemptions_requeues(tmp_path):
+    rows = [
+        job(1, "gpu", 0, 60, 1860, "gres/gpu=4", state="PREEMPTED", qos="low"),
+        job(1, "gpu", 1900, 2000, 2600, "gres/gpu=4", qos="low"),  # the requeued run
+        job(2, "gpu", 0, 600, 1200, "gres/gpu=1", qos="high"),
+        job(3, "gpu", 0, None, 300, "", state="CANCELLED by 0", qos="high"),
+        job(4, "gpu", 0, None, None, "", state="PENDING", qos="high"),
+    ]
+    doc = run(tmp_path, rows)
+    t = doc["totals"]
+    assert t["jobs"] == 4  # job 1's two runs are one job
+    assert t["pending_jobs"] == 1
+    assert t["preemptions"] == 1 and t["requeues"] == 1
+    assert t["gpu_hours_lost_to_preemption"] == pytest.approx(4 * 1800 / 3600)
+    assert t["wait_s"] == {"p50": 100.0, "p95": pytest.approx(550.0), "max": 600.0}
+    qos = {e["qos"]: e for e in doc["by_qos"]}
+    assert qos["low"]["preemptions"] == 1 and qos["high"]["preemptions"] == 0
+    assert qos["high"]["wait_s"]["max"] == 600
+
+
+def test_het_job_counts_once_and_sums_gpus(tmp_path):
+    rows = [
+        [
+            "10|10+0|gpu|n|a|u|1764547200|1764547200|1764550800|3600|60|COMPLETED|gres/gpu=2||",
+            "11|10+1|gpu2|n|a|u|1764547200|1764547200|1764550800|3600|60|COMPLETED|gres/gpu=1||",
+        ]
+    ]
+    doc = run(tmp_path, rows)
+    assert doc["totals"]["jobs"] == 1
+    assert doc["totals"]["gpu_hours_allocated"] == pytest.approx(3.0)
+    parts = {e["partition"]: e["gpu_hours_allocated"] for e in doc["by_partition"]}
+    assert parts == {"gpu": pytest.approx(2.0), "gpu2": pytest.approx(1.0)}
+
+
+def test_fit_fraction_bases(tmp_path):
+    rows = [
+        # measured: 5000 MiB of an 81559 MiB H100 -> fits 1/7
+        job(1, "gpu", 0, 0, 3600, "gres/gpu:h100=1,gres/gpu=1", usage="gres/gpumem=5000M"),
+        # measured: 30000 MiB -> fits 1/2 only
+        job(2, "gpu", 0, 0, 3600, "gres/gpu:h100=1,gres/gpu=1", usage="gres/gpumem=30000M"),
+        # requested slice: 3g -> 3/7 fits 1/2
+        job(3, "gpu", 0, 0, 7 * 3600, "gres/gpu:3g.40gb=1,gres/gpu=1"),
+        # whole GPU, nothing measured -> fits nothing
+        job(4, "gpu", 0, 0, 3600, "gres/gpu=1"),
+    ]
+    ff = run(tmp_path, rows)["fit_fraction"]
+    assert ff["basis_counts"] == {
+        "measured_gpumem": 2,
+        "requested_slice": 1,
+        "whole_gpu_request": 1,
+    }
+    assert ff["1/7"]["jobs"] == pytest.approx(1 / 4)
+    assert ff["1/4"]["jobs"] == pytest.approx(1 / 4)
+    assert ff["1/2"]["jobs"] == pytest.approx(3 / 4)
+    # GPU-hours: 1 + 1 + 3 (3/7 x 7 h) + 1 = 6
+    assert ff["1/2"]["gpu_hours"] == pytest.approx(5 / 6)
+    assert "measured gres/gpumem for 2 of 4" in ff["basis"]
+
+
+def test_json_has_no_nan_and_contract_keys(tmp_path):
+    import json
+
+    doc = run(tmp_path, [job(1, "gpu", 0, 0, 3600, "gres/gpu=1")])
+    json.dumps(doc, allow_nan=False)
+    for key in ("schema_version", "generated_at", "window", "source", "totals", "by_partition",
+                "by_qos", "by_account", "by_user", "by_kind", "fit_fraction", "timeseries",
+                "rejected", "recommendations"):  # fmt: skip
+        assert key in doc, key
+    for key in ("rows_read", "rows_analyzed", "rows_rejected", "jobs", "gpu_jobs",
+                "gpu_hours_allocated", "gpu_hours_used", "capacity_gpu_hours",
+                "allocation_ratio", "preemptions", "requeues", "gpu_hours_lost_to_preemption",
+                "wait_s"):  # fmt: skip
+        assert key in doc["totals"], key
+    assert doc["source"] == {"kind": "file", "files": [str(tmp_path / "dump.txt")],
+                             "slurm_version": None}  # fmt: skip
+    assert set(doc["by_qos"][0]) >= {"qos", "tier", "jobs", "wait_s", "waste_gpu_hours"}
+
+
+def test_low_memory_gpu_hours(tmp_path):
+    rows = [
+        # 8000 MiB of an 81559 MiB H100: under a quarter of what it was given
+        job(1, "gpu", 0, 0, 3600, "gres/gpu:h100=1,gres/gpu=1", usage="gres/gpumem=8000M"),
+        job(2, "gpu", 0, 0, 3600, "gres/gpu:h100=1,gres/gpu=1", usage="gres/gpumem=60000M"),
+        job(3, "gpu", 0, 0, 3600, "gres/gpu=1"),  # unknown memory: not counted either way
+    ]
+    doc = run(tmp_path, rows)
+    assert doc["totals"]["low_memory_gpu_hours"] == pytest.approx(1.0)
+    doc = run(tmp_path, [job(1, "gpu", 0, 0, 3600, "gres/gpu=1")])
+    assert doc["totals"]["low_memory_gpu_hours"] is None
+
+
+def test_inventory_memory_and_partition_gpu_type(tmp_path):
+    from pathlib import Path
+
+    inventory = Path(__file__).resolve().parents[3] / "etc" / "examples" / "dgx-h100.json"
+    rows = [job(1, "gpu", 0, 0, 3600, "gres/gpu=1", usage="gres/gpumem=5000M")]
+    # generic gres/gpu only: without a type the memory (and so the measured basis) is unknown
+    assert run(tmp_path, rows)["fit_fraction"]["basis_counts"]["measured_gpumem"] == 0
+    doc = run(tmp_path, rows, gpu_types={"gpu": "h100"}, inventories=[inventory])
+    assert doc["fit_fraction"]["basis_counts"]["measured_gpumem"] == 1
+    assert doc["fit_fraction"]["1/7"]["jobs"] == 1.0  # 5000 of 81559 MiB

@@ -1,0 +1,117 @@
+"""Recommendations fire on the evidence they name, and say "none" honestly otherwise."""
+
+from datetime import UTC, datetime
+
+import pytest
+
+from slurmgpu.accounting import analyze
+from slurmgpu.accounting.recommend import valid_layout
+from slurmgpu.model.catalog import model_for_type
+
+from .sacct_text import job, text
+
+
+def run(tmp_path, rows, **kw):
+    path = tmp_path / "dump.txt"
+    path.write_text(text(rows))
+    return analyze([path], **kw).to_dict()
+
+
+def small_h100_jobs(n, mem="5000M"):
+    # n single-H100 jobs, 4 at a time, each 1 h, measured far below 1/7 of the GPU's memory
+    return [
+        job(i, "gpu", 0, ((i - 1) // 4) * 3600, ((i - 1) // 4) * 3600 + 3600,
+            "gres/gpu:h100=1,gres/gpu=1", usage=f"gres/gpumem={mem},gres/gpuutil=30")
+        for i in range(1, n + 1)
+    ]  # fmt: skip
+
+
+def test_mig_carve_for_measured_small_jobs(tmp_path):
+    doc = run(tmp_path, small_h100_jobs(40), capacity={"gpu": 8})
+    recs = [r for r in doc["recommendations"] if r["kind"] == "mig_carve"]
+    assert len(recs) == 1
+    rec = recs[0]
+    ev = rec["evidence"]
+    assert ev["gpu_runs"] == 40 and ev["runs_fitting_seventh_gpu"] == 40
+    assert ev["basis"] == "measured gres/gpumem"
+    # p95 concurrency 4 x headroom 1.25 = 5 slices -> one GPU as 7x 1g.10gb
+    assert ev["layouts"] == [{"profile": "1g.10gb", "per_gpu": 7, "gpus": 1}]
+    assert rec["estimated_effect"]["gpus_carved"] == 1
+    assert rec["estimated_effect"]["whole_gpus_freed_avg"] == pytest.approx(4 - 1)
+    model = model_for_type("h100")
+    assert valid_layout(model.profile("1g.10gb"), 7)
+
+
+def test_half_gpu_jobs_get_a_3g_layout(tmp_path):
+    doc = run(tmp_path, small_h100_jobs(40, mem="30000M"), capacity={"gpu": 8})
+    rec = next(r for r in doc["recommendations"] if r["kind"] == "mig_carve")
+    assert rec["evidence"]["layouts"] == [{"profile": "3g.40gb", "per_gpu": 2, "gpus": 3}]
+
+
+def test_no_mig_model_gets_shards(tmp_path):
+    rows = [
+        job(i, "gpu", 0, 0, 3600, "gres/gpu:rtx4090=1,gres/gpu=1", usage="gres/gpumem=2000M")
+        for i in range(1, 25)
+    ]
+    doc = run(tmp_path, rows)
+    assert doc["recommendations"][0]["kind"] == "shard"
+
+
+def test_layout_validity_from_catalogue():
+    m = model_for_type("h100")
+    assert valid_layout(m.profile("3g.40gb"), 2) and not valid_layout(m.profile("3g.40gb"), 3)
+    assert not valid_layout(m.profile("1g.20gb"), 5)
+
+
+def test_none_when_data_does_not_support_a_change(tmp_path):
+    rows = [job(i, "gpu", 0, 0, 3600, "gres/gpu=1") for i in range(1, 6)]
+    doc = run(tmp_path, rows)
+    assert len(doc["recommendations"]) == 1
+    rec = doc["recommendations"][0]
+    assert rec["kind"] == "none" and rec["title"] == "No change recommended"
+    assert any("fewer than 20" in c for c in rec["evidence"]["checks"])
+    assert rec["estimated_effect"] == {}
+
+
+def test_whole_gpu_jobs_without_measurement_never_trigger_a_carve(tmp_path):
+    rows = [job(i, "gpu", 0, 0, 3600, "gres/gpu=1") for i in range(1, 41)]
+    doc = run(tmp_path, rows)
+    assert [r["kind"] for r in doc["recommendations"]] == ["none"]
+
+
+def test_move_nodes_from_idle_to_starved(tmp_path):
+    # partition a: 8 GPUs, busy all day, jobs wait 2 h; partition b: 32 GPUs, one small job
+    rows = [
+        job(i, "a", (i - 1) * 3600 - 7200, (i - 1) * 3600, i * 3600, "gres/gpu=8")
+        for i in range(3, 25)
+    ]
+    rows.append(job(100, "b", 7200, 7200, 10800, "gres/gpu=1"))
+    doc = run(
+        tmp_path, rows, capacity={"a": 8, "b": 32},
+        since=datetime(2025, 12, 1, 2, tzinfo=UTC), until=datetime(2025, 12, 2, tzinfo=UTC),
+    )  # fmt: skip
+    rec = next(r for r in doc["recommendations"] if r["kind"] == "move_nodes")
+    assert rec["evidence"]["from"]["partition"] == "b"
+    assert rec["evidence"]["to"]["partition"] == "a"
+    assert rec["estimated_effect"]["gpus_moved"] == 24  # 3 nodes of 8 leave b <= 70% allocated
+
+
+def test_preemption_losses_flagged(tmp_path):
+    rows = [
+        job(1, "gpu", 0, 0, 7200, "gres/gpu=8", state="PREEMPTED", qos="p2", tl=120),
+        job(2, "gpu", 7200, 7200, 7300, "gres/gpu=8", qos="p0"),
+    ]
+    doc = run(tmp_path, rows, tiers={"p0": "P0", "p2": "P2"})
+    rec = next(r for r in doc["recommendations"] if r["kind"] == "tier_adjust")
+    ev = rec["evidence"]
+    assert ev["gpu_hours_lost_to_preemption"] == pytest.approx(16)
+    assert ev["gpu_hours_wait_saved_estimate"] == pytest.approx(0)  # limit reached: saved none
+    assert ev["preempted_tiers"] == ["P2"]
+    assert rec["title"].startswith("Preemption throws away more than it buys")
+
+
+def test_top_tier_waiting_too_long(tmp_path):
+    rows = [job(i, "gpu", 0, 3600, 3700, "gres/gpu=1", qos="p0") for i in range(1, 7)]
+    doc = run(tmp_path, rows, tiers={"p0": "P0"})
+    rec = next(r for r in doc["recommendations"] if r["kind"] == "tier_adjust")
+    assert rec["evidence"]["tier"] == "P0" and rec["evidence"]["wait_s"]["p95"] == 3600
