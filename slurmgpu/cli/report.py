@@ -93,6 +93,9 @@ def write_report(path: str | os.PathLike[str], text: str, fmt: str) -> Path:
     type=click.Path(exists=True, dir_okay=False),
     help="Site policy: maps QOS to tiers.",
 )
+@click.option("--inventory", "inventories", multiple=True, type=click.Path(dir_okay=False),
+              help="`slurmgpu inventory` snapshot: measured GPU memory per type "
+              "(repeatable).")  # fmt: skip
 @click.option("--tier", "tier_pairs", multiple=True, metavar="QOS=TIER",
               help="Map a QOS to a tier (repeatable; overrides --policy).")  # fmt: skip
 @click.option("--capacity", "capacity", multiple=True, metavar="PARTITION=GPUS",
@@ -116,6 +119,7 @@ def report(
     fmt: str,
     output: str,
     policy: str | None,
+    inventories: tuple[str, ...],
     tier_pairs: tuple[str, ...],
     capacity: tuple[str, ...],
     gpu_types: tuple[str, ...],
@@ -174,6 +178,7 @@ def report(
             capacity=parse_capacity_options(capacity) or None,
             shards_per_gpu=shard_map,
             gpu_types=_pairs(gpu_types, "--gpu-type"),
+            inventories=list(inventories),
             timezone_name=tz,
             freq=freq,
             now=now,
