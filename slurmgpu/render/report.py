@@ -144,6 +144,7 @@ def _group_columns(name_key: str, *, capacity: bool) -> tuple[list[Column], list
         ("GPU-H USED", lambda g: fmt_gpu_hours(g.get("gpu_hours_used"))),
         ("GPU UTIL", lambda g: fmt_percent(g.get("gpu_util_mean"))),
         ("WASTE GPU-H", lambda g: fmt_gpu_hours(g.get("waste_gpu_hours"))),
+        ("LOW-MEM GPU-H", lambda g: fmt_gpu_hours(g.get("low_memory_gpu_hours"))),
     ]
     waits: list[Column] = [
         ("WAIT P50", lambda g: fmt_duration(_wait(g, "p50"))),
@@ -609,8 +610,13 @@ _GROUP_METRICS: tuple[tuple[str, str, Callable[[Mapping], Any]], ...] = (
     ),
     (
         "waste_gpu_hours",
-        "GPU-hours allocated but idle or far below the slice",
+        "GPU-hours allocated x (1 - utilization), where gres/gpuutil is known",
         lambda g: g.get("waste_gpu_hours"),
+    ),
+    (
+        "low_memory_gpu_hours",
+        "GPU-hours of runs whose measured gres/gpumem stayed under 1/4 of the memory given",
+        lambda g: g.get("low_memory_gpu_hours"),
     ),
     ("wait_p50_seconds", "Median queue wait (eligible to start)", lambda g: _wait(g, "p50")),
     ("wait_p95_seconds", "95th percentile queue wait", lambda g: _wait(g, "p95")),

@@ -295,12 +295,15 @@ def test_check_prom_text_rejects_bad_lines():
 def test_docs_list_exactly_the_exported_metrics(analysis):
     """docs/reports.md names every metric the Prometheus file can contain, and no other."""
     full = copy.deepcopy(analysis)
-    full["totals"].update(gpu_hours_used=1.0, gpu_util_mean=0.5, waste_gpu_hours=2.0)
+    full["totals"].update(
+        gpu_hours_used=1.0, gpu_util_mean=50.0, waste_gpu_hours=2.0, low_memory_gpu_hours=0.5
+    )
     for group in full["by_partition"] + full["by_qos"]:
         group.update(
             gpu_util_mean=50.0,
             gpu_hours_used=1.0,
             waste_gpu_hours=2.0,
+            low_memory_gpu_hours=0.5,
             capacity_gpu_hours=10.0,
             allocation_ratio=0.1,
         )
