@@ -2,9 +2,9 @@
 
 A node's Gres (`gpu:h100:8(S:0-1),shard:32`) gives its GPUs; MIG-typed GPUs
 (`gpu:1g.10gb:7`) count as slices/7 of a GPU each; `shard:N` with G physical GPUs gives N/G
-shards per GPU (used to turn `gres/shard=K` jobs into GPU shares; per partition, over its nodes that have
-shards). A node in two partitions
-counts in both partition capacities but once in the cluster total.
+shards per GPU (used to turn `gres/shard=K` jobs into GPU shares; per partition, over its
+nodes that have shards). A node in two partitions counts in both partition capacities but
+once in the cluster total.
 """
 
 from __future__ import annotations
