@@ -310,7 +310,15 @@ class Daemon:
         except (FileNotFoundError, ValueError):
             return None
 
-    def start(self, argv: Sequence[str], env: Mapping[str, str], cwd: Path) -> None:
+    def start(
+        self,
+        argv: Sequence[str],
+        env: Mapping[str, str],
+        cwd: Path,
+        *,
+        die_with_parent: bool = False,
+    ) -> None:
+        """Start it; with `die_with_parent` the kernel sends it SIGTERM if we get killed."""
         self.output_file.parent.mkdir(parents=True, exist_ok=True)
         with open(self.output_file, "ab") as out:
             self.proc = subprocess.Popen(
@@ -322,6 +330,7 @@ class Daemon:
                 cwd=cwd,
                 # own session: a Ctrl-C in the test terminal must not kill it before cleanup
                 start_new_session=True,
+                preexec_fn=_die_with_parent if die_with_parent else None,
             )
         self.pid_file.write_text(f"{self.proc.pid}\n")
 
@@ -386,8 +395,12 @@ class SlurmCluster:
         partitions: Sequence[str] | None = None,
         job_submit_lua: str | None = None,
         keep: bool = False,
+        detached: bool = False,
     ) -> None:
         self._owns_root = root is None
+        # a pytest run that is SIGKILLed must not leave daemons behind; a cluster started by
+        # `slurm-test-cluster up` must outlive the script
+        self.detached = detached
         self.root = Path(root or tempfile.mkdtemp(prefix="slurmgpu-cluster-")).resolve()
         self.keep = keep
         self.cluster_name = cluster_name or "sg" + secrets.token_hex(3)
@@ -502,6 +515,7 @@ class SlurmCluster:
             raise ClusterError(f"no test cluster in {root} (no cluster.json)") from exc
         cluster = cls(root, cluster_name=state["cluster_name"], **state["settings"])
         cluster._owns_root = False
+        cluster.detached = True  # daemons (re)started through a handle keep running
         cluster.ports = state["ports"]
         cluster.munged_started = state["munged_started"]
         return cluster
@@ -655,7 +669,9 @@ class SlurmCluster:
             time.sleep(0.2)
 
     def _start(self, name: str, argv: Sequence[str]) -> None:
-        self._daemons[name].start(argv, _clean_env(self.env), self.work_dir)
+        self._daemons[name].start(
+            argv, _clean_env(self.env), self.work_dir, die_with_parent=not self.detached
+        )
 
     def _start_munge(self, deadline: float) -> None:
         if munge_answers():
@@ -1062,6 +1078,14 @@ def munge_answers(socket_path: str = MUNGE_SOCKET) -> bool:
     except subprocess.TimeoutExpired:
         return False
     return back.returncode == 0
+
+
+def _die_with_parent() -> None:
+    """In the child before exec: SIGTERM when the parent dies (Linux prctl PR_SET_PDEATHSIG)."""
+    import ctypes
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.prctl(1, signal.SIGTERM, 0, 0, 0)  # 1 == PR_SET_PDEATHSIG
 
 
 def _exit_on_sigterm(signum: int, frame: object) -> None:
