@@ -580,6 +580,8 @@ class SlurmCluster:
             "KillWait=5",
             "MinJobAge=300",
             "SchedulerType=sched/backfill",
+            # batch jobs start ~1 s sooner than with the default 3 s batching delay
+            "SchedulerParameters=batch_sched_delay=0",
             "SelectType=select/cons_tres",
             "SelectTypeParameters=CR_Core_Memory",
             "DefMemPerCPU=1000",
