@@ -469,6 +469,9 @@ class SlurmCluster:
             (self.root / "pids").mkdir(exist_ok=True)
             (self.root / "run").mkdir(exist_ok=True)
             (self.spool_dir / "slurmd").mkdir(parents=True, exist_ok=True)
+            # other users (add_user) must read slurm.conf and write job output in work/
+            self.root.chmod(0o755)
+            self.work_dir.chmod(0o1777)
             names = ("mariadb", "slurmdbd", "slurmctld", "slurmd")
             self.ports = dict(zip(names, _free_ports(len(names)), strict=True))
             self._write_state()
@@ -882,11 +885,17 @@ class SlurmCluster:
         timeout: float = 60,
         input: str | None = None,
         cwd: str | os.PathLike[str] | None = None,
+        user: str | None = None,
     ) -> subprocess.CompletedProcess[str]:
-        """Run a command with this cluster's SLURM_CONF; CommandFailed if check and rc != 0."""
+        """Run a command with this cluster's SLURM_CONF; CommandFailed if check and rc != 0.
+
+        With `user`, it runs as that Unix user (`runuser -u USER --`, environment kept), e.g.
+        one made by `add_user`.
+        """
         argv = [str(a) for a in argv]
+        full = [which("runuser") or "runuser", "-u", user, "--", *argv] if user else argv
         proc = subprocess.run(
-            argv,
+            full,
             capture_output=True,
             text=True,
             timeout=timeout,
@@ -900,14 +909,19 @@ class SlurmCluster:
         return proc
 
     def sbatch(
-        self, *args: str, script: str = "#!/bin/sh\nsleep 1\n", check: bool = True
+        self,
+        *args: str,
+        script: str = "#!/bin/sh\nsleep 1\n",
+        check: bool = True,
+        user: str | None = None,
     ) -> int | None:
         """Submit `script` (stdin) with `sbatch --parsable ARGS`; the job id.
 
         With check=False a refused submission returns None (use `run(["sbatch", ...])` to read
-        the refusal). Job output files land in `work_dir` unless ARGS say otherwise.
+        the refusal). Job output files land in `work_dir` unless ARGS say otherwise. `user`
+        submits as that Unix user (see `add_user`).
         """
-        proc = self.run(["sbatch", "--parsable", *args], check=check, input=script)
+        proc = self.run(["sbatch", "--parsable", *args], check=check, input=script, user=user)
         if proc.returncode != 0:
             return None
         return int(proc.stdout.strip().split(";")[0])
@@ -919,6 +933,40 @@ class SlurmCluster:
     def sacctmgr(self, *args: str, check: bool = True) -> str:
         """`sacctmgr -i ARGS` stdout (no confirmation prompt)."""
         return self.run(["sacctmgr", "-i", *args], check=check).stdout
+
+    def add_user(self, name: str, *, account: str | None = None, qos: Sequence[str] = ()) -> None:
+        """A Unix user (created if missing, never removed) with an association in `account`.
+
+        slurmctld checks the submitting uid against the associations
+        (AccountingStorageEnforce=associations), so a test can submit as a user who is in
+        the database, or as one who is not (create the Unix user with `add_user` in another
+        account, or with `useradd` alone). `qos` sets that user's QOS list.
+        """
+        if not re.fullmatch(r"[a-z_][a-z0-9_-]{0,30}", name):
+            raise ValueError(f"not a plain user name: {name!r}")
+        exists = subprocess.run(["getent", "passwd", name], capture_output=True, check=False)
+        if exists.returncode != 0:
+            created = subprocess.run(
+                [
+                    which("useradd") or "useradd",
+                    "--system",
+                    "--user-group",
+                    "--no-create-home",
+                    "--shell=/bin/sh",
+                    name,
+                ],
+                capture_output=True,
+                text=True,
+                check=False,
+            )
+            # a concurrent run may have created it in the meantime
+            if created.returncode not in (0, 9):
+                raise ClusterError(f"useradd {name} failed: {created.stderr.strip()}")
+        account = account or self.account
+        args = ["add", "user", name, f"Account={account}", f"DefaultAccount={account}"]
+        if qos:
+            args.append("QOS=" + ",".join(qos))
+        self.sacctmgr(*args)
 
     def allow_qos(self, *qos: str) -> None:
         """Let root's default account (and root in it) submit with these QOS."""
