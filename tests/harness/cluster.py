@@ -28,6 +28,8 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from slurmgpu.errors import SlurmCommandError
+from slurmgpu.sources.slurmd import check_gres_conf
 from slurmgpu.util.hostlist import expand_hostlist
 
 DEFAULT_NODE_LINE = (
@@ -231,52 +233,28 @@ def validate_gres(
 ) -> GresCheck:
     """Parse `gres_conf` with Slurm's own parser (`slurmd -G`) for the node in `node_line`.
 
-    A private slurm.conf with `SlurmdParameters=config_overrides` makes slurmd check `Cores=`
-    against the declared node layout, not this host's CPUs. `slurmd -G` exits 0 even when it
-    prints errors, so every `error:`/`fatal:` line counts as a failure.
+    `/dev/...` paths are mapped to the cluster's fake device nodes (created on demand), then
+    the product's own checker runs it: `slurmgpu.sources.slurmd.check_gres_conf` (private
+    slurm.conf with `SlurmdParameters=config_overrides`; every `error:`/`fatal:` line counts,
+    since `slurmd -G` exits 0 on errors). GresTypes names every GRES the files mention, plus
+    gpu and shard, as the cluster's slurm.conf does.
     """
-    work = Path(tempfile.mkdtemp(prefix="gres-", dir=work_dir))
-    dev = Path(dev_dir)
-    text, devices = map_dev_paths(gres_conf, dev)
+    del work_dir  # the checker makes its own temp dir
+    text, devices = map_dev_paths(gres_conf, Path(dev_dir))
     make_device_nodes(devices)
-    node = _node_names(node_line)[0]
-    conf = "\n".join(
-        [
-            "ClusterName=gresvalidate",
-            f"SlurmctldHost={socket.gethostname().split('.')[0]}(127.0.0.1)",
-            "SlurmdParameters=config_overrides",
-            f"GresTypes={','.join(_gres_names(text, node_line))}",
-            f"SlurmdSpoolDir={work}/spool",
-            f"SlurmdLogFile={work}/slurmd.log",
-            "ProctrackType=proctrack/linuxproc",
-            "TaskPlugin=task/none",
-            "SelectType=select/cons_tres",
-            node_line,
-            "",
-        ]
-    )
-    (work / "slurm.conf").write_text(conf)
-    (work / "gres.conf").write_text(text)
-    env = _clean_env({"SLURM_CONF": str(work / "slurm.conf")})
-    slurmd = which("slurmd") or "slurmd"
+    _node_names(node_line)  # a clear ClusterError for a line without NodeName=
     try:
-        proc = subprocess.run(
-            [slurmd, "-G", "-N", node],
-            capture_output=True,
-            text=True,
+        check = check_gres_conf(
+            text,
+            node_line,
+            gres_types=",".join(_gres_names(text, node_line)),
+            slurmd=which("slurmd") or "slurmd",
             timeout=timeout,
-            env=env,
-            check=False,
         )
-    except subprocess.TimeoutExpired as exc:
-        raise ClusterError(f"slurmd -G gave no answer after {timeout:g} s") from exc
-    output = (proc.stdout or "") + (proc.stderr or "")
-    lines = [line.strip() for line in output.splitlines()]
-    records = [line[line.index("Gres Name=") :] for line in lines if "Gres Name=" in line]
-    errors = [line for line in lines if re.search(r"\b(error|fatal):", line)]
-    if proc.returncode != 0 and not errors:
-        errors.append(f"slurmd -G exited {proc.returncode}")
-    return GresCheck(ok=not errors, records=records, errors=errors, output=output)
+    except SlurmCommandError as exc:
+        raise ClusterError(str(exc)) from exc
+    records = [f"Gres {r}" for r in check.records]
+    return GresCheck(ok=check.ok, records=records, errors=check.errors, output=check.output)
 
 
 def _clean_env(extra: Mapping[str, str]) -> dict[str, str]:
