@@ -322,3 +322,15 @@ def test_live_sub_windows_keep_each_row_once():
     assert split.rows_overlap > 0
     # malformed lines are printed by every window and rejected in each (documented)
     assert split.rows_read == split.rows_analyzed + split.rows_rejected
+
+
+def test_crlf_and_missing_final_newline(tmp_path, mix):
+    text = MIX.read_text()
+    crlf = tmp_path / "crlf.txt"
+    crlf.write_bytes(text.replace("\n", "\r\n").encode())
+    no_nl = tmp_path / "no-newline.txt"
+    no_nl.write_text(text.rstrip("\n"))
+    for path in (crlf, no_nl):
+        res = load_files([path], options=Options(shards_per_gpu={"gpu": 8}))
+        pd.testing.assert_frame_equal(_frame_key(res), _frame_key(mix))
+        assert res.rows_read == mix.rows_read
