@@ -123,7 +123,8 @@ def analyze(
             slurm_version = slurm_src.slurm_version(env)
         except SlurmCommandError:
             slurm_version = None
-        source["slurm_version"] = ".".join(map(str, slurm_version)) if slurm_version else None
+        # as Slurm writes it: 22.05.8
+        source["slurm_version"] = "{}.{:02d}.{}".format(*slurm_version) if slurm_version else None
         try:
             cap = cap_mod.capacity_from_scontrol(
                 slurm_src.scontrol_show("node", env=env),

@@ -132,7 +132,7 @@ def test_states_and_gpu_hours_from_live_sacct(slurm_cluster: SlurmCluster, ran: 
     c = slurm_cluster
     result = _analysis(c, ran)
     doc = result.to_dict()
-    assert doc["source"]["kind"] == "sacct" and doc["source"]["slurm_version"] == "22.5.8"
+    assert doc["source"]["kind"] == "sacct" and doc["source"]["slurm_version"] == "22.05.8"
     t = doc["totals"]
     assert t["rows_read"] == t["rows_analyzed"] + t["rows_rejected"]
     assert t["rows_rejected"] == 0, doc["rejected"]
