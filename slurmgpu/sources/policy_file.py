@@ -65,7 +65,8 @@ _KIND_KEYS = {"slice", "gpu_model", "gres_type", "partition", "time_limit_min", 
 _PARTITION_KEYS = {"description"}
 
 _HEADER = re.compile(r"^\s*(\[\[?)\s*(?P<path>[^\]]+?)\s*\]\]?\s*(?:#.*)?$")
-_ASSIGN = re.compile(r"^\s*(?P<path>(?:[A-Za-z0-9_-]+|\"[^\"]*\"|'[^']*')(?:\s*\.\s*(?:[A-Za-z0-9_-]+|\"[^\"]*\"|'[^']*'))*)\s*=")
+_KEY_PART = r"""(?:[A-Za-z0-9_-]+|"[^"]*"|'[^']*')"""
+_ASSIGN = re.compile(rf"^\s*(?P<path>{_KEY_PART}(?:\s*\.\s*{_KEY_PART})*)\s*=")
 _PART = re.compile(r"\s*(?:([A-Za-z0-9_-]+)|\"([^\"]*)\"|'([^']*)')\s*(?:\.|$)")
 
 
@@ -228,6 +229,16 @@ def parse_policy(source: str, path: str = "<policy>") -> Policy:
             elif target == tier.name:
                 check.error(("tiers", tier.name, "preempts"), "a tier cannot preempt itself")
     _check_cycles(check, tiers)
+    for victim in tiers:
+        # Slurm applies PreemptMode per victim QOS: its preemptors must agree on it.
+        by = [t for t in tiers if victim.name in t.preempts and t.name != victim.name]
+        if len({t.preempt_mode for t in by}) > 1:
+            modes = ", ".join(f"{t.name}={t.preempt_mode}" for t in by)
+            check.error(
+                ("tiers", by[-1].name, "preempt_mode"),
+                f"tiers preempting {victim.name} disagree on preempt_mode ({modes}): "
+                "Slurm applies one mode per preempted QOS",
+            )
     qos_seen: dict[str, str] = {}
     for tier in tiers:
         other = qos_seen.setdefault(tier.qos.lower(), tier.name)
@@ -293,9 +304,7 @@ def _tiers(check: _Checker, raw: object) -> tuple[Tier, ...]:
         grace = check.integer((*keys, "grace_time_s"), body.get("grace_time_s", 0), minimum=0)
         mode = body.get("preempt_mode", "requeue")
         if not isinstance(mode, str) or mode.lower() not in PREEMPT_MODES:
-            check.error(
-                (*keys, "preempt_mode"), f"{mode!r}: use one of {', '.join(PREEMPT_MODES)}"
-            )
+            check.error((*keys, "preempt_mode"), f"{mode!r}: use one of {', '.join(PREEMPT_MODES)}")
             mode = "requeue"
         out.append(
             Tier(
@@ -331,7 +340,7 @@ def _check_cycles(check: _Checker, tiers: tuple[Tier, ...]) -> None:
         path.append(node)
         for nxt in graph.get(node, ()):
             if state.get(nxt) == 1:
-                cycle = path[path.index(nxt) :] + [nxt]
+                cycle = [*path[path.index(nxt) :], nxt]
                 key = frozenset(cycle)
                 if key not in reported:
                     reported.add(key)
@@ -365,17 +374,13 @@ def _kinds(
             check.error((*keys, "slice"), "missing: e.g. 'mig:3g.40gb', 'shard:2' or 'gpu:1'")
             continue
         sl = _slice(check, keys, body, shards_per_gpu)
-        partition = check.string(
-            (*keys, "partition"), body.get("partition"), pattern=_SLURM_NAME
-        )
+        partition = check.string((*keys, "partition"), body.get("partition"), pattern=_SLURM_NAME)
         if partition is not None and partitions and partition not in part_names:
             check.error(
                 (*keys, "partition"),
                 f"unknown partition '{partition}' (partitions: {', '.join(sorted(part_names))})",
             )
-        time_limit = check.integer(
-            (*keys, "time_limit_min"), body.get("time_limit_min"), minimum=1
-        )
+        time_limit = check.integer((*keys, "time_limit_min"), body.get("time_limit_min"), minimum=1)
         if sl is not None:
             out.append(
                 JobKind(
@@ -383,8 +388,7 @@ def _kinds(
                     slice=sl,
                     partition=partition,
                     time_limit_min=time_limit,
-                    description=check.string((*keys, "description"), body.get("description"))
-                    or "",
+                    description=check.string((*keys, "description"), body.get("description")) or "",
                 )
             )
     return tuple(out)
