@@ -94,7 +94,7 @@ def test_non_tier_qos_falls_back_to_tag_then_default(example):
 
 
 def test_default_kind_applies(users_policy):
-    policy, script = users_policy
+    _, script = users_policy
     out = script.submit({"user_name": "carol"})
     assert out.rc == SUCCESS
     assert out.writes["tres_per_node"] == "gres:gpu:2"
