@@ -64,12 +64,19 @@ def split_args(args: list[str]) -> tuple[dict[str, str], list[str], list[str], b
     return ours, sbatch, [], dry_run
 
 
-@click.command(
-    "submit",
-    add_help_option=False,
-    context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False},
-)
-@click.argument("args", nargs=-1, type=click.UNPROCESSED)
+class RawArgsCommand(click.Command):
+    """A command that receives its arguments verbatim (`--`, `-p gpu`, `--time=10` included).
+
+    click's own parser would drop a `--` or regroup options; sbatch options must pass through
+    exactly as typed, so parsing is `split_args`'s job.
+    """
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        ctx.params["args"] = tuple(args)
+        return []
+
+
+@click.command("submit", cls=RawArgsCommand, add_help_option=False)
 def submit(args: tuple[str, ...]) -> None:
     """Submit a batch job with a tier, job kind and GPU slice (run `submit --help`)."""
     import os
