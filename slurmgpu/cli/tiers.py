@@ -103,15 +103,22 @@ def qos_apply(policy_path: str | None, prune: bool) -> None:
 
     plan = _plan(policy_path, prune)
     _print_plan(plan)
-    for cmd in plan.commands:
-        run_sacctmgr(cmd)
-        click.echo(f"ran: {format_command(cmd)}")
-    if plan.commands:
-        again = _plan(policy_path, prune)
-        if not again.nothing_to_do:
-            left = "; ".join(format_command(c) for c in again.commands)
-            raise SlurmgpuError(f"after apply, sacctmgr still differs from the policy: {left}")
-        click.echo(f"applied {len(plan.commands)} command(s); slurmdbd matches the policy")
+    total = 0
+    # Association QOS lists inherit: an account's qos-= also reaches its users, so a user
+    # the policy names may need a second round. Three rounds always settle a valid policy.
+    for _ in range(3):
+        if plan.nothing_to_do:
+            break
+        for cmd in plan.commands:
+            run_sacctmgr(cmd)
+            click.echo(f"ran: {format_command(cmd)}")
+        total += len(plan.commands)
+        plan = _plan(policy_path, prune)
+    if not plan.nothing_to_do:
+        left = "; ".join(format_command(c) for c in plan.commands)
+        raise SlurmgpuError(f"after apply, slurmdbd still differs from the policy: {left}")
+    if total:
+        click.echo(f"applied {total} command(s); slurmdbd matches the policy")
 
 
 @click.command("gen-job-submit")

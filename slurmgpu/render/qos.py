@@ -16,6 +16,7 @@ from slurmgpu.model.accounts import Association, QosRecord
 from slurmgpu.model.policy import Policy, Tier
 
 # The Description slurmgpu gives a tier QOS: marks it as ours (only ours are ever deleted).
+# slurmdbd stores descriptions lowercased (seen with 22.05), so it is written lowercase.
 OWNER_PREFIX = "slurmgpu tier "
 
 
@@ -72,7 +73,7 @@ def desired_qos(policy: Policy) -> list[QosRecord]:
             grace_time_s=max((t.grace_time_s for t in by), default=0),
             max_tres_per_user=_gpu_tres(tier.max_gpus_per_user),
             max_tres_per_account=_gpu_tres(tier.max_gpus_per_account),
-            description=OWNER_PREFIX + tier.name,
+            description=(OWNER_PREFIX + tier.name).lower(),
         )
     ordered: list[QosRecord] = []
     done: set[str] = set()
@@ -113,7 +114,7 @@ def _settings_of(want: QosRecord, have: QosRecord | None) -> list[str]:
         if _tres(w) != _tres(h):
             # sacctmgr clears one TRES limit with -1
             out.append(f"{key}={w or 'gres/gpu=-1'}")
-    if have is None or have.description != want.description:
+    if have is None or have.description.lower() != want.description:
         out.append(f"Description={want.description}")
     return out
 
@@ -151,7 +152,7 @@ def plan_qos(
     wanted_names = {w.name for w in wanted}
     deletes: list[tuple[str, ...]] = []
     for name, have in sorted(live_by_name.items()):
-        if name in wanted_names or not have.description.startswith(OWNER_PREFIX):
+        if name in wanted_names or not have.description.lower().startswith(OWNER_PREFIX):
             continue
         if name in used and not prune:
             notes.append(
