@@ -6,7 +6,11 @@ import random
 import re
 
 import pytest
-from conftest import (
+
+from slurmgpu.model.policy import TAG_PATTERN
+from slurmgpu.render.job_submit import render_job_submit, tres_per_node
+from slurmgpu.sources.policy_file import load_policy, parse_policy
+from tests.unit.tiers.lua_env import (
     ACCESS_DENIED,
     DATA,
     ERROR,
@@ -17,10 +21,6 @@ from conftest import (
     SUCCESS,
     LuaScript,
 )
-
-from slurmgpu.model.policy import TAG_PATTERN
-from slurmgpu.render.job_submit import render_job_submit, tres_per_node
-from slurmgpu.sources.policy_file import load_policy, parse_policy
 
 UIDS = {"alice": 1001, "bob": 1002, "root": 0}
 

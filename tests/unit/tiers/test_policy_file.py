@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import pytest
 from click.testing import CliRunner
-from conftest import EXAMPLE
 
 from slurmgpu.cli import main
 from slurmgpu.errors import PolicyError
 from slurmgpu.model.policy import slice_gpu_fraction, slice_memory_mib
 from slurmgpu.sources.policy_file import key_lines, load_policy, parse_policy
+from tests.unit.tiers.lua_env import EXAMPLE
 
 BASE = """\
 default_tier = "P2"

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from conftest import EXAMPLE
-
 from slurmgpu.model.accounts import Association, QosRecord
 from slurmgpu.render.qos import (
     build_plan,
@@ -16,6 +14,7 @@ from slurmgpu.render.qos import (
 )
 from slurmgpu.sources.policy_file import load_policy
 from slurmgpu.sources.sacctmgr import parse_assoc_lines, parse_duration_s, parse_qos_lines
+from tests.unit.tiers.lua_env import EXAMPLE
 
 POLICY = load_policy(EXAMPLE)
 NORMAL = QosRecord("normal", priority=0)

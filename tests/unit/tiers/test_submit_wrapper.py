@@ -9,13 +9,13 @@ import sys
 import time
 
 import pytest
-from conftest import DATA, EXAMPLE
 
 from slurmgpu.cli.submit import split_args
 from slurmgpu.errors import UsageError
 from slurmgpu.model.slicing import candidates, largest
 from slurmgpu.render.sbatch import Additions, build_argv, scan_options, script_directives
 from slurmgpu.sources.cluster_gres import cache_path, parse_sinfo_gres
+from tests.unit.tiers.lua_env import DATA, EXAMPLE
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(__file__))))
 
