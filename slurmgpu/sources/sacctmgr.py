@@ -90,7 +90,7 @@ def show_qos(env: Mapping[str, str] | None = None) -> list[QosRecord]:
 
 def show_associations(cluster: str, env: Mapping[str, str] | None = None) -> list[Association]:
     """The associations of `cluster`."""
-    argv = ["sacctmgr", "show", "assoc", "--parsable2", "--noheader", f"where cluster={cluster}"]
+    argv = ["sacctmgr", "show", "assoc", "--parsable2", "--noheader", "where", f"cluster={cluster}"]
     out = run([*argv, "format=" + ",".join(ASSOC_FORMAT)], env=env, timeout=60).stdout
     return parse_assoc_lines(out)
 

@@ -48,7 +48,14 @@ def slurmgpu(cluster, *args: str, check: bool = True):
 
 
 def job_record(cluster, jobid: int) -> dict[str, str]:
-    return parse_scontrol_record(cluster.scontrol("show", "-o", "job", str(jobid)).strip())
+    """`scontrol show job` as a dict. Comment/AdminComment hold `key=value` text that the
+    one-line parser would split, so they come from their own lines of the long format."""
+    record = parse_scontrol_record(cluster.scontrol("show", "-o", "job", str(jobid)).strip())
+    for line in cluster.scontrol("show", "job", str(jobid)).splitlines():
+        m = re.match(r"^\s*(Comment|AdminComment)=(.*?)\s*$", line)
+        if m:
+            record[m.group(1)] = m.group(2)
+    return record
 
 
 @pytest.fixture(scope="module")
@@ -93,7 +100,8 @@ def test_qos_apply_creates_the_tiers_and_is_idempotent(tiers_cluster):
         "assoc",
         "--parsable2",
         "--noheader",
-        f"where cluster={cluster.cluster_name}",
+        "where",
+        f"cluster={cluster.cluster_name}",
         "user=root",
         "format=Account,QOS",
     )
