@@ -7,7 +7,7 @@ it; renderers (QOS plan, job_submit.lua) and the wrapper only read it.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from slurmgpu.model.catalog import GPU_MODELS, GpuModel, MigProfile, model_for_type
 
@@ -115,7 +115,6 @@ class Policy:
     shards_per_gpu: int | None = None
     priority_weight_qos: int = 10000
     source: str = ""
-    line_of: dict[str, int] = field(default_factory=dict, compare=False, repr=False)
 
     def tier(self, name: str) -> Tier | None:
         """The tier called `name` (exact), or None."""

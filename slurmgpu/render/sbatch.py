@@ -41,11 +41,11 @@ _WATCHED = {
 _TAG = re.compile(TAG_PATTERN)
 
 
-@dataclass
 class SbatchOptions:
     """The watched options found in a list of sbatch arguments (last occurrence wins)."""
 
-    values: dict[str, str] = field(default_factory=dict)
+    def __init__(self) -> None:
+        self.values: dict[str, str] = {}
 
     def get(self, key: str) -> str | None:
         return self.values.get(key)

@@ -10,11 +10,9 @@ A key inside an inline table (`x = {a = 1}`) gets the line of `x`.
 
 from __future__ import annotations
 
-import difflib
 import os
 import re
 import tomllib
-from pathlib import Path
 
 from slurmgpu.errors import PolicyError
 from slurmgpu.model.catalog import GPU_MODELS, model_for_type
@@ -64,10 +62,11 @@ _TIER_KEYS = {
 _KIND_KEYS = {"slice", "gpu_model", "gres_type", "partition", "time_limit_min", "description"}
 _PARTITION_KEYS = {"description"}
 
-_HEADER = re.compile(r"^\s*(\[\[?)\s*(?P<path>[^\]]+?)\s*\]\]?\s*(?:#.*)?$")
+# The key-line scanner's patterns (compiled on first use: only error messages need them).
+_HEADER_RE = r"^\s*(\[\[?)\s*(?P<path>[^\]]+?)\s*\]\]?\s*(?:#.*)?$"
 _KEY_PART = r"""(?:[A-Za-z0-9_-]+|"[^"]*"|'[^']*')"""
-_ASSIGN = re.compile(rf"^\s*(?P<path>{_KEY_PART}(?:\s*\.\s*{_KEY_PART})*)\s*=")
-_PART = re.compile(r"\s*(?:([A-Za-z0-9_-]+)|\"([^\"]*)\"|'([^']*)')\s*(?:\.|$)")
+_ASSIGN_RE = rf"^\s*(?P<path>{_KEY_PART}(?:\s*\.\s*{_KEY_PART})*)\s*="
+_PART_RE = r"""\s*(?:([A-Za-z0-9_-]+)|"([^"]*)"|'([^']*)')\s*(?:\.|$)"""
 
 
 def default_policy_path() -> str:
@@ -76,7 +75,8 @@ def default_policy_path() -> str:
 
 
 def _split_path(text: str) -> tuple[str, ...]:
-    return tuple(a or b or c for a, b, c in _PART.findall(text) if (a or b or c) is not None)
+    parts = re.findall(_PART_RE, text)
+    return tuple(a or b or c for a, b, c in parts if (a or b or c) is not None)
 
 
 def key_lines(source: str) -> dict[tuple[str, ...], int]:
@@ -92,12 +92,12 @@ def key_lines(source: str) -> dict[tuple[str, ...], int]:
         stripped = line.strip()
         if not stripped or stripped.startswith("#"):
             continue
-        header = _HEADER.match(line)
-        if header and not _ASSIGN.match(line):
+        header = re.match(_HEADER_RE, line)
+        if header and not re.match(_ASSIGN_RE, line):
             table = _split_path(header.group("path"))
             lines.setdefault(table, number)
             continue
-        assign = _ASSIGN.match(line)
+        assign = re.match(_ASSIGN_RE, line)
         if assign:
             path = table + _split_path(assign.group("path"))
             for i in range(len(table) + 1, len(path) + 1):
@@ -112,15 +112,18 @@ def key_lines(source: str) -> dict[tuple[str, ...], int]:
 class _Checker:
     """Collects `file:line: key: message` errors while a policy is built."""
 
-    def __init__(self, path: str, lines: dict[tuple[str, ...], int]) -> None:
+    def __init__(self, path: str, source: str) -> None:
         self.path = path
-        self.lines = lines
+        self.source = source
+        self._lines: dict[tuple[str, ...], int] | None = None
         self.errors: list[str] = []
 
     def line(self, keys: tuple[str, ...]) -> int:
+        if self._lines is None:  # scanned only when there is something to report
+            self._lines = key_lines(self.source)
         for i in range(len(keys), 0, -1):
-            if keys[:i] in self.lines:
-                return self.lines[keys[:i]]
+            if keys[:i] in self._lines:
+                return self._lines[keys[:i]]
         return 1
 
     def error(self, keys: tuple[str, ...], message: str) -> None:
@@ -130,6 +133,8 @@ class _Checker:
     def unknown_keys(self, keys: tuple[str, ...], table: dict, allowed: set[str]) -> None:
         for key in table:
             if key not in allowed:
+                import difflib  # only on the error path: the wrapper loads policies per job
+
                 close = difflib.get_close_matches(key, sorted(allowed), n=1)
                 hint = f" (did you mean '{close[0]}'?)" if close else ""
                 allowed_list = ", ".join(sorted(allowed))
@@ -192,11 +197,11 @@ def _pattern_hint(pattern: re.Pattern[str]) -> str:
 
 def load_policy(path: str | os.PathLike[str]) -> Policy:
     """Read and validate a policy file; raises `PolicyError` listing every problem."""
-    p = Path(path)
     try:
-        source = p.read_text(encoding="utf-8")
+        with open(path, encoding="utf-8") as fh:
+            source = fh.read()
     except OSError as exc:
-        raise PolicyError(f"{p}: cannot read the policy file: {exc.strerror}") from exc
+        raise PolicyError(f"{path}: cannot read the policy file: {exc.strerror}") from exc
     return parse_policy(source, str(path))
 
 
@@ -206,8 +211,7 @@ def parse_policy(source: str, path: str = "<policy>") -> Policy:
         data = tomllib.loads(source)
     except tomllib.TOMLDecodeError as exc:
         raise PolicyError(f"{path}: not valid TOML: {exc}") from exc
-    lines = key_lines(source)
-    check = _Checker(path, lines)
+    check = _Checker(path, source)
     check.unknown_keys((), data, _TOP_KEYS)
 
     shards_per_gpu = check.integer(("shards_per_gpu",), data.get("shards_per_gpu"), minimum=1)
@@ -265,7 +269,6 @@ def parse_policy(source: str, path: str = "<policy>") -> Policy:
         shards_per_gpu=shards_per_gpu,
         priority_weight_qos=weight or 10000,
         source=path,
-        line_of={".".join(k): v for k, v in lines.items()},
     )
 
 

@@ -28,7 +28,7 @@ slurm = {
   INFINITE = 4294967295, INFINITE16 = 65535, INFINITE64 = 18446744073709551615,
   MEM_PER_CPU = 9223372036854775808,
 }
-LOG = { user = {}, info = {}, error = {} }
+LOG = { user = {}, info = {}, error = {}, debug = {} }
 local function logger(kind)
   return function(fmt, ...)
     local t = LOG[kind]
@@ -38,7 +38,7 @@ end
 slurm.log_user = logger("user")
 slurm.log_info = logger("info")
 slurm.log_error = logger("error")
-slurm.log_debug = function() end
+slurm.log_debug = logger("debug")
 slurm.log_verbose = function() end
 
 -- Fields 22.05's _set_job_req_field accepts (subset) and their types.
@@ -94,7 +94,7 @@ class LuaScript:
         self.g = self.lua.globals()
 
     def _reset_log(self) -> None:
-        self.lua.execute("LOG = { user = {}, info = {}, error = {} }")
+        self.lua.execute("LOG = { user = {}, info = {}, error = {}, debug = {} }")
 
     def _list(self, table) -> list[str]:
         return [table[i] for i in range(1, len(table) + 1)]
