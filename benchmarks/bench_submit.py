@@ -6,7 +6,7 @@ then measures in one run:
      job_submit.lua (tier/kind tags in the comment, so the routing really runs);
   2. start-up of `slurmgpu submit --dry-run` against `python -c 'import click'` (the floor of
      any click program; goal <= 1.5x) and against one real `sbatch` submission.
-Run: sudo /path/to/venv/bin/python benchmarks/bench_submit.py [--jobs 200] [--runs 15]
+Run: sudo /path/to/venv/bin/python benchmarks/bench_submit.py [--jobs 100] [--rounds 3] [--runs 15]
 """
 
 from __future__ import annotations
@@ -66,7 +66,8 @@ def throughput(cluster: SlurmCluster, jobs: int, comment: str) -> float:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--jobs", type=int, default=200)
+    parser.add_argument("--jobs", type=int, default=100, help="jobs per round and config")
+    parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--runs", type=int, default=15)
     args = parser.parse_args()
 
@@ -81,20 +82,19 @@ def main() -> None:
             capture_output=True,
             cwd=ROOT,
         )
-        cluster.reconfigure(node_line=NODE_LINE, gres_conf=GRES_CONF)
         comment = "bench tier=P1 kind=finetune"
-        plain = throughput(cluster, args.jobs, comment)
-        cluster.reconfigure(
-            node_line=NODE_LINE, gres_conf=GRES_CONF, job_submit_lua=render_job_submit(policy)
+        trivial = (
+            "function slurm_job_submit(j, p, u) return slurm.SUCCESS end\n"
+            "function slurm_job_modify(j, r, p, u) return slurm.SUCCESS end\n"
         )
-        routed = throughput(cluster, args.jobs, comment)
-        cluster.reconfigure(
-            node_line=NODE_LINE,
-            gres_conf=GRES_CONF,
-            job_submit_lua="function slurm_job_submit(j, p, u) return slurm.SUCCESS end\n"
-            "function slurm_job_modify(j, r, p, u) return slurm.SUCCESS end\n",
-        )
-        floor = throughput(cluster, args.jobs, comment)
+        configs = {"plain": None, "trivial": trivial, "routed": render_job_submit(policy)}
+        rates: dict[str, list[float]] = {k: [] for k in configs}
+        # rounds of all three, so load from other work on the machine hits each alike
+        for _ in range(args.rounds):
+            for name, lua in configs.items():
+                cluster.reconfigure(node_line=NODE_LINE, gres_conf=GRES_CONF, job_submit_lua=lua)
+                rates[name].append(throughput(cluster, args.jobs, comment))
+        plain, floor, routed = (statistics.median(rates[k]) for k in ("plain", "trivial", "routed"))
 
         env = {**os.environ, **cluster.env}
         with tempfile.TemporaryDirectory() as tmp:
@@ -154,7 +154,10 @@ def main() -> None:
         f"{os.cpu_count()} CPUs, Slurm 22.05 harness cluster)"
     )
     print()
-    print(f"sbatch --hold throughput, {args.jobs} sequential submissions:")
+    print(
+        f"sbatch --hold throughput, median of {args.rounds} rounds of {args.jobs} sequential "
+        "submissions:"
+    )
     print(f"  no job_submit plugin    {plain:7.1f} jobs/s")
     print(
         f"  trivial job_submit.lua  {floor:7.1f} jobs/s   (ratio {floor / plain:.2f}: plugin cost)"

@@ -98,7 +98,12 @@ def largest(nodes: Sequence[NodeGres], shards_per_gpu: int | None = None) -> Can
     for c in candidates(nodes, 0, shards_per_gpu):
         if c.slice.kind == SLICE_GPU:
             count = max(
-                (n for node in nodes for name, t, n in node.items if t == c.slice.gres_type),
+                (
+                    n
+                    for node in nodes
+                    for name, t, n in node.items
+                    if name == "gpu" and t == c.slice.gres_type
+                ),
                 default=1,
             )
             c = Candidate(

@@ -2,24 +2,24 @@
 
 The wrapper asks on every submission, so the answer is kept for `ttl_s` seconds in
 `$XDG_CACHE_HOME/slurmgpu/` (default `~/.cache/slurmgpu/`), one file per `SLURM_CONF`.
-A cache that cannot be read or written is simply skipped.
+A cache that cannot be read or written is simply skipped. The cache holds the parsed items as
+plain lines, so a cache hit imports nothing beyond `os` and `time` (this is the wrapper's
+start-up path; see benchmarks/bench_submit.py).
 """
 
 from __future__ import annotations
 
 import contextlib
-import hashlib
-import json
 import os
+import re
 import time
 from collections.abc import Mapping
 from pathlib import Path
 
 from slurmgpu.model.slicing import NodeGres
-from slurmgpu.sources.slurm import parse_gres_string
-from slurmgpu.util.proc import run
 
 DEFAULT_TTL_S = 60.0
+_CACHE_VERSION = "slurmgpu-gres-cache 1"
 
 
 def cache_path(env: Mapping[str, str] | None = None) -> Path:
@@ -27,12 +27,13 @@ def cache_path(env: Mapping[str, str] | None = None) -> Path:
     environ = {**os.environ, **(env or {})}
     base = Path(environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "slurmgpu"
     conf = environ.get("SLURM_CONF", "/etc/slurm/slurm.conf")
-    digest = hashlib.sha256(conf.encode()).hexdigest()[:16]
-    return base / f"gres-{digest}.json"
+    return base / ("gres-" + re.sub(r"[^A-Za-z0-9_.-]", "_", conf.strip("/")) + ".txt")
 
 
 def parse_sinfo_gres(text: str) -> list[NodeGres]:
     """Lines `NODE|GRES` (sinfo -h -N -o '%N|%G') -> one NodeGres per node."""
+    from slurmgpu.sources.slurm import parse_gres_string
+
     nodes: dict[str, NodeGres] = {}
     for line in text.splitlines():
         if "|" not in line:
@@ -46,17 +47,47 @@ def parse_sinfo_gres(text: str) -> list[NodeGres]:
     return list(nodes.values())
 
 
+def format_cache(nodes: list[NodeGres], now: float) -> str:
+    """The cache file text: a header with the time, then `node<TAB>name,type,count;...`."""
+    lines = [f"{_CACHE_VERSION} {now:.3f}"]
+    for n in nodes:
+        items = ";".join(f"{name},{gtype or ''},{count}" for name, gtype, count in n.items)
+        lines.append(f"{n.node}\t{items}")
+    return "\n".join(lines) + "\n"
+
+
+def parse_cache(text: str, now: float, ttl_s: float) -> list[NodeGres] | None:
+    """The cached nodes, or None when the cache is stale or not ours."""
+    header, _, body = text.partition("\n")
+    prefix, _, stamp = header.rpartition(" ")
+    if prefix != _CACHE_VERSION or now - float(stamp) >= ttl_s:
+        return None
+    nodes = []
+    for line in body.splitlines():
+        node, _, items = line.partition("\t")
+        parsed = []
+        for item in filter(None, items.split(";")):
+            name, gtype, count = item.split(",")
+            parsed.append((name, gtype or None, int(count)))
+        nodes.append(NodeGres(node, tuple(parsed)))
+    return nodes
+
+
 def node_gres(env: Mapping[str, str] | None = None, ttl_s: float = DEFAULT_TTL_S) -> list[NodeGres]:
     """The nodes' GRES, from the cache when younger than `ttl_s`, else from sinfo."""
     path = cache_path(env)
-    with contextlib.suppress(OSError, ValueError, KeyError, TypeError):
-        cached = json.loads(path.read_text(encoding="utf-8"))
-        if time.time() - float(cached["time"]) < ttl_s:
-            return parse_sinfo_gres(cached["sinfo"])
+    now = time.time()
+    with contextlib.suppress(OSError, ValueError):
+        cached = parse_cache(path.read_text(encoding="utf-8"), now, ttl_s)
+        if cached is not None:
+            return cached
+    from slurmgpu.util.proc import run
+
     out = run(["sinfo", "-h", "-N", "-o", "%N|%G"], env=env, timeout=20).stdout
+    nodes = parse_sinfo_gres(out)
     with contextlib.suppress(OSError):
         from slurmgpu.util.atomic import write_atomic
 
         path.parent.mkdir(parents=True, exist_ok=True)
-        write_atomic(path, json.dumps({"time": time.time(), "sinfo": out}), backup=False)
-    return parse_sinfo_gres(out)
+        write_atomic(path, format_cache(nodes, now), backup=False)
+    return nodes

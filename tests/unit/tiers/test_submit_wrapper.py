@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import os
 import subprocess
 import sys
@@ -14,7 +13,12 @@ from slurmgpu.cli.submit import split_args
 from slurmgpu.errors import UsageError
 from slurmgpu.model.slicing import candidates, largest
 from slurmgpu.render.sbatch import Additions, build_argv, scan_options, script_directives
-from slurmgpu.sources.cluster_gres import cache_path, parse_sinfo_gres
+from slurmgpu.sources.cluster_gres import (
+    cache_path,
+    format_cache,
+    parse_cache,
+    parse_sinfo_gres,
+)
 from tests.unit.tiers.lua_env import DATA, EXAMPLE
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(__file__))))
@@ -163,6 +167,13 @@ def test_parse_sinfo_gres():
     assert NODES[0].items == (("gpu", "h100", 8), ("shard", None, 32))
 
 
+def test_cache_round_trip_and_expiry():
+    text = format_cache(NODES, 1000.0)
+    assert parse_cache(text, 1010.0, 60) == NODES
+    assert parse_cache(text, 1061.0, 60) is None
+    assert parse_cache("something else 1000\n", 1001.0, 60) is None
+
+
 @pytest.mark.parametrize(
     "memory_gib,gres",
     [
@@ -211,7 +222,8 @@ def test_gpu_mem_from_the_cached_cluster_gres(script, tmp_path):
     env = {"XDG_CACHE_HOME": str(tmp_path / "cache"), "SLURM_CONF": str(tmp_path / "slurm.conf")}
     path = cache_path(env)
     path.parent.mkdir(parents=True)
-    path.write_text(json.dumps({"time": time.time(), "sinfo": "gpu01|gpu:h100:8,shard:32\n"}))
+    nodes = parse_sinfo_gres("gpu01|gpu:h100:8,shard:h100:32\n")
+    path.write_text(format_cache(nodes, time.time()))
     result = run_submit("--gpu-mem", "10G", "--dry-run", "--", str(script), env=env)
     assert result.returncode == 0, result.stderr
     assert "--gres=shard:1" in result.stdout.split()
