@@ -18,7 +18,7 @@ from slurmgpu.errors import SlurmgpuError
 LAZY_COMMANDS: dict[str, str] = {
     "inventory": "slurmgpu.cli.gres:inventory",
     "gen-gres": "slurmgpu.cli.gres:gen_gres",
-    "gen-topology": "slurmgpu.cli.gres:gen_topology",
+    "gen-topology": "slurmgpu.cli.topology:gen_topology",
     "policy": "slurmgpu.cli.tiers:policy",
     "qos": "slurmgpu.cli.tiers:qos",
     "gen-job-submit": "slurmgpu.cli.tiers:gen_job_submit",

@@ -10,7 +10,7 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from slurmgpu.errors import SlurmCommandError
+from slurmgpu.errors import SlurmCommandError, UsageError
 from slurmgpu.util.proc import run
 
 _VERSION = re.compile(r"slurm(?:-wlm)?\s+(\d+)\.(\d+)\.(\d+)")
@@ -19,12 +19,24 @@ _FIELD = re.compile(r"(?:^|\s)([A-Za-z][A-Za-z0-9_:/.]*)=")
 
 
 def slurm_version(env: Mapping[str, str] | None = None) -> tuple[int, int, int]:
-    """The installed Slurm release, from `sinfo --version` (e.g. `slurm 22.05.8`)."""
-    out = run(["sinfo", "--version"], env=env, timeout=15).stdout
-    m = _VERSION.search(out)
-    if not m:
-        raise SlurmCommandError(f"cannot read the Slurm version from {out.strip()!r}")
-    return int(m.group(1)), int(m.group(2)), int(m.group(3))
+    """The installed Slurm release (e.g. `slurm 22.05.8` -> (22, 5, 8)).
+
+    `sinfo --version` (and `sacct -V`) need a reachable configuration on 22.05 and fail
+    without one, so `slurmd -V`, which prints the version without reading slurm.conf, is
+    tried after it (it is on GPU nodes, where gen-gres runs).
+    """
+    outputs = []
+    for argv in (["sinfo", "--version"], ["slurmd", "-V"]):
+        try:
+            proc = run(argv, env=env, timeout=15, check=False)
+        except SlurmCommandError as exc:
+            outputs.append(str(exc))
+            continue
+        m = _VERSION.search(proc.stdout + proc.stderr)
+        if m:
+            return int(m.group(1)), int(m.group(2)), int(m.group(3))
+        outputs.append(f"{argv[0]}: {(proc.stdout + proc.stderr).strip()[:120]}")
+    raise SlurmCommandError("cannot read the Slurm version: " + "; ".join(outputs))
 
 
 def parse_scontrol_record(line: str) -> dict[str, str]:
@@ -104,3 +116,26 @@ def parse_gres_string(text: str) -> list[GresItem]:
         sockets = extra[2:] if extra.startswith("S:") else None
         items.append(GresItem(m.group("name"), gtype, int(count) if count else 1, sockets))
     return items
+
+
+def parse_slurm_version(text: str) -> tuple[int, int, int]:
+    """`"24.05"` -> (24, 5, 0), `"24.05.5"` -> (24, 5, 5); a `--slurm-version` option value."""
+    m = re.fullmatch(r"\s*(\d{2})\.(\d{1,2})(?:\.(\d+))?\s*", text)
+    if not m:
+        raise UsageError(f"not a Slurm version: {text!r} (use e.g. 22.05 or 24.05.5)")
+    return int(m.group(1)), int(m.group(2)), int(m.group(3) or 0)
+
+
+def target_slurm_version(
+    option: str | None, default: tuple[int, int, int] = (22, 5, 0)
+) -> tuple[tuple[int, int, int], str]:
+    """The Slurm release to generate for, and where that came from (for headers/messages).
+
+    An explicit option wins; else the installed Slurm (`sinfo --version`); else `default`.
+    """
+    if option:
+        return parse_slurm_version(option), "--slurm-version"
+    try:
+        return slurm_version(), "installed Slurm"
+    except SlurmCommandError:
+        return default, "default (no Slurm found here; pass --slurm-version)"

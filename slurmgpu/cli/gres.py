@@ -1,0 +1,237 @@
+"""`slurmgpu inventory` and `slurmgpu gen-gres`: thin click wiring over sources/ and render/.
+
+Only click and the standard library at import time; pynvml, jinja2 and the renderers load
+inside the commands.
+"""
+
+from __future__ import annotations
+
+import sys
+
+import click
+
+from slurmgpu.errors import ConfigCheckError, UsageError
+
+
+def _warn(message: str, *, loud: bool = False) -> None:
+    prefix = "slurmgpu: WARNING: " if loud else "slurmgpu: warning: "
+    click.secho(prefix + message, err=True, fg="red" if loud else "yellow", bold=loud)
+
+
+def _read_inventory(snapshot_path: str | None, host_root: str, allow_partial: bool):
+    from slurmgpu.sources import nvml, snapshot
+
+    if snapshot_path:
+        return snapshot.load(snapshot_path)
+    return nvml.read_inventory(host_root, allow_partial=allow_partial)
+
+
+@click.command()
+@click.option(
+    "--host-root",
+    default="/",
+    show_default=True,
+    type=click.Path(file_okay=False),
+    help="Read /sys, /proc and /dev under this directory (a recorded tree, off-node).",
+)
+@click.option(
+    "--output", "-o", default="-", show_default=True, help="Snapshot file, or - for stdout."
+)
+@click.option(
+    "--allow-partial", is_flag=True, help="Record the healthy GPUs when some GPU fails (loudly)."
+)
+def inventory(host_root: str, output: str, allow_partial: bool) -> None:
+    """Read NVML and the host into a versioned JSON snapshot (see docs/snapshot.md)."""
+    from slurmgpu.sources import nvml, snapshot
+    from slurmgpu.util.atomic import write_atomic
+
+    inv = nvml.read_inventory(host_root, allow_partial=allow_partial)
+    for warning in inv.warnings:
+        _warn(warning, loud=warning.startswith("left out") or "caps minor" in warning)
+    if inv.partial:
+        _warn(f"PARTIAL inventory: {len(inv.skipped_gpus)} GPU(s) left out", loud=True)
+    text = snapshot.dumps(inv)
+    if output == "-":
+        click.echo(text, nl=False)
+    else:
+        write_atomic(output, text)
+        click.echo(f"wrote {output} ({len(inv.gpus)} GPUs)", err=True)
+
+
+def _slurm_version(text: str | None):
+    from slurmgpu.render.gres import DEFAULT_SLURM_VERSION, format_version
+    from slurmgpu.sources.slurm import target_slurm_version
+
+    version, source = target_slurm_version(text, default=DEFAULT_SLURM_VERSION)
+    if source.startswith("default"):
+        _warn(
+            "cannot detect the Slurm version (sinfo --version, slurmd -V); assuming "
+            f"{format_version(DEFAULT_SLURM_VERSION)}: pass --slurm-version X.Y.Z"
+        )
+    return version
+
+
+@click.command(name="gen-gres")
+@click.option(
+    "--snapshot",
+    "snapshot_path",
+    type=click.Path(dir_okay=False),
+    help="Inventory snapshot to read (default: this node, live).",
+)
+@click.option(
+    "--host-root",
+    default="/",
+    show_default=True,
+    type=click.Path(file_okay=False),
+    help="Host tree for a live read.",
+)
+@click.option(
+    "--output",
+    "-o",
+    default="-",
+    show_default=True,
+    help="gres.conf path to write, or - for stdout.",
+)
+@click.option(
+    "--check", is_flag=True, help="Validate with Slurm's own parser (slurmd -G) before installing."
+)
+@click.option(
+    "--diff",
+    "show_diff",
+    is_flag=True,
+    help="Show a unified diff against --output and write nothing.",
+)
+@click.option(
+    "--slurm-version",
+    default=None,
+    help="Target Slurm X.Y[.Z] (default: sinfo --version, else 22.05).",
+)
+@click.option(
+    "--shards-per-gpu",
+    default=0,
+    show_default=True,
+    type=click.IntRange(min=0),
+    help="Add Name=shard Count=N per whole GPU.",
+)
+@click.option(
+    "--gpu-types",
+    type=click.Choice(["short", "full"]),
+    default="short",
+    show_default=True,
+    help="a100 or Slurm's long nvidia_a100-sxm4-40gb.",
+)
+@click.option(
+    "--mig-types",
+    type=click.Choice(["short", "full"]),
+    default="short",
+    show_default=True,
+    help="1g.10gb or nvidia_a100_1g.10gb.",
+)
+@click.option(
+    "--node-line", is_flag=True, help="Also print GresTypes= and the NodeName= line for slurm.conf."
+)
+@click.option(
+    "--node-name",
+    default=None,
+    help="NodeName for the node line (default: the inventory's host name).",
+)
+@click.option(
+    "--numa-as-socket",
+    is_flag=True,
+    help="Count NUMA nodes as sockets (SlurmdParameters=numa_node_as_socket).",
+)
+@click.option(
+    "--allow-partial",
+    is_flag=True,
+    help="Generate for the healthy GPUs when some are missing (loudly).",
+)
+def gen_gres(
+    snapshot_path: str | None,
+    host_root: str,
+    output: str,
+    check: bool,
+    show_diff: bool,
+    slurm_version: str | None,
+    shards_per_gpu: int,
+    gpu_types: str,
+    mig_types: str,
+    node_line: bool,
+    node_name: str | None,
+    numa_as_socket: bool,
+    allow_partial: bool,
+) -> None:
+    """Generate gres.conf (and with --node-line the slurm.conf node definition).
+
+    With --output - (the default) the node definition, when asked for, comes first, then a
+    blank line, then gres.conf. With --output PATH gres.conf is written there atomically
+    (old file kept as PATH.bak) and the node definition goes to stdout.
+    """
+    import difflib
+    from pathlib import Path
+
+    from slurmgpu.render import gres
+    from slurmgpu.sources import slurmd, snapshot
+    from slurmgpu.util.atomic import write_atomic
+
+    if show_diff and output == "-":
+        raise UsageError("--diff needs --output PATH (the file to compare with)")
+    inv = _read_inventory(snapshot_path, host_root, allow_partial)
+    opts = gres.GresOptions(
+        slurm_version=_slurm_version(slurm_version),
+        gpu_types=gpu_types,
+        mig_types=mig_types,
+        shards_per_gpu=shards_per_gpu,
+        numa_as_socket=numa_as_socket,
+        node_name=node_name,
+        allow_partial=allow_partial,
+    )
+    sha = snapshot.inventory_sha256(inv)
+    gres_text = gres.render_gres_conf(inv, opts, inventory_sha256=sha)
+    node_text = gres.render_node_conf(inv, opts, inventory_sha256=sha)
+    for warning in gres.plan_warnings(inv, opts):
+        _warn(warning, loud=warning.startswith(("PARTIAL", "left out")))
+
+    def validate(text: str) -> None:
+        result = slurmd.check_gres_conf(
+            text, gres.node_line(inv, opts), gres_types=gres.gres_types(opts)
+        )
+        for note in result.notes:
+            click.echo(f"slurmgpu: check: {note}", err=True)
+        if not result.ok:
+            raise ConfigCheckError(
+                "slurmd -G rejected the generated gres.conf: " + " | ".join(result.errors[:3])
+            )
+        click.echo(
+            f"slurmgpu: check: slurmd -G accepted {len(result.records)} GRES records", err=True
+        )
+
+    if show_diff:
+        target = Path(output)
+        old = target.read_text(encoding="utf-8") if target.exists() else ""
+        diff = difflib.unified_diff(
+            old.splitlines(keepends=True),
+            gres_text.splitlines(keepends=True),
+            fromfile=str(target) if target.exists() else "/dev/null",
+            tofile=f"{target} (generated)",
+        )
+        sys.stdout.writelines(diff)
+        if check:
+            validate(gres_text)
+        return
+
+    if output == "-":
+        if check:
+            validate(gres_text)
+        if node_line:
+            click.echo(node_text)
+        click.echo(gres_text, nl=False)
+        return
+
+    backup = write_atomic(
+        output,
+        gres_text,
+        validate=(lambda tmp: validate(Path(tmp).read_text(encoding="utf-8"))) if check else None,
+    )
+    click.echo(f"wrote {output}" + (f" (previous kept as {backup})" if backup else ""), err=True)
+    if node_line:
+        click.echo(node_text, nl=False)

@@ -1,0 +1,106 @@
+"""`slurmgpu gen-topology`: topology.conf / topology.yaml from snapshots and a switch file."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+
+@click.command("gen-topology")
+@click.argument("snapshots", nargs=-1, type=click.Path(dir_okay=False))
+@click.option(
+    "--switches",
+    "switches_file",
+    required=True,
+    type=click.Path(dir_okay=False),
+    help="TOML description of switches and NVLink domains (see docs/topology.md).",
+)
+@click.option("--nodes", help="Node names (hostlist) in addition to those of the snapshots.")
+@click.option("--slurm-version", help="Target Slurm release, e.g. 24.05 (default: installed).")
+@click.option(
+    "--plugin",
+    type=click.Choice(["tree", "block"]),
+    default=None,
+    help="Layout topology.conf carries (default: tree when switches are given, else block).",
+)
+@click.option(
+    "--output-dir",
+    type=click.Path(file_okay=False),
+    help="Write topology.conf (and topology.yaml for Slurm >= 25.05) here, atomically.",
+)
+@click.option("--diff", is_flag=True, help="Show what would change in --output-dir; write nothing.")
+def gen_topology(
+    snapshots: tuple[str, ...],
+    switches_file: str,
+    nodes: str | None,
+    slurm_version: str | None,
+    plugin: str | None,
+    output_dir: str | None,
+    diff: bool,
+) -> None:
+    """Write Slurm topology files for the nodes in SNAPSHOTS.
+
+    Without --output-dir the files are printed to stdout.
+    """
+    from slurmgpu.render.topology import render_topology
+    from slurmgpu.sources.slurm import target_slurm_version
+    from slurmgpu.sources.topology_file import load_topology_spec
+    from slurmgpu.util.hostlist import expand_hostlist
+
+    spec = load_topology_spec(switches_file)
+    names: list[str] = []
+    if snapshots:
+        from slurmgpu.sources.snapshot import load_snapshot
+
+        for path in snapshots:
+            names.append(load_snapshot(path).node_name)
+    if nodes:
+        try:
+            names.extend(expand_hostlist(nodes))
+        except ValueError as exc:
+            raise click.BadParameter(str(exc), param_hint="--nodes") from exc
+    duplicates = sorted({n for n in names if names.count(n) > 1})
+    if duplicates:
+        raise click.UsageError(f"node(s) given twice: {', '.join(duplicates)}")
+    version, _ = target_slurm_version(slurm_version)
+    chosen = plugin or ("tree" if spec.switches else "block")
+    result = render_topology(
+        spec, slurm_version=version[:2], plugin=chosen, nodes=names if names else None
+    )
+    for warning in result.warnings:
+        click.secho(f"slurmgpu: warning: {warning}", fg="yellow", err=True)
+    if output_dir is None:
+        for name, text in result.files.items():
+            if len(result.files) > 1:
+                click.echo(f"# ---- {name} ----")
+            click.echo(text, nl=False)
+        return
+    _write_outputs(Path(output_dir), result.files, diff)
+
+
+def _write_outputs(directory: Path, files: dict[str, str], diff: bool) -> None:
+    import difflib
+
+    from slurmgpu.util.atomic import write_atomic
+
+    if not directory.is_dir():
+        raise click.UsageError(f"--output-dir {directory}: not a directory")
+    for name, text in files.items():
+        target = directory / name
+        old = target.read_text(encoding="utf-8") if target.exists() else ""
+        if diff:
+            lines = difflib.unified_diff(
+                old.splitlines(keepends=True),
+                text.splitlines(keepends=True),
+                fromfile=str(target),
+                tofile=f"{target} (new)",
+            )
+            click.echo("".join(lines), nl=False)
+            continue
+        if old == text:
+            click.echo(f"{target}: unchanged", err=True)
+            continue
+        backup = write_atomic(target, text)
+        note = f" (previous kept as {backup})" if backup else ""
+        click.echo(f"{target}: written{note}", err=True)

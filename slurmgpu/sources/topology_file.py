@@ -1,0 +1,151 @@
+"""Read the site's switch / NVLink-domain description (TOML) into a `TopologySpec`.
+
+Format (documented in docs/topology.md):
+
+    block_sizes = [18]                 # optional, topology/block planning sizes
+    [[switch]]
+    name = "leaf1"
+    nodes = "dgx[01-04]"               # a hostlist, or a list of hostlists
+    [[switch]]
+    name = "spine"
+    switches = "leaf[1-2]"
+    link_speed = 400                   # optional, arbitrary units (Slurm ignores it today)
+    [[nvlink_domain]]
+    name = "rack1"
+    nodes = "gb200-r1n[01-18]"
+"""
+
+from __future__ import annotations
+
+import tomllib
+from pathlib import Path
+
+from slurmgpu.errors import TopologyError
+from slurmgpu.model.topology import Block, Switch, TopologySpec
+from slurmgpu.util.hostlist import expand_hostlist
+from slurmgpu.util.tomlpos import find_key_line
+
+_TOP_KEYS = {"block_sizes", "switch", "nvlink_domain"}
+_SWITCH_KEYS = {"name", "nodes", "switches", "link_speed"}
+_DOMAIN_KEYS = {"name", "nodes"}
+
+
+class _Ctx:
+    def __init__(self, path: str, text: str) -> None:
+        self.path, self.text = path, text
+
+    def fail(self, table: str, index: int, key: str | None, message: str) -> TopologyError:
+        line = find_key_line(self.text, table, key, index)
+        where = f"{self.path}:{line}" if line else self.path
+        label = f"{table}[{index}].{key}" if key else f"{table}[{index}]"
+        if not table:
+            label = key or "(top level)"
+        return TopologyError(f"{where}: {label}: {message}")
+
+
+def load_topology_spec(path: str | Path) -> TopologySpec:
+    """Parse and shape-check the description; raises TopologyError naming file, line and key."""
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise TopologyError(f"{path}: cannot read: {exc.strerror}") from exc
+    return parse_topology_spec(text, str(path))
+
+
+def parse_topology_spec(text: str, source: str = "<topology>") -> TopologySpec:
+    ctx = _Ctx(source, text)
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise TopologyError(f"{source}: not valid TOML: {exc}") from exc
+    for key in data:
+        if key not in _TOP_KEYS:
+            raise ctx.fail("", 0, key, f"unknown key (expected one of {sorted(_TOP_KEYS)})")
+
+    switches = tuple(_switch(ctx, i, raw) for i, raw in enumerate(_table_list(ctx, data, "switch")))
+    blocks = tuple(
+        _block(ctx, i, raw) for i, raw in enumerate(_table_list(ctx, data, "nvlink_domain"))
+    )
+    sizes_raw = data.get("block_sizes", [])
+    if not isinstance(sizes_raw, list) or not all(
+        isinstance(s, int) and not isinstance(s, bool) and s > 0 for s in sizes_raw
+    ):
+        raise ctx.fail("", 0, "block_sizes", "expected a list of positive integers")
+    return TopologySpec(
+        source=source,
+        switches=switches,
+        blocks=blocks,
+        block_sizes=tuple(sizes_raw),
+        block_sizes_line=find_key_line(text, "", "block_sizes") if sizes_raw else None,
+    )
+
+
+def _table_list(ctx: _Ctx, data: dict, key: str) -> list[dict]:
+    value = data.get(key, [])
+    if not isinstance(value, list) or not all(isinstance(v, dict) for v in value):
+        raise ctx.fail("", 0, key, f"expected [[{key}]] tables")
+    return value
+
+
+def _name(ctx: _Ctx, table: str, i: int, raw: dict) -> str:
+    name = raw.get("name")
+    if not isinstance(name, str) or not name.strip():
+        raise ctx.fail(table, i, "name" if "name" in raw else None, "a non-empty name is required")
+    if len(name) > 64:  # topology.conf(5): "cannot be longer than 64 characters"
+        raise ctx.fail(table, i, "name", "longer than 64 characters (Slurm's limit)")
+    if any(c.isspace() or c in "=#" for c in name):
+        raise ctx.fail(table, i, "name", f"{name!r} contains whitespace, '=' or '#'")
+    return name
+
+
+def _hostlists(ctx: _Ctx, table: str, i: int, raw: dict, key: str) -> tuple[str, ...]:
+    value = raw.get(key)
+    if value is None:
+        return ()
+    items = [value] if isinstance(value, str) else value
+    if not isinstance(items, list) or not all(isinstance(v, str) for v in items):
+        raise ctx.fail(table, i, key, "expected a hostlist string or a list of them")
+    names: list[str] = []
+    for item in items:
+        try:
+            names.extend(expand_hostlist(item))
+        except ValueError as exc:
+            raise ctx.fail(table, i, key, str(exc)) from exc
+    return tuple(names)
+
+
+def _switch(ctx: _Ctx, i: int, raw: dict) -> Switch:
+    for key in raw:
+        if key not in _SWITCH_KEYS:
+            raise ctx.fail("switch", i, key, f"unknown key (expected {sorted(_SWITCH_KEYS)})")
+    name = _name(ctx, "switch", i, raw)
+    nodes = _hostlists(ctx, "switch", i, raw, "nodes")
+    children = _hostlists(ctx, "switch", i, raw, "switches")
+    if not nodes and not children:
+        raise ctx.fail("switch", i, "name", f"switch {name!r} has neither nodes nor switches")
+    speed = raw.get("link_speed")
+    if speed is not None and (not isinstance(speed, int) or isinstance(speed, bool) or speed < 0):
+        raise ctx.fail("switch", i, "link_speed", "expected a non-negative integer")
+    return Switch(
+        name,
+        nodes,
+        children,
+        speed,
+        line=find_key_line(ctx.text, "switch", None, i),
+        nodes_line=find_key_line(ctx.text, "switch", "nodes", i) if nodes else None,
+        switches_line=find_key_line(ctx.text, "switch", "switches", i) if children else None,
+    )
+
+
+def _block(ctx: _Ctx, i: int, raw: dict) -> Block:
+    for key in raw:
+        if key not in _DOMAIN_KEYS:
+            raise ctx.fail(
+                "nvlink_domain", i, key, f"unknown key (expected {sorted(_DOMAIN_KEYS)})"
+            )
+    name = _name(ctx, "nvlink_domain", i, raw)
+    nodes = _hostlists(ctx, "nvlink_domain", i, raw, "nodes")
+    if not nodes:
+        raise ctx.fail("nvlink_domain", i, "nodes", f"domain {name!r} lists no nodes")
+    return Block(name, nodes, find_key_line(ctx.text, "nvlink_domain", "nodes", i))

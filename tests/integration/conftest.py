@@ -1,0 +1,56 @@
+"""The session's real Slurm cluster, and the `integration` mark on every test here.
+
+A machine without Slurm, munge or MariaDB fails these tests (it does not skip them): CI must
+show that the integration tests ran against real daemons.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.harness import SlurmCluster, missing_binaries
+
+HERE = Path(__file__).resolve().parent
+SETUP_HINT = "run the README's test command as root: sudo ./scripts/run-tests"
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    for item in items:
+        if HERE in Path(str(item.path)).resolve().parents:
+            item.add_marker(pytest.mark.integration)
+
+
+def require_slurm() -> None:
+    """Fail (never skip) with a clear message when the cluster cannot run here."""
+    missing = missing_binaries()
+    if missing:
+        pytest.fail(
+            "the real-Slurm integration tests need programs that are not installed: "
+            + ", ".join(missing)
+            + f"; {SETUP_HINT} (it installs Debian's Slurm, munge and MariaDB packages)",
+            pytrace=False,
+        )
+    if os.geteuid() != 0:
+        pytest.fail(
+            f"the real-Slurm integration tests must run as root (slurmd, mknod); {SETUP_HINT}",
+            pytrace=False,
+        )
+
+
+@pytest.fixture(scope="session")
+def slurm_cluster() -> Iterator[SlurmCluster]:
+    """One real cluster (node gpu01, 8 fake H100s, accounting) for the whole session.
+
+    Set SLURMGPU_KEEP_CLUSTER=1 to keep its temp directory (logs, configs) after the run.
+    """
+    require_slurm()
+    cluster = SlurmCluster(keep=bool(os.environ.get("SLURMGPU_KEEP_CLUSTER")))
+    cluster.up()
+    try:
+        yield cluster
+    finally:
+        cluster.down()
