@@ -28,8 +28,8 @@ TAG_PATTERN = r"(?:^|[\s;,])(tier|kind)=([A-Za-z0-9_.-]+)"
 class Slice:
     """A GPU request a job kind gets: one MIG instance, N shards of a GPU, or N whole GPUs.
 
-    `gres_type` is the Slurm GRES type name (`nvidia_h100_80gb_hbm3_3g.40gb`, `h100`) or None
-    for an untyped request (`gpu:2`, `shard:2`).
+    `gres_type` is the Slurm GRES type name (`3g.40gb`, `nvidia_h100_80gb_hbm3_3g.40gb`,
+    `h100`) or None for an untyped request (`gpu:2`, `shard:2`).
     """
 
     kind: str
@@ -166,15 +166,17 @@ def models_offering(profile_name: str) -> list[tuple[GpuModel, MigProfile]]:
 def mig_profile_for_type(gres_type: str) -> tuple[GpuModel, MigProfile] | None:
     """Reverse of `mig_gres_type`: `nvidia_h100_80gb_hbm3_3g.40gb` -> (H100, 3g.40gb).
 
-    Also accepts a bare profile name type (`3g.40gb`) when exactly one model offers it.
+    Also accepts the bare profile name (`3g.40gb`, what `gen-gres --mig-types short` writes);
+    when several models offer it, the one whose instance has the least memory, so a memory
+    ask is never promised more than the smallest variant gives.
     """
     for model in GPU_MODELS:
         for profile in model.mig_profiles:
             if gres_type == mig_gres_type(model, profile):
                 return model, profile
     offering = models_offering(gres_type)
-    if len({m.mig_type_prefix for m, _ in offering}) == 1 and offering:
-        return offering[0]
+    if offering:
+        return min(offering, key=lambda mp: (mp[1].memory_mib, mp[0].key))
     return None
 
 

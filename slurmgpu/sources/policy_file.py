@@ -26,7 +26,6 @@ from slurmgpu.model.policy import (
     Policy,
     Slice,
     Tier,
-    mig_gres_type,
     models_offering,
 )
 
@@ -434,18 +433,13 @@ def _slice(
             )
             return None
         if gres_type is None:
-            types = sorted({mig_gres_type(m, p) for m, p in offering})
-            if len(types) > 1:
-                check.error(
-                    skeys,
-                    f"MIG profile '{arg}' exists on several GPU models: set gpu_model "
-                    f"({', '.join(sorted(m.key for m, _ in offering))}) or gres_type",
-                )
-                return None
-            gres_type = types[0]
-        return Slice(
-            SLICE_MIG, 1, mig_profile=arg, gres_type=gres_type, gpu_model=offering[0][0].key
-        )
+            # The type `slurmgpu gen-gres` writes by default (--mig-types short): the profile.
+            gres_type = arg
+        # gpu_model only when known: it decides the memory the wrapper counts on
+        known_model = model.key if model is not None else None
+        if known_model is None and len({m.key for m, _ in offering}) == 1:
+            known_model = offering[0][0].key
+        return Slice(SLICE_MIG, 1, mig_profile=arg, gres_type=gres_type, gpu_model=known_model)
     if kind in (SLICE_SHARD, SLICE_GPU):
         if not arg.isdigit() or int(arg) < 1:
             check.error(skeys, f"{text!r}: the count after '{kind}:' must be an integer >= 1")

@@ -189,6 +189,14 @@ def test_smallest_slice_that_fits(memory_gib, gres):
     assert candidates(NODES, memory_gib * 1024)[0].slice.gres == gres
 
 
+def test_short_mig_type_names_count_the_smallest_variant():
+    # gen-gres --mig-types short writes `3g.40gb`: A100 80GB (39.25 GiB) or H100 (39.5 GiB)
+    nodes = parse_sinfo_gres("n1|gpu:3g.40gb:2,gpu:1g.10gb:3\n")
+    assert candidates(nodes, 39.3 * 1024) == []
+    assert candidates(nodes, 39.2 * 1024)[0].slice.gres == "gpu:3g.40gb:1"
+    assert candidates(nodes, 4 * 1024)[0].slice.gres == "gpu:1g.10gb:1"
+
+
 def test_nothing_fits():
     assert candidates(NODES, 700 * 1024) == []
     assert largest(NODES).slice.gres == "gpu:h100:8"
@@ -213,7 +221,7 @@ def test_dry_run_prints_the_exact_command(script):
     )
     assert result.returncode == 0, result.stderr
     assert result.stdout == (
-        "sbatch -p gpu -J 'my job' --qos=p1 --gres=gpu:nvidia_h100_80gb_hbm3_3g.40gb:1 "
+        "sbatch -p gpu -J 'my job' --qos=p1 --gres=gpu:3g.40gb:1 "
         f"'--comment=my run tier=P1 kind=finetune' {script} 'arg 1'\n"
     )
 
@@ -241,7 +249,7 @@ def test_gpu_mem_falls_back_to_the_policy(script, tmp_path):
         "--gpu-mem", "30G", "--policy", str(EXAMPLE), "--dry-run", "--", str(script), env=env
     )
     assert result.returncode == 0, result.stderr
-    assert "--gres=gpu:nvidia_h100_80gb_hbm3_3g.40gb:1" in result.stdout
+    assert "--gres=gpu:3g.40gb:1" in result.stdout
 
 
 @pytest.mark.parametrize(
