@@ -154,8 +154,13 @@ def gen_job_submit(policy_path: str | None, output: str, check: bool) -> None:
     samples = ["", *(f"tier={t.name}" for t in pol.tiers), *(f"kind={k.name}" for k in pol.kinds)]
 
     def validate(path: Path) -> None:
+        if lua_check.luac_available() is None:
+            click.secho("slurmgpu: warning: no luac5.1: compile check skipped", err=True)
         lua_check.luac_check(path)
-        for runtime in ("lua51", "lua54"):
+        runtimes = [r for r in ("lua51", "lua54") if lua_check.lupa_available(r)]
+        if not runtimes:
+            click.secho("slurmgpu: warning: lupa not installed: dry run skipped", err=True)
+        for runtime in runtimes:
             lua_check.dry_run(path.read_text(encoding="utf-8"), samples, runtime)
 
     if output == "-":

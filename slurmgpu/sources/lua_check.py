@@ -47,6 +47,16 @@ def luac_check(path: Path) -> None:
         raise ConfigCheckError(f"luac rejected the script: {(proc.stderr or proc.stdout).strip()}")
 
 
+def lupa_available(runtime: str = "lua51") -> bool:
+    """Whether lupa (a test dependency, optional at run time) offers that Lua runtime."""
+    import importlib.util
+
+    try:
+        return importlib.util.find_spec(f"lupa.{runtime}") is not None
+    except ImportError:
+        return False
+
+
 def dry_run(text: str, tags: Iterable[str] = ("",), runtime: str = "lua51") -> list[str]:
     """Load the script in lupa and call both entry points once per comment in `tags`.
 
