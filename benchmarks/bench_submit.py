@@ -4,7 +4,8 @@ Brings up the harness cluster (real munge, MariaDB, slurmdbd, slurmctld, slurmd;
 then measures in one run:
   1. `sbatch --hold` throughput, N jobs one after another, without and with the rendered
      job_submit.lua (tier/kind tags in the comment, so the routing really runs);
-  2. start-up of `slurmgpu submit --dry-run` against `python -c 'import click'` (the floor of
+  2. start-up of `slurmgpu submit --dry-run` (through a console script as pip writes it, and
+     through `python -m slurmgpu`) against `python -c 'import click'` (the floor of
      any click program; goal <= 1.5x) and against one real `sbatch` submission.
 Run: sudo /path/to/venv/bin/python benchmarks/bench_submit.py [--jobs 100] [--rounds 3] [--runs 15]
 """
@@ -102,40 +103,28 @@ def main() -> None:
             script.write_text("#!/bin/sh\n#SBATCH -J bench\ntrue\n")
             env["XDG_CACHE_HOME"] = tmp
             py = sys.executable
-            wrapper = [
-                py,
-                "-m",
-                "slurmgpu",
-                "submit",
-                "--tier",
-                "P1",
-                "--kind",
-                "finetune",
-                "--policy",
-                str(POLICY),
-                "--dry-run",
-                "-A",
-                "rnd",
-                "--",
-                str(script),
-            ]
-            wrapper_mem = [
-                py,
-                "-m",
-                "slurmgpu",
-                "submit",
-                "--gpu-mem",
-                "10G",
-                "--dry-run",
-                "--",
-                str(script),
-            ]
+            # what `pip install` writes as the `slurmgpu` console script (what users type)
+            entry = Path(tmp) / "slurmgpu"
+            entry.write_text(
+                f"#!{py}\nimport re\nimport sys\nfrom slurmgpu.cli import main\n"
+                "if __name__ == '__main__':\n"
+                "    sys.argv[0] = re.sub(r'(-script\\.pyw|\\.exe)?$', '', sys.argv[0])\n"
+                "    sys.exit(main())\n"
+            )
+            entry.chmod(0o755)
+            env["PYTHONPATH"] = str(ROOT)
+            args_tier = ["submit", "--tier", "P1", "--kind", "finetune", "--policy", str(POLICY)]
+            args_tier += ["--dry-run", "-A", "rnd", "--", str(script)]
+            wrapper = [str(entry), *args_tier]
+            wrapper_m = [py, "-m", "slurmgpu", *args_tier]
+            wrapper_mem = [str(entry), "submit", "--gpu-mem", "10G", "--dry-run", "--", str(script)]
             click_floor = [py, "-c", "import click"]
             sbatch = ["sbatch", "--hold", "-A", "rnd", "--wrap", "true"]
             timed(wrapper, env)
             timed(wrapper_mem, env)  # warms the GRES cache
-            samples: dict[str, list[float]] = {
+            samples: dict[str, list[tuple[float, float]]] = {
                 "wrapper": [],
+                "wrapper_m": [],
                 "wrapper_mem": [],
                 "click": [],
                 "sbatch": [],
@@ -143,6 +132,7 @@ def main() -> None:
             for _ in range(args.runs):  # interleaved, so machine noise hits all alike
                 samples["click"].append(timed(click_floor, env))
                 samples["wrapper"].append(timed(wrapper, env))
+                samples["wrapper_m"].append(timed(wrapper_m, env))
                 samples["wrapper_mem"].append(timed(wrapper_mem, env))
                 samples["sbatch"].append(timed(sbatch, env))
             cluster.scancel_all(timeout=120)
@@ -168,13 +158,18 @@ def main() -> None:
     rows = [
         ("click", "python -c 'import click'"),
         ("wrapper", "slurmgpu submit --tier --kind --dry-run"),
+        ("wrapper_m", "python -m slurmgpu submit (same)"),
         ("wrapper_mem", "slurmgpu submit --gpu-mem 10G --dry-run"),
         ("sbatch", "sbatch --hold (one real submission)"),
     ]
     for key, label in rows:
         print(f"  {label:42s} {wall[key]:7.1f} / {cpu[key]:6.1f}")
     print("ratios (wall / CPU):")
-    for key, label in (("wrapper", "--tier --kind"), ("wrapper_mem", "--gpu-mem")):
+    for key, label in (
+        ("wrapper", "--tier --kind"),
+        ("wrapper_m", "(python -m)"),
+        ("wrapper_mem", "--gpu-mem"),
+    ):
         print(
             f"  wrapper {label:14s} vs import click: {wall[key] / wall['click']:.2f}x / "
             f"{cpu[key] / cpu['click']:.2f}x   (goal <= 1.5x)"

@@ -14,7 +14,6 @@ import os
 import re
 import time
 from collections.abc import Mapping
-from pathlib import Path
 
 from slurmgpu.model.slicing import NodeGres
 
@@ -22,12 +21,16 @@ DEFAULT_TTL_S = 60.0
 _CACHE_VERSION = "slurmgpu-gres-cache 1"
 
 
-def cache_path(env: Mapping[str, str] | None = None) -> Path:
-    """The per-user cache file for the cluster `SLURM_CONF` names."""
+def cache_path(env: Mapping[str, str] | None = None) -> str:
+    """The per-user cache file for the cluster `SLURM_CONF` names.
+
+    (os.path, not pathlib: pathlib's import is a measurable part of the wrapper's start-up.)
+    """
     environ = {**os.environ, **(env or {})}
-    base = Path(environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "slurmgpu"
+    cache_home = environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache")
     conf = environ.get("SLURM_CONF", "/etc/slurm/slurm.conf")
-    return base / ("gres-" + re.sub(r"[^A-Za-z0-9_.-]", "_", conf.strip("/")) + ".txt")
+    name = "gres-" + re.sub(r"[^A-Za-z0-9_.-]", "_", conf.strip("/")) + ".txt"
+    return os.path.join(cache_home, "slurmgpu", name)
 
 
 def parse_sinfo_gres(text: str) -> list[NodeGres]:
@@ -77,8 +80,8 @@ def node_gres(env: Mapping[str, str] | None = None, ttl_s: float = DEFAULT_TTL_S
     """The nodes' GRES, from the cache when younger than `ttl_s`, else from sinfo."""
     path = cache_path(env)
     now = time.time()
-    with contextlib.suppress(OSError, ValueError):
-        cached = parse_cache(path.read_text(encoding="utf-8"), now, ttl_s)
+    with contextlib.suppress(OSError, ValueError), open(path, encoding="utf-8") as fh:
+        cached = parse_cache(fh.read(), now, ttl_s)
         if cached is not None:
             return cached
     from slurmgpu.util.proc import run
@@ -88,6 +91,6 @@ def node_gres(env: Mapping[str, str] | None = None, ttl_s: float = DEFAULT_TTL_S
     with contextlib.suppress(OSError):
         from slurmgpu.util.atomic import write_atomic
 
-        path.parent.mkdir(parents=True, exist_ok=True)
+        os.makedirs(os.path.dirname(path), exist_ok=True)
         write_atomic(path, format_cache(nodes, now), backup=False)
     return nodes

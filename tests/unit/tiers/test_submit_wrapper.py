@@ -6,6 +6,7 @@ import os
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 
@@ -228,7 +229,7 @@ def test_dry_run_prints_the_exact_command(script):
 
 def test_gpu_mem_from_the_cached_cluster_gres(script, tmp_path):
     env = {"XDG_CACHE_HOME": str(tmp_path / "cache"), "SLURM_CONF": str(tmp_path / "slurm.conf")}
-    path = cache_path(env)
+    path = Path(cache_path(env))
     path.parent.mkdir(parents=True)
     nodes = parse_sinfo_gres("gpu01|gpu:h100:8,shard:h100:32\n")
     path.write_text(format_cache(nodes, time.time()))
