@@ -215,6 +215,16 @@ def test_p0_preempts_p2_after_grace_time_and_p2_runs_again(routed_cluster):
     runs = [r for r in rows if "." not in r["JobID"]]
     assert [r["State"] for r in runs] == ["PREEMPTED", "RUNNING"]
     assert all(r["QOS"] == "tier_p2" for r in runs)
+    # what the accounting analysis reads back: the tags in Comment, the decision in AdminComment
+    p0_rows = cluster.wait_sacct(
+        p0,
+        lambda rows: any(r["AdminComment"] for r in rows),
+        timeout=60,
+        fields="JobID,State,QOS,Comment,AdminComment",
+    )
+    assert p0_rows[0]["AdminComment"] == "slurmgpu tier=P0 kind=training"
+    assert p0_rows[0]["Comment"] == "tier=P0 kind=training"
+    assert p0_rows[0]["QOS"] == "tier_p0"
     text = Path(str(out).replace("%j", str(victim))).read_text()
     assert text.count("START") == 2 and "TERM" in text
     cluster.scancel_all()
