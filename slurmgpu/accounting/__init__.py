@@ -85,6 +85,7 @@ def analyze(
     freq: str | None = None,
     timezone_name: str = "UTC",
     now: datetime | None = None,
+    live_chunk_hours: float = 24.0,
 ) -> AnalysisResult:
     """Analyze saved sacct dumps, or the live cluster when no file is given.
 
@@ -93,7 +94,8 @@ def analyze(
     capacity: {partition: GPUs} overriding what scontrol reports; shards_per_gpu:
     {partition or "*": shards per GPU}; gpu_types: {partition: GPU type} for GPU memory;
     inventories: `slurmgpu inventory` snapshots whose measured GPU memory wins over the
-    catalogue's.
+    catalogue's. live_chunk_hours: a live text query is one sacct call per this many hours of
+    the window (memory holds one call's output at a time).
     """
     from slurmgpu.accounting import capacity as cap_mod
     from slurmgpu.accounting import load as load_mod
@@ -105,6 +107,8 @@ def analyze(
         zoneinfo.ZoneInfo(timezone_name)
     except (ValueError, zoneinfo.ZoneInfoNotFoundError):
         raise UsageError(f"--timezone {timezone_name!r}: not a time zone name") from None
+    if not live_chunk_hours > 0:
+        raise UsageError(f"--chunk-hours {live_chunk_hours}: must be more than 0")
     now = _utc(now) or datetime.now(UTC)
     since, until = _utc(since), _utc(until)
     if since and until and until <= since:
@@ -119,7 +123,8 @@ def analyze(
             slurm_version = slurm_src.slurm_version(env)
         except SlurmCommandError:
             slurm_version = None
-        source["slurm_version"] = ".".join(map(str, slurm_version)) if slurm_version else None
+        # as Slurm writes it: 22.05.8
+        source["slurm_version"] = "{}.{:02d}.{}".format(*slurm_version) if slurm_version else None
         try:
             cap = cap_mod.capacity_from_scontrol(
                 slurm_src.scontrol_show("node", env=env),
@@ -142,7 +147,9 @@ def analyze(
     else:
         since = since or (now.replace(microsecond=0) - _days(7))
         until = until or now.replace(microsecond=0)
-        loaded, kind, note = _load_live(backend, since, until, env, slurm_version, options)
+        loaded, kind, note = _load_live(
+            backend, since, until, env, slurm_version, options, live_chunk_hours
+        )
         source.update(kind=kind, files=[], backend_note=note)
 
     from slurmgpu.accounting import metrics, recommend
@@ -170,6 +177,7 @@ def analyze(
         step_rows=loaded.step_rows,
         allocation_rows=len(frame) + outside,
         rows_outside_window=outside,
+        rows_overlap_skipped=loaded.rows_overlap,
         blank_lines=loaded.blank_lines,
         rejected_reasons=dict(loaded.rejected_reasons),
         shard_runs_unknown_fraction=int(
@@ -262,7 +270,7 @@ def _active_in(frame, window) -> Any:
     return ran | never
 
 
-def _load_live(backend, since, until, env, slurm_version, options):
+def _load_live(backend, since, until, env, slurm_version, options, live_chunk_hours):
     """Query the live cluster with the chosen backend -> (LoadResult, source kind, note)."""
     from slurmgpu.accounting import load as load_mod
     from slurmgpu.errors import UsageError
@@ -288,6 +296,28 @@ def _load_live(backend, since, until, env, slurm_version, options):
         return load_mod.load_records(records, name="sacct --json", options=options), "sacct", note
     if backend not in ("auto", "sacct"):
         raise UsageError(f"unknown backend {backend!r}: use auto, sacct, sacct-json or pyslurm")
-    text = sacct.sacct_text(since, until, env=env)
-    loaded = load_mod.load_text(text, name="sacct", options=options, delimiter=sacct.DELIMITER)
+    bounds = _sub_windows(since, until, live_chunk_hours)
+    loaded = load_mod.load_windows(
+        bounds,
+        lambda a, b: sacct.sacct_text(a, b, env=env),
+        name="sacct",
+        options=options,
+        delimiter=sacct.DELIMITER,
+    )
+    if len(bounds) > 1:
+        note += f"; {len(bounds)} sacct calls of {live_chunk_hours:g} h"
     return loaded, "sacct", note
+
+
+def _sub_windows(since: datetime, until: datetime, hours: float) -> list[tuple[datetime, datetime]]:
+    """[since, until) cut into consecutive pieces of at most `hours`."""
+    from datetime import timedelta
+
+    step = timedelta(hours=hours)
+    out = []
+    a = since
+    while a < until:
+        b = min(a + step, until)
+        out.append((a, b))
+        a = b
+    return out or [(since, until)]

@@ -2,8 +2,9 @@
 
 A node's Gres (`gpu:h100:8(S:0-1),shard:32`) gives its GPUs; MIG-typed GPUs
 (`gpu:1g.10gb:7`) count as slices/7 of a GPU each; `shard:N` with G physical GPUs gives N/G
-shards per GPU (used to turn `gres/shard=K` jobs into GPU shares). A node in two partitions
-counts in both partition capacities but once in the cluster total.
+shards per GPU (used to turn `gres/shard=K` jobs into GPU shares; per partition, over its
+nodes that have shards). A node in two partitions counts in both partition capacities but
+once in the cluster total.
 """
 
 from __future__ import annotations
@@ -70,8 +71,10 @@ def capacity_from_scontrol(
         names = expand_hostlist(node_text) if node_text and node_text != "(null)" else []
         members.update(names)
         gpus = sum(per_node.get(n, (0, 0, 0, None))[0] for n in names)
-        physical = sum(per_node.get(n, (0, 0, 0, None))[1] for n in names)
-        shards = sum(per_node.get(n, (0, 0, 0, None))[2] for n in names)
+        # shards per GPU over the nodes that have shards (a shard job runs on one of those)
+        sharded = [per_node[n] for n in names if n in per_node and per_node[n][2]]
+        physical = sum(x[1] for x in sharded)
+        shards = sum(x[2] for x in sharded)
         cap.partition_gpus[pname] = gpus
         if names:
             cap.gpus_per_node[pname] = gpus / len(names)

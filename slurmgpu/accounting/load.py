@@ -23,6 +23,7 @@ import re
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 
 import numpy as np
 import pandas as pd
@@ -66,8 +67,9 @@ DICTIONARY_COLUMNS = (
     "cluster", "partition", "qos", "account", "user", "state", "kind", "tag_tier",
     "mig_profile", "gpu_type",
 )  # fmt: skip
-# text per chunk: ~32 MiB is ~100k sacct lines; peak memory is a small multiple of it
-DEFAULT_CHUNK_BYTES = 32 * 1024 * 1024
+# text per chunk: 8 MiB is ~25k sacct lines; peak memory is a small multiple of it, and
+# larger chunks measured slower (1M lines: 8 MiB 7.2 s / 0.39 GiB, 32 MiB 8.2 s / 0.65 GiB)
+DEFAULT_CHUNK_BYTES = 8 * 1024 * 1024
 # job_submit.lua writes `slurmgpu tier=P1 kind=finetune` into AdminComment (the wrapper into
 # Comment); tokens are separated by whitespace, `;` or `,`.
 _TAG = r"(?:^|[\s;,]){}=(?P<v>[A-Za-z0-9_.-]+)"
@@ -97,6 +99,7 @@ class LoadResult:
     rejected: list[Rejected] = field(default_factory=list)
     rejected_reasons: Counter = field(default_factory=Counter)
     has_usage: bool = False
+    rows_overlap: int = 0  # live sub-window repeats (not rows read; see load_windows)
 
     def check(self) -> None:
         """Assert the row accounting reconciles (a bug in slurmgpu if it does not)."""
@@ -211,6 +214,10 @@ class _Accumulator:
         self.reasons: Counter = Counter()
         self.has_usage = False
         self.files: list[str] = []
+        # live queries split into sub-windows: keep a row only in the sub-window its End (or,
+        # without one, the last sub-window) falls in; see load_windows
+        self.end_window: tuple[np.datetime64, np.datetime64] | None = None
+        self.rows_overlap = 0
 
     def file_index(self, file: str) -> int:
         """Small integer for a file name (the frame stores it dictionary-encoded)."""
@@ -249,8 +256,13 @@ def _normalize_chunk(
     n = len(lines)
     if n == 0:
         return
-    acc.rows_read += n
     opts = acc.options
+    if acc.end_window is not None:
+        columns, lines = _own_window_rows(acc, columns, lines)
+        n = len(lines)
+        if n == 0:
+            return
+    acc.rows_read += n
     errors: dict[int, str] = {}
 
     def flag(mask: np.ndarray, what: str, raw: pa.Array, rows: np.ndarray) -> None:
@@ -435,6 +447,22 @@ def _normalize_chunk(
         i = table.schema.get_field_index(name)
         table = table.set_column(i, name, pc.dictionary_encode(table.column(name)))
     acc.allocs.append(table)
+
+
+def _own_window_rows(
+    acc: _Accumulator, columns: Mapping[str, pa.Array], lines: np.ndarray
+) -> tuple[dict[str, pa.Array], np.ndarray]:
+    """Rows whose End falls in this sub-window (no End: the last one); the rest are the
+    overlap every other sub-window also returns (sacct selects by activity in the window)."""
+    lo, hi = acc.end_window
+    end, bad = fields.parse_times(_col(columns, "End", len(lines)), timezone=acc.options.timezone)
+    end = np.where(np.isnat(end), np.datetime64("9999-01-01T00:00:00", "s"), end)
+    keep = bad | ((end >= lo) & (end < hi))  # a bad End is kept, to be rejected once
+    acc.rows_overlap += int((~keep).sum())
+    if keep.all():
+        return dict(columns), lines
+    mask = pa.array(keep)
+    return {k: v.filter(mask) for k, v in columns.items()}, lines[keep]
 
 
 def _fa(values, type: pa.DataType | None = None) -> pa.Array:
@@ -764,6 +792,41 @@ def load_text(
     acc = _Accumulator(options or Options())
     _read_stream(acc, io.StringIO(text, newline=None), name, chunk_bytes, delimiter)
     return _finish(acc, [name])
+
+
+def load_windows(
+    bounds: Sequence[tuple[datetime, datetime]],
+    fetch: Callable[[datetime, datetime], str],
+    *,
+    name: str = "sacct",
+    options: Options | None = None,
+    chunk_bytes: int = DEFAULT_CHUNK_BYTES,
+    delimiter: str = "|",
+) -> LoadResult:
+    """Load consecutive sub-windows of a live query, one sacct call each (bounded memory).
+
+    `sacct -S a -E b` returns every job active in [a, b], so a job spanning sub-windows is
+    returned by each: a row is kept only in the sub-window its End falls in (rows without an
+    End, i.e. running or pending, in the last one). The repeats are counted in
+    `rows_overlap`, outside `rows_read`, since they are an artefact of the splitting.
+    """
+    acc = _Accumulator(options or Options())
+    for i, (since, until) in enumerate(bounds):
+        lo = np.datetime64(_naive_utc(since), "s") if i else np.datetime64("0001-01-01", "s")
+        last = i == len(bounds) - 1
+        hi = np.datetime64("9999-12-31", "s") if last else np.datetime64(_naive_utc(until), "s")
+        acc.end_window = (lo, hi)
+        text = fetch(since, until)
+        _read_stream(acc, io.StringIO(text, newline=None), name, chunk_bytes, delimiter)
+        del text
+    acc.end_window = None
+    result = _finish(acc, [name])
+    result.rows_overlap = acc.rows_overlap
+    return result
+
+
+def _naive_utc(t: datetime) -> datetime:
+    return t.astimezone(UTC).replace(tzinfo=None) if t.tzinfo else t
 
 
 def load_records(

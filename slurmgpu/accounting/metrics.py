@@ -119,48 +119,106 @@ def prepare(
     return f
 
 
-def _wait(values: np.ndarray) -> dict[str, float | None]:
-    v = values[~np.isnan(values)]
-    if not len(v):
-        return {"p50": None, "p95": None, "max": None}
-    return {
-        "p50": float(np.percentile(v, 50)),
-        "p95": float(np.percentile(v, 95)),
-        "max": float(v.max()),
-    }
+def _group_percentiles(
+    codes: np.ndarray, values: np.ndarray, n: int, qs: Sequence[float]
+) -> list[np.ndarray]:
+    """Per-group percentiles (numpy's default linear interpolation) of non-NaN values, all groups
+    at once: sort by (group, value), then index each group's run of sorted values."""
+    ok = ~np.isnan(values)
+    c, v = codes[ok], values[ok]
+    order = np.lexsort((v, c))
+    c, v = c[order], v[order]
+    count = np.bincount(c, minlength=n)
+    start = np.concatenate([[0], np.cumsum(count)[:-1]])
+    out = []
+    for q in qs:
+        pos = start + q * np.maximum(count - 1, 0)
+        lo = np.floor(pos).astype(np.int64)
+        hi = np.minimum(lo + 1, start + np.maximum(count - 1, 0))
+        frac = pos - lo
+        if len(v):
+            lo_c, hi_c = np.clip(lo, 0, len(v) - 1), np.clip(hi, 0, len(v) - 1)
+            val = v[lo_c] + (v[hi_c] - v[lo_c]) * frac
+        else:
+            val = np.zeros(n)
+        out.append(np.where(count > 0, val, np.nan))
+    return out
+
+
+def _opt(x: float) -> float | None:
+    return None if np.isnan(x) else float(x)
+
+
+def summarize_groups(
+    w: pd.DataFrame,
+    codes: np.ndarray,
+    n: int,
+    capacity_gpus: Sequence[float | None],
+    window: Window,
+) -> list[dict]:
+    """The numbers of each group 0..n-1 (runs labelled by `codes`), computed together.
+
+    The keys of a by_* entry; docs/accounting.md defines each.
+    """
+    gh = w["gpu_hours"].to_numpy()
+    util = w["util"].to_numpy()
+
+    def total(weights: np.ndarray, mask: np.ndarray | None = None) -> np.ndarray:
+        if mask is not None:
+            weights = np.where(mask, weights, 0.0)
+        return np.bincount(codes, weights=weights, minlength=n)
+
+    known = ~np.isnan(util) & (gh > 0)
+    n_known = total(known.astype(float))
+    u = np.nan_to_num(util)
+    used = total(gh * u / 100, known)
+    known_h = total(gh, known)
+    share = w["mem_share"].to_numpy() if "mem_share" in w else np.full(len(w), np.nan)
+    mem_known = ~np.isnan(share) & (gh > 0)
+    n_mem = total(mem_known.astype(float))
+    low_mem = total(gh, mem_known & (np.nan_to_num(share, nan=1.0) < LOW_MEMORY_SHARE))
+    jobs = total(w["job_weight"].to_numpy())
+    gpu_jobs = total(w["job_weight"].to_numpy(), w["gpu_job"].to_numpy())
+    pending = total(w["pending"].to_numpy())
+    alloc = total(gh)
+    pre = w["preempted"].to_numpy()
+    req = w["requeued"].to_numpy()
+    pre_n, req_n = total(pre.astype(float)), total(req.astype(float))
+    lost_pre = total(gh, pre)
+    lost_req = total(gh, req & ~pre)
+    wait = w["wait_s"].to_numpy()
+    p50, p95, pmax = _group_percentiles(codes, wait, n, (0.5, 0.95, 1.0))
+    out = []
+    for i in range(n):
+        cap = capacity_gpus[i]
+        cap_h = cap * window.hours if cap is not None else None
+        has_util = n_known[i] > 0
+        out.append(
+            {
+                "jobs": round(float(jobs[i])),
+                "gpu_jobs": round(float(gpu_jobs[i])),
+                "pending_jobs": round(float(pending[i])),
+                "gpu_hours_allocated": float(alloc[i]),
+                "gpu_hours_used": float(used[i]) if has_util else None,
+                "capacity_gpu_hours": cap_h,
+                "allocation_ratio": float(alloc[i] / cap_h) if cap_h else None,
+                "gpu_util_mean": float(100 * used[i] / known_h[i]) if has_util else None,
+                "util_known_gpu_hours": float(known_h[i]),
+                "waste_gpu_hours": float(known_h[i] - used[i]) if has_util else None,
+                "low_memory_gpu_hours": float(low_mem[i]) if n_mem[i] > 0 else None,
+                "wait_s": {"p50": _opt(p50[i]), "p95": _opt(p95[i]), "max": _opt(pmax[i])},
+                "preemptions": int(pre_n[i]),
+                "requeues": int(req_n[i]),
+                "gpu_hours_lost_to_preemption": float(lost_pre[i]),
+                "gpu_hours_lost_to_requeue": float(lost_req[i]),
+            }
+        )
+    return out
 
 
 def summarize(w: pd.DataFrame, capacity_gpus: float | None, window: Window) -> dict:
-    """One group's numbers (the keys of a by_* entry; see docs for definitions)."""
-    gh = w["gpu_hours"].to_numpy()
-    util = w["util"].to_numpy()
-    known = ~np.isnan(util) & (gh > 0)
-    used = float((gh[known] * util[known] / 100).sum()) if known.any() else None
-    waste = float((gh[known] * (1 - util[known] / 100)).sum()) if known.any() else None
-    util_mean = float((gh[known] * util[known]).sum() / gh[known].sum()) if known.any() else None
-    cap_h = capacity_gpus * window.hours if capacity_gpus is not None else None
-    alloc = float(gh.sum())
-    share = w["mem_share"].to_numpy() if "mem_share" in w else np.full(len(w), np.nan)
-    mem_known = ~np.isnan(share) & (gh > 0)
-    low_mem = float(gh[mem_known & (share < LOW_MEMORY_SHARE)].sum()) if mem_known.any() else None
-    return {
-        "jobs": round(float(w["job_weight"].sum())),
-        "gpu_jobs": round(float(w["job_weight"][w["gpu_job"]].sum())),
-        "pending_jobs": round(float(w["pending"].sum())),
-        "gpu_hours_allocated": alloc,
-        "gpu_hours_used": used,
-        "capacity_gpu_hours": cap_h,
-        "allocation_ratio": (alloc / cap_h) if cap_h else None,
-        "gpu_util_mean": util_mean,
-        "util_known_gpu_hours": float(gh[known].sum()),
-        "waste_gpu_hours": waste,
-        "low_memory_gpu_hours": low_mem,
-        "wait_s": _wait(w["wait_s"].to_numpy()),
-        "preemptions": int(w["preempted"].sum()),
-        "requeues": int(w["requeued"].sum()),
-        "gpu_hours_lost_to_preemption": float(gh[w["preempted"].to_numpy()].sum()),
-        "gpu_hours_lost_to_requeue": float(gh[(w["requeued"] & ~w["preempted"]).to_numpy()].sum()),
-    }
+    """One group's numbers: all runs of `w` together."""
+    return summarize_groups(w, np.zeros(len(w), dtype=np.int64), 1, [capacity_gpus], window)[0]
 
 
 def by_group(
@@ -171,23 +229,26 @@ def by_group(
     capacity: Mapping[str, float] | None = None,
     extra: Sequence[str] = (),
 ) -> list[dict]:
-    """`summarize` per value of `column` (sorted by GPU-hours, then name)."""
+    """The numbers per value of `column` (sorted by GPU-hours, then name).
+
+    Partitions with known capacity and no run in the window are listed too (idle is news).
+    """
     keys = frame[column].to_numpy(dtype=object, na_value="")
+    codes, uniques = pd.factorize(keys)
+    names = [str(u) for u in uniques]
+    names += sorted(set(capacity or {}) - set(names))
+    n = len(names)
+    caps = [capacity.get(v) if capacity is not None else None for v in names]
+    stats = summarize_groups(work, codes.astype(np.int64), n, caps, window)
     out = []
-    for value in pd.unique(keys):
-        sel = keys == value
-        cap = capacity.get(value) if capacity is not None else None
-        entry = {column: value, **summarize(work[sel], cap, window)}
-        for name in extra:
-            vals = pd.unique(frame[name].to_numpy(dtype=object, na_value="")[sel])
-            entry[name] = vals[0] if len(vals) == 1 else ",".join(sorted(map(str, vals)))
-        out.append(entry)
-    # partitions with capacity but no runs in the window are idle, not absent
-    for value in sorted(set(capacity or {}) - set(map(str, pd.unique(keys)))):
-        empty = work.iloc[0:0]
-        entry = {column: value, **summarize(empty, capacity[value], window)}
-        for name in extra:
-            entry[name] = ""
+    for i, (name, entry) in enumerate(zip(names, stats, strict=True)):
+        entry = {column: name, **entry}
+        for col in extra:
+            if i < len(uniques):
+                vals = pd.unique(frame[col].to_numpy(dtype=object, na_value="")[codes == i])
+                entry[col] = vals[0] if len(vals) == 1 else ",".join(sorted(map(str, vals)))
+            else:
+                entry[col] = ""
         out.append(entry)
     out.sort(key=lambda e: (-e["gpu_hours_allocated"], str(e[column])))
     return out

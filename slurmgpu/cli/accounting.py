@@ -62,10 +62,13 @@ def _load_policy(path: str):
 @click.option("--timezone", "tz", default="UTC", show_default=True,
               help="Zone of ISO times in --sacct-file dumps (sacct prints local time).",
               )  # fmt: skip
+@click.option("--chunk-hours", type=click.FloatRange(min=0, min_open=True), default=24.0,
+              show_default=True,
+              help="Live text query: one sacct call per this many hours.")  # fmt: skip
 @click.option("--freq", type=click.Choice(["1h", "1D"]), help="Time-series bucket.")
 @click.option("--output", "-o", default="-", show_default=True, help="File to write, or -.")
 def analyze(sacct_files, since, until, fmt, policy, inventories, tier_pairs, capacity,
-            gpu_types, shards, backend, tz, freq, output) -> None:  # fmt: skip
+            gpu_types, shards, backend, tz, chunk_hours, freq, output) -> None:  # fmt: skip
     """GPU-hours, utilization, waits, preemption losses and partition recommendations."""
     import json
     from datetime import datetime
@@ -110,6 +113,7 @@ def analyze(sacct_files, since, until, fmt, policy, inventories, tier_pairs, cap
         timezone_name=tz,
         freq=freq,
         now=now,
+        live_chunk_hours=chunk_hours,
     )
     doc = result.to_dict()
     text = json.dumps(doc, indent=2, sort_keys=False) + "\n" if fmt == "json" else render_text(doc)

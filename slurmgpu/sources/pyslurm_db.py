@@ -46,7 +46,7 @@ def pyslurm_decision(
     if slurm_version is None:
         return PyslurmDecision(False, "installed Slurm version unknown")
     if (int(m.group(1)), int(m.group(2))) != tuple(slurm_version[:2]):
-        want = f"{slurm_version[0]}.{slurm_version[1]}"
+        want = f"{slurm_version[0]}.{slurm_version[1]:02d}"
         return PyslurmDecision(False, f"pyslurm {version} does not match Slurm {want}", module)
     if not hasattr(module, "db") or not hasattr(module.db, "Jobs"):
         return PyslurmDecision(False, f"pyslurm {version} has no db.Jobs API", module)

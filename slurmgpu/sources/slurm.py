@@ -14,8 +14,10 @@ from slurmgpu.errors import SlurmCommandError, UsageError
 from slurmgpu.util.proc import run
 
 _VERSION = re.compile(r"slurm(?:-wlm)?\s+(\d+)\.(\d+)\.(\d+)")
-# a `Key=` that starts a new field in `scontrol show -o` output (values may contain spaces)
-_FIELD = re.compile(r"(?:^|\s)([A-Za-z][A-Za-z0-9_:/.]*)=")
+# a `Key=` that starts a new field in `scontrol show -o` output (values may contain spaces).
+# scontrol's keys are CamelCase, so a lowercase `tier=P1` inside a Comment= value stays part
+# of the value rather than starting a field.
+_FIELD = re.compile(r"(?:^|\s)([A-Z][A-Za-z0-9_:/.]*)=")
 
 
 def slurm_version(env: Mapping[str, str] | None = None) -> tuple[int, int, int]:

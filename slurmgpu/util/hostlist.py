@@ -110,33 +110,42 @@ _TAIL_NUM = re.compile(r"^(?P<prefix>.*?)(?P<num>\d+)(?P<suffix>\D*)$")
 def compress_hostlist(names: Iterable[str]) -> str:
     """`["gpu01", "gpu02", "gpu03", "dgx"]` -> `"dgx,gpu[01-03]"`.
 
-    Groups by (prefix, digit width, suffix) on the last number in each name; output sorted,
-    so it is deterministic for the same set of names.
+    Groups by (prefix, suffix) around the last number in each name, as Slurm does: unpadded
+    numbers of any length share one range (`n[9-11]`); zero-padded ones keep their width
+    (`gpu[01-10]`), and an unpadded number joins a padded range of its own length. Output is
+    sorted, so it is deterministic for the same set of names.
     """
-    groups: dict[tuple[str, int, str], set[int]] = {}
+    by_affix: dict[tuple[str, str], list[str]] = {}
     plain: set[str] = set()
     for name in names:
         m = _TAIL_NUM.match(name)
         if not m:
             plain.add(name)
             continue
-        key = (m.group("prefix"), len(m.group("num")), m.group("suffix"))
-        groups.setdefault(key, set()).add(int(m.group("num")))
+        by_affix.setdefault((m.group("prefix"), m.group("suffix")), []).append(m.group("num"))
     parts: list[tuple[str, str]] = [(p, p) for p in plain]
-    for (prefix, width, suffix), nums in groups.items():
-        ordered = sorted(nums)
-        if len(ordered) == 1:
-            text = f"{prefix}{ordered[0]:0{width}d}{suffix}"
-        else:
-            runs = []
-            i = 0
-            while i < len(ordered):
-                j = i
-                while j + 1 < len(ordered) and ordered[j + 1] == ordered[j] + 1:
-                    j += 1
-                lo, hi = ordered[i], ordered[j]
-                runs.append(f"{lo:0{width}d}" if i == j else f"{lo:0{width}d}-{hi:0{width}d}")
-                i = j + 1
-            text = f"{prefix}[{','.join(runs)}]{suffix}"
-        parts.append((f"{prefix}\0{width}\0{suffix}", text))
+    for (prefix, suffix), digits in by_affix.items():
+        padded_widths = {len(d) for d in digits if len(d) > 1 and d.startswith("0")}
+        groups: dict[int, set[int]] = {}
+        for d in digits:
+            width = len(d) if len(d) in padded_widths else 0
+            groups.setdefault(width, set()).add(int(d))
+        for width, nums in groups.items():
+            text = _format_range(prefix, suffix, width, sorted(nums))
+            parts.append((f"{prefix}\0{width:04d}\0{suffix}", text))
     return ",".join(text for _, text in sorted(parts))
+
+
+def _format_range(prefix: str, suffix: str, width: int, ordered: list[int]) -> str:
+    if len(ordered) == 1:
+        return f"{prefix}{ordered[0]:0{width}d}{suffix}"
+    runs = []
+    i = 0
+    while i < len(ordered):
+        j = i
+        while j + 1 < len(ordered) and ordered[j + 1] == ordered[j] + 1:
+            j += 1
+        lo, hi = ordered[i], ordered[j]
+        runs.append(f"{lo:0{width}d}" if i == j else f"{lo:0{width}d}-{hi:0{width}d}")
+        i = j + 1
+    return f"{prefix}[{','.join(runs)}]{suffix}"

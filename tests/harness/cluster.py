@@ -288,7 +288,15 @@ class Daemon:
         except (FileNotFoundError, ValueError):
             return None
 
-    def start(self, argv: Sequence[str], env: Mapping[str, str], cwd: Path) -> None:
+    def start(
+        self,
+        argv: Sequence[str],
+        env: Mapping[str, str],
+        cwd: Path,
+        *,
+        die_with_parent: bool = False,
+    ) -> None:
+        """Start it; with `die_with_parent` the kernel sends it SIGTERM if we get killed."""
         self.output_file.parent.mkdir(parents=True, exist_ok=True)
         with open(self.output_file, "ab") as out:
             self.proc = subprocess.Popen(
@@ -300,6 +308,7 @@ class Daemon:
                 cwd=cwd,
                 # own session: a Ctrl-C in the test terminal must not kill it before cleanup
                 start_new_session=True,
+                preexec_fn=_die_with_parent if die_with_parent else None,
             )
         self.pid_file.write_text(f"{self.proc.pid}\n")
 
@@ -364,8 +373,12 @@ class SlurmCluster:
         partitions: Sequence[str] | None = None,
         job_submit_lua: str | None = None,
         keep: bool = False,
+        detached: bool = False,
     ) -> None:
         self._owns_root = root is None
+        # a pytest run that is SIGKILLed must not leave daemons behind; a cluster started by
+        # `slurm-test-cluster up` must outlive the script
+        self.detached = detached
         self.root = Path(root or tempfile.mkdtemp(prefix="slurmgpu-cluster-")).resolve()
         self.keep = keep
         self.cluster_name = cluster_name or "sg" + secrets.token_hex(3)
@@ -434,6 +447,9 @@ class SlurmCluster:
             (self.root / "pids").mkdir(exist_ok=True)
             (self.root / "run").mkdir(exist_ok=True)
             (self.spool_dir / "slurmd").mkdir(parents=True, exist_ok=True)
+            # other users (add_user) must read slurm.conf and write job output in work/
+            self.root.chmod(0o755)
+            self.work_dir.chmod(0o1777)
             names = ("mariadb", "slurmdbd", "slurmctld", "slurmd")
             self.ports = dict(zip(names, _free_ports(len(names)), strict=True))
             self._write_state()
@@ -480,6 +496,7 @@ class SlurmCluster:
             raise ClusterError(f"no test cluster in {root} (no cluster.json)") from exc
         cluster = cls(root, cluster_name=state["cluster_name"], **state["settings"])
         cluster._owns_root = False
+        cluster.detached = True  # daemons (re)started through a handle keep running
         cluster.ports = state["ports"]
         cluster.munged_started = state["munged_started"]
         return cluster
@@ -544,6 +561,8 @@ class SlurmCluster:
             "KillWait=5",
             "MinJobAge=300",
             "SchedulerType=sched/backfill",
+            # batch jobs start ~1 s sooner than with the default 3 s batching delay
+            "SchedulerParameters=batch_sched_delay=0",
             "SelectType=select/cons_tres",
             "SelectTypeParameters=CR_Core_Memory",
             "DefMemPerCPU=1000",
@@ -633,7 +652,9 @@ class SlurmCluster:
             time.sleep(0.2)
 
     def _start(self, name: str, argv: Sequence[str]) -> None:
-        self._daemons[name].start(argv, _clean_env(self.env), self.work_dir)
+        self._daemons[name].start(
+            argv, _clean_env(self.env), self.work_dir, die_with_parent=not self.detached
+        )
 
     def _start_munge(self, deadline: float) -> None:
         if munge_answers():
@@ -842,11 +863,17 @@ class SlurmCluster:
         timeout: float = 60,
         input: str | None = None,
         cwd: str | os.PathLike[str] | None = None,
+        user: str | None = None,
     ) -> subprocess.CompletedProcess[str]:
-        """Run a command with this cluster's SLURM_CONF; CommandFailed if check and rc != 0."""
+        """Run a command with this cluster's SLURM_CONF; CommandFailed if check and rc != 0.
+
+        With `user`, it runs as that Unix user (`runuser -u USER --`, environment kept), e.g.
+        one made by `add_user`.
+        """
         argv = [str(a) for a in argv]
+        full = [which("runuser") or "runuser", "-u", user, "--", *argv] if user else argv
         proc = subprocess.run(
-            argv,
+            full,
             capture_output=True,
             text=True,
             timeout=timeout,
@@ -860,14 +887,19 @@ class SlurmCluster:
         return proc
 
     def sbatch(
-        self, *args: str, script: str = "#!/bin/sh\nsleep 1\n", check: bool = True
+        self,
+        *args: str,
+        script: str = "#!/bin/sh\nsleep 1\n",
+        check: bool = True,
+        user: str | None = None,
     ) -> int | None:
         """Submit `script` (stdin) with `sbatch --parsable ARGS`; the job id.
 
         With check=False a refused submission returns None (use `run(["sbatch", ...])` to read
-        the refusal). Job output files land in `work_dir` unless ARGS say otherwise.
+        the refusal). Job output files land in `work_dir` unless ARGS say otherwise. `user`
+        submits as that Unix user (see `add_user`).
         """
-        proc = self.run(["sbatch", "--parsable", *args], check=check, input=script)
+        proc = self.run(["sbatch", "--parsable", *args], check=check, input=script, user=user)
         if proc.returncode != 0:
             return None
         return int(proc.stdout.strip().split(";")[0])
@@ -879,6 +911,40 @@ class SlurmCluster:
     def sacctmgr(self, *args: str, check: bool = True) -> str:
         """`sacctmgr -i ARGS` stdout (no confirmation prompt)."""
         return self.run(["sacctmgr", "-i", *args], check=check).stdout
+
+    def add_user(self, name: str, *, account: str | None = None, qos: Sequence[str] = ()) -> None:
+        """A Unix user (created if missing, never removed) with an association in `account`.
+
+        slurmctld checks the submitting uid against the associations
+        (AccountingStorageEnforce=associations), so a test can submit as a user who is in
+        the database, or as one who is not (create the Unix user with `add_user` in another
+        account, or with `useradd` alone). `qos` sets that user's QOS list.
+        """
+        if not re.fullmatch(r"[a-z_][a-z0-9_-]{0,30}", name):
+            raise ValueError(f"not a plain user name: {name!r}")
+        exists = subprocess.run(["getent", "passwd", name], capture_output=True, check=False)
+        if exists.returncode != 0:
+            created = subprocess.run(
+                [
+                    which("useradd") or "useradd",
+                    "--system",
+                    "--user-group",
+                    "--no-create-home",
+                    "--shell=/bin/sh",
+                    name,
+                ],
+                capture_output=True,
+                text=True,
+                check=False,
+            )
+            # a concurrent run may have created it in the meantime
+            if created.returncode not in (0, 9):
+                raise ClusterError(f"useradd {name} failed: {created.stderr.strip()}")
+        account = account or self.account
+        args = ["add", "user", name, f"Account={account}", f"DefaultAccount={account}"]
+        if qos:
+            args.append("QOS=" + ",".join(qos))
+        self.sacctmgr(*args)
 
     def allow_qos(self, *qos: str) -> None:
         """Let root's default account (and root in it) submit with these QOS."""
@@ -1040,6 +1106,14 @@ def munge_answers(socket_path: str = MUNGE_SOCKET) -> bool:
     except subprocess.TimeoutExpired:
         return False
     return back.returncode == 0
+
+
+def _die_with_parent() -> None:
+    """In the child before exec: SIGTERM when the parent dies (Linux prctl PR_SET_PDEATHSIG)."""
+    import ctypes
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.prctl(1, signal.SIGTERM, 0, 0, 0)  # 1 == PR_SET_PDEATHSIG
 
 
 def _exit_on_sigterm(signum: int, frame: object) -> None:

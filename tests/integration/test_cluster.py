@@ -241,3 +241,18 @@ def test_slurm_test_cluster_script_up_status_down(tmp_path) -> None:
     assert [pid for pid in pids if pid_alive(pid)] == []
     status = subprocess.run([*script, "status", str(root)], capture_output=True, text=True)
     assert status.returncode == 1
+
+
+def test_jobs_of_another_user_and_association_enforcement(slurm_cluster: SlurmCluster) -> None:
+    slurm_cluster.add_user("sgtest1")
+    jobid = slurm_cluster.sbatch(script="#!/bin/sh\nid -un\n", user="sgtest1")
+    assert slurm_cluster.wait_job_state(jobid, "COMPLETED") == "COMPLETED"
+    rows = slurm_cluster.wait_sacct(jobid, lambda r: bool(r) and r[0]["User"] != "")
+    assert rows[0]["User"] == "sgtest1"
+    assert rows[0]["Account"] == slurm_cluster.account
+    assert (slurm_cluster.work_dir / f"slurm-{jobid}.out").read_text() == "sgtest1\n"
+    # a user with no association is refused by slurmctld
+    subprocess.run(["useradd", "--system", "--no-create-home", "sgtest2"], capture_output=True)
+    refused = slurm_cluster.run(["sbatch", "--wrap=true"], check=False, user="sgtest2")
+    assert refused.returncode != 0
+    assert "Invalid account" in refused.stderr, refused.stderr

@@ -99,7 +99,7 @@ def _fake_pyslurm(tmp_path, monkeypatch, version, with_db=True):
 def test_pyslurm_version_mismatch_falls_back(tmp_path, monkeypatch):
     _fake_pyslurm(tmp_path, monkeypatch, "25.11.2")
     d = pyslurm_decision((22, 5, 8), module_name="fake_pyslurm_mod")
-    assert not d.usable and d.reason == "pyslurm 25.11.2 does not match Slurm 22.5"
+    assert not d.usable and d.reason == "pyslurm 25.11.2 does not match Slurm 22.05"
 
 
 def test_pyslurm_matching_is_used(tmp_path, monkeypatch):

@@ -81,3 +81,17 @@ def test_parse_scontrol_job_record() -> None:
 def test_parse_scontrol_empty_value_and_empty_line() -> None:
     assert parse_scontrol_record("A= B=2") == {"A": "", "B": "2"}
     assert parse_scontrol_record("") == {}
+
+
+def test_scontrol_record_keeps_lowercase_tags_inside_free_text() -> None:
+    # the wrapper's `tier=P1 kind=finetune` tags live in Comment=; scontrol's keys are CamelCase
+    line = (
+        "JobId=5 JobName=x UserId=root(0) Comment=tier=P1 kind=finetune note QOS=p1 "
+        "AdminComment=slurmgpu tier=P1 kind=finetune TRES=cpu=1,gres/gpu=1 Socks/Node=*"
+    )
+    record = parse_scontrol_record(line)
+    assert record["Comment"] == "tier=P1 kind=finetune note"
+    assert record["AdminComment"] == "slurmgpu tier=P1 kind=finetune"
+    assert record["QOS"] == "p1"
+    assert record["TRES"] == "cpu=1,gres/gpu=1"
+    assert "tier" not in record and "kind" not in record

@@ -96,9 +96,11 @@ def test_hostlist_round_trip_is_order_independent() -> None:
     assert sorted(expand_hostlist(text)) == sorted(names)
 
 
-def test_compress_hostlist_keeps_digit_widths_apart() -> None:
-    # groups are keyed by digit width, so n9 stays outside n[10-11] (Slurm's own
-    # `scontrol show hostlist` prints n[9-11]); both spellings expand to the same names
+def test_compress_hostlist_folds_unpadded_numbers_like_slurm() -> None:
+    # `scontrol show hostlist n9,n10,n11` prints n[9-11]: unpadded numbers share a range
     text = compress_hostlist(["n9", "n10", "n11"])
-    assert text == "n9,n[10-11]"
+    assert text == "n[9-11]"
     assert expand_hostlist(text) == ["n9", "n10", "n11"]
+    # zero padding is kept, and an unpadded number of the padded width joins that range
+    assert compress_hostlist(["gpu01", "gpu02", "gpu10"]) == "gpu[01-02,10]"
+    assert compress_hostlist(["a001", "a002", "a1"]) == "a1,a[001-002]"

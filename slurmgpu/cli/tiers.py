@@ -1,0 +1,182 @@
+"""`slurmgpu policy check`, `slurmgpu qos plan|apply`, `slurmgpu gen-job-submit`."""
+
+from __future__ import annotations
+
+import click
+
+POLICY_OPTION = click.option(
+    "--policy",
+    "policy_path",
+    metavar="FILE",
+    help="Site policy TOML (default: $SLURMGPU_POLICY, else /etc/slurmgpu/slurmgpu.toml).",
+)
+
+
+def _load(policy_path: str | None):
+    from slurmgpu.sources.policy_file import default_policy_path, load_policy
+
+    return load_policy(policy_path or default_policy_path())
+
+
+@click.group()
+def policy() -> None:
+    """Check the site policy file (tiers, job kinds, partitions)."""
+
+
+@policy.command("check")
+@POLICY_OPTION
+def policy_check(policy_path: str | None) -> None:
+    """Validate the policy; print a summary, or every problem with its file:line."""
+    from slurmgpu.model.policy import slice_gpu_fraction
+
+    pol = _load(policy_path)
+    click.echo(f"{pol.source}: OK: {len(pol.tiers)} tiers, {len(pol.kinds)} job kinds")
+    for t in pol.tiers:
+        who = ", ".join([*(f"account {a}" for a in t.accounts), *(f"user {u}" for u in t.users)])
+        pre = f", preempts {', '.join(t.preempts)}" if t.preempts else ""
+        default = " (default)" if t.name == pol.default_tier else ""
+        click.echo(
+            f"  tier {t.name}{default}: QOS {t.qos}, priority {t.priority}{pre}; "
+            f"{who or 'everyone'}"
+        )
+    for k in pol.kinds:
+        frac = slice_gpu_fraction(k.slice, pol.shards_per_gpu)
+        share = f" = {frac:g} GPU" if frac is not None else ""
+        click.echo(
+            f"  kind {k.name}: {k.slice.describe()}{share} (--gres={k.slice.gres}), "
+            f"partition {k.partition or '-'}, time limit {k.time_limit_min or '-'} min"
+        )
+
+
+@click.group()
+def qos() -> None:
+    """Bring the tier QOS and association QOS lists in slurmdbd to the policy."""
+
+
+def _plan(policy_path: str | None, prune: bool):
+    from slurmgpu.render.qos import build_plan
+    from slurmgpu.sources import sacctmgr
+    from slurmgpu.sources.slurm import scontrol_show_config
+
+    pol = _load(policy_path)
+    config = scontrol_show_config()
+    live = sacctmgr.show_qos()
+    assocs = sacctmgr.show_associations(config.get("ClusterName", ""))
+    in_use = sacctmgr.qos_in_use([q.name for q in live])
+    return build_plan(pol, live, assocs, config, in_use=in_use, prune=prune)
+
+
+def _print_plan(plan) -> None:
+    from slurmgpu.render.qos import format_command
+
+    click.echo("# slurm.conf settings the policy needs:")
+    for s in plan.settings:
+        click.echo(f"{s.key}={s.value}")
+    for w in plan.warnings:
+        click.secho(f"slurmgpu: warning: {w}", err=True, fg="yellow")
+    for n in plan.notes:
+        click.echo(f"# note: {n}")
+    if plan.nothing_to_do:
+        click.echo("# sacctmgr: nothing to do")
+        return
+    click.echo(f"# sacctmgr commands ({len(plan.commands)}):")
+    for cmd in plan.commands:
+        click.echo(format_command(cmd))
+
+
+@qos.command("plan")
+@POLICY_OPTION
+@click.option("--prune", is_flag=True, help="Also delete slurmgpu's stale QOS that jobs still use.")
+def qos_plan(policy_path: str | None, prune: bool) -> None:
+    """Print the sacctmgr commands that bring slurmdbd to the policy (changes nothing)."""
+    _print_plan(_plan(policy_path, prune))
+
+
+@qos.command("apply")
+@POLICY_OPTION
+@click.option("--prune", is_flag=True, help="Also delete slurmgpu's stale QOS that jobs still use.")
+def qos_apply(policy_path: str | None, prune: bool) -> None:
+    """Run the plan's sacctmgr commands (with -i), then check that nothing is left to do."""
+    from slurmgpu.errors import SlurmgpuError
+    from slurmgpu.render.qos import format_command
+    from slurmgpu.sources.sacctmgr import run_sacctmgr
+
+    plan = _plan(policy_path, prune)
+    _print_plan(plan)
+    total = 0
+    # Association QOS lists inherit: an account's qos-= also reaches its users, so a user
+    # the policy names may need a second round. Three rounds always settle a valid policy.
+    for _ in range(3):
+        if plan.nothing_to_do:
+            break
+        for cmd in plan.commands:
+            run_sacctmgr(cmd)
+            click.echo(f"ran: {format_command(cmd)}")
+        total += len(plan.commands)
+        plan = _plan(policy_path, prune)
+    if not plan.nothing_to_do:
+        left = "; ".join(format_command(c) for c in plan.commands)
+        raise SlurmgpuError(f"after apply, slurmdbd still differs from the policy: {left}")
+    if total:
+        click.echo(f"applied {total} command(s); slurmdbd matches the policy")
+
+
+@click.command("gen-job-submit")
+@POLICY_OPTION
+@click.option(
+    "--output",
+    "-o",
+    default="-",
+    show_default=True,
+    metavar="PATH|-",
+    help="Where to write job_submit.lua (it must sit next to slurm.conf).",
+)
+@click.option("--check", is_flag=True, help="Compile (luac5.1 -p) and dry-run it in Lua first.")
+def gen_job_submit(policy_path: str | None, output: str, check: bool) -> None:
+    """Render job_submit.lua from the policy (checked and installed atomically with -o)."""
+    from pathlib import Path
+
+    from slurmgpu.render.job_submit import render_job_submit
+    from slurmgpu.sources import lua_check
+    from slurmgpu.sources.users import uids_for
+    from slurmgpu.util.atomic import write_atomic
+
+    pol = _load(policy_path)
+    uid_of, missing = uids_for(u for t in pol.tiers for u in t.users)
+    for name in missing:
+        click.secho(
+            f"slurmgpu: warning: user {name} is not in the passwd database here; "
+            "job_desc.user_name still matches it",
+            err=True,
+            fg="yellow",
+        )
+    text = render_job_submit(pol, uid_of)
+    samples = ["", *(f"tier={t.name}" for t in pol.tiers), *(f"kind={k.name}" for k in pol.kinds)]
+
+    def validate(path: Path) -> None:
+        if lua_check.luac_available() is None:
+            click.secho("slurmgpu: warning: no luac5.1: compile check skipped", err=True)
+        lua_check.luac_check(path)
+        runtimes = [r for r in ("lua51", "lua54") if lua_check.lupa_available(r)]
+        if not runtimes:
+            click.secho("slurmgpu: warning: lupa not installed: dry run skipped", err=True)
+        for runtime in runtimes:
+            lua_check.dry_run(path.read_text(encoding="utf-8"), samples, runtime)
+
+    if output == "-":
+        if check:
+            import tempfile
+
+            with tempfile.TemporaryDirectory() as tmp:
+                probe = Path(tmp) / "job_submit.lua"
+                probe.write_text(text, encoding="utf-8")
+                validate(probe)
+        click.echo(text, nl=False)
+        return
+    try:
+        write_atomic(output, text, mode=0o644, validate=validate if check else None)
+    except OSError as exc:
+        from slurmgpu.errors import SlurmgpuError
+
+        raise SlurmgpuError(f"cannot write {output}: {exc.strerror}") from exc
+    click.echo(f"wrote {output}" + (" (checked)" if check else ""), err=True)

@@ -1,0 +1,218 @@
+"""The site policy: priority tiers (QOS + preemption), job kinds (GPU slices), partitions.
+
+Pure data, no I/O: `slurmgpu.sources.policy_file` builds a `Policy` from TOML and validates
+it; renderers (QOS plan, job_submit.lua) and the wrapper only read it.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from slurmgpu.model.catalog import GPU_MODELS, GpuModel, MigProfile, model_for_type
+
+SLICE_MIG = "mig"
+SLICE_SHARD = "shard"
+SLICE_GPU = "gpu"
+SLICE_KINDS = (SLICE_MIG, SLICE_SHARD, SLICE_GPU)
+
+# Slurm's per-QOS PreemptMode values that make sense for a preempting tier (sacctmgr words).
+PREEMPT_MODES = ("requeue", "cancel", "suspend")
+
+# Tier/kind tags in a job's --comment: the contract shared by the wrapper, job_submit.lua and
+# the accounting analysis (keep in sync with the Lua template's pattern).
+TAG_PATTERN = r"(?:^|[\s;,])(tier|kind)=([A-Za-z0-9_.-]+)"
+
+
+@dataclass(frozen=True)
+class Slice:
+    """A GPU request a job kind gets: one MIG instance, N shards of a GPU, or N whole GPUs.
+
+    `gres_type` is the Slurm GRES type name (`3g.40gb`, `nvidia_h100_80gb_hbm3_3g.40gb`,
+    `h100`) or None for an untyped request (`gpu:2`, `shard:2`).
+    """
+
+    kind: str
+    count: int = 1
+    mig_profile: str | None = None
+    gres_type: str | None = None
+    gpu_model: str | None = None  # catalogue key, when known
+
+    @property
+    def gres(self) -> str:
+        """The request as `--gres` takes it: `gpu:TYPE:1`, `shard:2`, `gpu:h100:8`."""
+        name = SLICE_SHARD if self.kind == SLICE_SHARD else "gpu"
+        if self.gres_type:
+            return f"{name}:{self.gres_type}:{self.count}"
+        return f"{name}:{self.count}"
+
+    def describe(self) -> str:
+        if self.kind == SLICE_MIG:
+            return f"MIG {self.mig_profile}"
+        if self.kind == SLICE_SHARD:
+            return f"{self.count} shard(s)"
+        return f"{self.count} whole GPU(s)"
+
+
+@dataclass(frozen=True)
+class Tier:
+    """A priority tier (P0, P1, P2) realised as one Slurm QOS."""
+
+    name: str
+    qos: str
+    priority: int
+    preempts: tuple[str, ...] = ()
+    grace_time_s: int = 0
+    preempt_mode: str = "requeue"
+    max_gpus_per_user: int | None = None
+    max_gpus_per_account: int | None = None
+    accounts: tuple[str, ...] = ()
+    users: tuple[str, ...] = ()
+    description: str = ""
+
+    @property
+    def restricted(self) -> bool:
+        """True when only the listed accounts/users may use this tier."""
+        return bool(self.accounts or self.users)
+
+    def allows(self, user: str | None, account: str | None) -> bool:
+        """Whether `user` (or a job under `account`) may use this tier."""
+        if not self.restricted:
+            return True
+        return (user is not None and user in self.users) or (
+            account is not None and account in self.accounts
+        )
+
+
+@dataclass(frozen=True)
+class JobKind:
+    """A kind of job (inference, finetune, training) and what it gets by default."""
+
+    name: str
+    slice: Slice
+    partition: str | None = None
+    time_limit_min: int | None = None
+    description: str = ""
+
+
+@dataclass(frozen=True)
+class Partition:
+    """A Slurm partition the policy routes jobs to."""
+
+    name: str
+    description: str = ""
+
+
+@dataclass(frozen=True)
+class Policy:
+    """The whole validated site policy (see `etc/slurmgpu.toml`)."""
+
+    tiers: tuple[Tier, ...]
+    kinds: tuple[JobKind, ...]
+    partitions: tuple[Partition, ...]
+    default_tier: str
+    default_kind: str | None = None
+    shards_per_gpu: int | None = None
+    priority_weight_qos: int = 10000
+    source: str = ""
+
+    def tier(self, name: str) -> Tier | None:
+        """The tier called `name` (exact), or None."""
+        return next((t for t in self.tiers if t.name == name), None)
+
+    def tier_for_qos(self, qos: str | None) -> Tier | None:
+        """The tier whose QOS is `qos` (Slurm QOS names are case-insensitive), or None."""
+        if not qos:
+            return None
+        lowered = qos.strip().lower()
+        return next((t for t in self.tiers if t.qos.lower() == lowered), None)
+
+    def kind(self, name: str | None) -> JobKind | None:
+        """The job kind called `name`, or None."""
+        if not name:
+            return None
+        return next((k for k in self.kinds if k.name == name), None)
+
+    def partition(self, name: str) -> Partition | None:
+        return next((p for p in self.partitions if p.name == name), None)
+
+    def tiers_for(self, user: str | None, account: str | None) -> list[Tier]:
+        """Tiers `user`/`account` may use, in policy order."""
+        return [t for t in self.tiers if t.allows(user, account)]
+
+    def preempt_qos(self, tier: Tier) -> tuple[str, ...]:
+        """QOS names `tier` preempts (what sacctmgr's Preempt= takes)."""
+        return tuple(sorted(self.tier(n).qos for n in tier.preempts))  # type: ignore[union-attr]
+
+    @property
+    def preempt_modes(self) -> tuple[str, ...]:
+        """The per-QOS preempt modes the tiers that preempt anything use."""
+        return tuple(sorted({t.preempt_mode for t in self.tiers if t.preempts}))
+
+
+# --- slice arithmetic (pure, from the catalogue) ---------------------------------------
+
+
+def mig_gres_type(model: GpuModel, profile: MigProfile) -> str:
+    """The GRES type Slurm's NVML autodetect gives a MIG device: `<model prefix>_<profile>`."""
+    return f"{model.mig_type_prefix}_{profile.name}"
+
+
+def models_offering(profile_name: str) -> list[tuple[GpuModel, MigProfile]]:
+    """Every catalogue (model, profile) pair with that MIG profile name."""
+    return [(m, p) for m in GPU_MODELS for p in m.mig_profiles if p.name == profile_name]
+
+
+def mig_profile_for_type(gres_type: str) -> tuple[GpuModel, MigProfile] | None:
+    """Reverse of `mig_gres_type`: `nvidia_h100_80gb_hbm3_3g.40gb` -> (H100, 3g.40gb).
+
+    Also accepts the bare profile name (`3g.40gb`, what `gen-gres --mig-types short` writes);
+    when several models offer it, the one whose instance has the least memory, so a memory
+    ask is never promised more than the smallest variant gives.
+    """
+    for model in GPU_MODELS:
+        for profile in model.mig_profiles:
+            if gres_type == mig_gres_type(model, profile):
+                return model, profile
+    offering = models_offering(gres_type)
+    if offering:
+        return min(offering, key=lambda mp: (mp[1].memory_mib, mp[0].key))
+    return None
+
+
+def slice_memory_mib(s: Slice, shards_per_gpu: int | None = None) -> float | None:
+    """GPU memory a slice gets, when the GPU model is known (else None)."""
+    model = None
+    if s.gpu_model:
+        model = next((m for m in GPU_MODELS if m.key == s.gpu_model), None)
+    if model is None and s.gres_type:
+        model = model_for_type(s.gres_type)
+        if model is None and s.kind == SLICE_MIG:
+            found = mig_profile_for_type(s.gres_type)
+            model = found[0] if found else None
+    if model is None:
+        return None
+    if s.kind == SLICE_MIG:
+        profile = model.profile(s.mig_profile or "")
+        return float(profile.memory_mib) if profile else None
+    if s.kind == SLICE_SHARD:
+        if not shards_per_gpu:
+            return None
+        return model.memory_mib * s.count / shards_per_gpu
+    return float(model.memory_mib * s.count)
+
+
+def slice_gpu_fraction(s: Slice, shards_per_gpu: int | None = None) -> float | None:
+    """The share of one GPU a slice is (memory share for MIG: 3g.40gb = 4/8 = 0.5)."""
+    if s.kind == SLICE_GPU:
+        return float(s.count)
+    if s.kind == SLICE_SHARD:
+        return s.count / shards_per_gpu if shards_per_gpu else None
+    for _, profile in models_offering(s.mig_profile or ""):
+        return profile.memory_slices / 8
+    return None
+
+
+def gpus_needed(memory_mib: float, gpu_memory_mib: int) -> int:
+    """Whole GPUs needed for `memory_mib`."""
+    return max(1, math.ceil(memory_mib / gpu_memory_mib))

@@ -1,0 +1,173 @@
+"""The sbatch command line the wrapper runs: what the user asked, plus only what is missing.
+
+Pure: reads option lists (the command line and the script's `#SBATCH` lines), returns an
+argument list. Options the user gives pass through untouched and in order; the wrapper
+appends `--qos`, `--gres`, `--partition`, `--time` only when neither the command line nor an
+`#SBATCH` line sets them, and one `--comment` carrying the user's comment plus the tags
+(sbatch keeps the last `--comment`, and command-line options override `#SBATCH` lines).
+"""
+
+from __future__ import annotations
+
+import re
+import shlex
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+
+from slurmgpu.errors import UsageError
+from slurmgpu.model.policy import TAG_PATTERN
+
+# sbatch's short options that take a value (sbatch --help, Slurm 22.05).
+SHORT_WITH_VALUE = set("aABbcCDdeFGiJLMmNnopqStwx")
+# The long options (and short aliases) whose presence the wrapper must notice.
+_WATCHED = {
+    "--partition": "partition",
+    "-p": "partition",
+    "--time": "time",
+    "-t": "time",
+    "--qos": "qos",
+    "-q": "qos",
+    "--comment": "comment",
+    "--gres": "gres",
+    "--gpus": "gpus",
+    "-G": "gpus",
+    "--gpus-per-node": "gpus",
+    "--gpus-per-task": "gpus",
+    "--gpus-per-socket": "gpus",
+    "--account": "account",
+    "-A": "account",
+    "--wrap": "wrap",
+}
+_TAG = re.compile(TAG_PATTERN)
+
+
+class SbatchOptions:
+    """The watched options found in a list of sbatch arguments (last occurrence wins)."""
+
+    def __init__(self) -> None:
+        self.values: dict[str, str] = {}
+
+    def get(self, key: str) -> str | None:
+        return self.values.get(key)
+
+    def has_gpu_request(self) -> bool:
+        gres = self.values.get("gres", "")
+        return "gpu" in gres or "shard" in gres or "gpus" in self.values
+
+
+def scan_options(args: Sequence[str]) -> SbatchOptions:
+    """Find the watched options in sbatch arguments (`-p gpu`, `-pgpu`, `--time=10`)."""
+    found = SbatchOptions()
+    i = 0
+    while i < len(args):
+        arg = args[i]
+        i += 1
+        if arg.startswith("--"):
+            name, eq, value = arg.partition("=")
+            key = _WATCHED.get(name)
+            if key is None:
+                continue
+            if not eq:
+                if i >= len(args):
+                    raise UsageError(f"sbatch option {name} needs a value")
+                value = args[i]
+                i += 1
+            found.values[key] = value
+        elif arg.startswith("-") and len(arg) > 1:
+            letter = arg[1]
+            if letter not in SHORT_WITH_VALUE:
+                continue  # a flag such as -H, -Q (flags do not combine with values here)
+            value = arg[2:]
+            if not value:
+                if i >= len(args):
+                    raise UsageError(f"sbatch option -{letter} needs a value")
+                value = args[i]
+                i += 1
+            key = _WATCHED.get(f"-{letter}")
+            if key is not None:
+                found.values[key] = value.lstrip("=")
+    return found
+
+
+def script_directives(script_text: str) -> list[str]:
+    """The arguments of a batch script's `#SBATCH` lines, as sbatch reads them.
+
+    sbatch reads `#SBATCH` lines from the top of the script until the first line that is
+    neither blank nor a comment; a trailing `# comment` on a directive line is ignored.
+    """
+    args: list[str] = []
+    for number, line in enumerate(script_text.splitlines()):
+        stripped = line.strip()
+        if number == 0 and stripped.startswith("#!"):
+            continue
+        if not stripped:
+            continue
+        if not stripped.startswith("#"):
+            break
+        if stripped.startswith("#SBATCH"):
+            body = stripped[len("#SBATCH") :]
+            try:
+                args.extend(shlex.split(body, comments=True))
+            except ValueError as exc:
+                raise UsageError(f"script line {number + 1}: cannot parse #SBATCH: {exc}") from exc
+    return args
+
+
+def tags_in(comment: str | None) -> dict[str, str]:
+    """The tier/kind tags in a comment (the first of each)."""
+    out: dict[str, str] = {}
+    for m in _TAG.finditer(comment or ""):
+        out.setdefault(m.group(1), m.group(2))
+    return out
+
+
+def with_tags(comment: str | None, tags: dict[str, str]) -> str:
+    """The user's comment with `tier=... kind=...` added (tags already there are kept)."""
+    present = tags_in(comment)
+    extra = [f"{k}={v}" for k, v in tags.items() if present.get(k) != v]
+    parts = [comment.strip()] if comment and comment.strip() else []
+    return " ".join([*parts, *extra])
+
+
+@dataclass(frozen=True)
+class Additions:
+    """What the wrapper adds to the user's sbatch request."""
+
+    qos: str | None = None
+    gres: str | None = None
+    partition: str | None = None
+    time_limit_min: int | None = None
+    tags: dict[str, str] = field(default_factory=dict)
+
+
+def build_argv(
+    sbatch: str,
+    user_args: Sequence[str],
+    script_args: Sequence[str],
+    directives: Iterable[str],
+    add: Additions,
+) -> list[str]:
+    """`[sbatch, *user_args, *additions, *script_args]` adding only what nobody set."""
+    given = scan_options([*directives, *user_args])  # command line wins, as in sbatch
+    out = [sbatch, *user_args]
+    if add.qos and given.get("qos") is None:
+        out.append(f"--qos={add.qos}")
+    if add.gres and not given.has_gpu_request():
+        out.append(f"--gres={add.gres}")
+    if add.partition and given.get("partition") is None:
+        out.append(f"--partition={add.partition}")
+    if add.time_limit_min and given.get("time") is None:
+        out.append(f"--time={add.time_limit_min}")
+    if add.tags:
+        comment = given.get("comment")
+        present = tags_in(comment)
+        for key, value in add.tags.items():
+            if key in present and present[key] != value:
+                raise UsageError(
+                    f"the job comment says {key}={present[key]} but --{key} {value} was asked"
+                )
+        merged = with_tags(comment, add.tags)
+        if merged != (comment or ""):
+            out.append(f"--comment={merged}")
+    out.extend(script_args)
+    return out

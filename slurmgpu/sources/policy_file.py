@@ -1,0 +1,465 @@
+"""Load and validate the site policy TOML (`etc/slurmgpu.toml`) into a `Policy`.
+
+Every problem is reported as `FILE:LINE: dotted.key: what is wrong`, all of them at once,
+and nothing is returned from an invalid file. `tomllib` gives values but no positions, so
+the line of each key is found by scanning the source text once (`key_lines`): it follows
+`[table]` / `[[array]]` headers and `key =` / `dotted.key =` assignments at the start of a
+line, skips comments and multi-line strings, and maps every dotted key path to its line.
+A key inside an inline table (`x = {a = 1}`) gets the line of `x`.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import tomllib
+
+from slurmgpu.errors import PolicyError
+from slurmgpu.model.catalog import GPU_MODELS, model_for_type
+from slurmgpu.model.policy import (
+    PREEMPT_MODES,
+    SLICE_GPU,
+    SLICE_MIG,
+    SLICE_SHARD,
+    JobKind,
+    Partition,
+    Policy,
+    Slice,
+    Tier,
+    models_offering,
+)
+
+# Where `--policy` points when not given: $SLURMGPU_POLICY, else this.
+DEFAULT_POLICY_PATH = "/etc/slurmgpu/slurmgpu.toml"
+
+# Tier, kind and QOS names travel in `key=value` tags and Slurm lists: keep them plain.
+_NAME = re.compile(r"^[A-Za-z0-9_.-]+$")
+# Accounts, users, partitions: Slurm names; no separators that would split sacctmgr lists.
+_SLURM_NAME = re.compile(r"^[^\s,=]+$")
+
+_TOP_KEYS = {
+    "default_tier",
+    "default_kind",
+    "shards_per_gpu",
+    "priority_weight_qos",
+    "tiers",
+    "kinds",
+    "partitions",
+}
+_TIER_KEYS = {
+    "qos",
+    "priority",
+    "preempts",
+    "grace_time_s",
+    "preempt_mode",
+    "max_gpus_per_user",
+    "max_gpus_per_account",
+    "accounts",
+    "users",
+    "description",
+}
+_KIND_KEYS = {"slice", "gpu_model", "gres_type", "partition", "time_limit_min", "description"}
+_PARTITION_KEYS = {"description"}
+
+# The key-line scanner's patterns (compiled on first use: only error messages need them).
+_HEADER_RE = r"^\s*(\[\[?)\s*(?P<path>[^\]]+?)\s*\]\]?\s*(?:#.*)?$"
+_KEY_PART = r"""(?:[A-Za-z0-9_-]+|"[^"]*"|'[^']*')"""
+_ASSIGN_RE = rf"^\s*(?P<path>{_KEY_PART}(?:\s*\.\s*{_KEY_PART})*)\s*="
+_PART_RE = r"""\s*(?:([A-Za-z0-9_-]+)|"([^"]*)"|'([^']*)')\s*(?:\.|$)"""
+
+
+def default_policy_path() -> str:
+    """`$SLURMGPU_POLICY` or the system-wide default."""
+    return os.environ.get("SLURMGPU_POLICY") or DEFAULT_POLICY_PATH
+
+
+def _split_path(text: str) -> tuple[str, ...]:
+    parts = re.findall(_PART_RE, text)
+    return tuple(a or b or c for a, b, c in parts if (a or b or c) is not None)
+
+
+def key_lines(source: str) -> dict[tuple[str, ...], int]:
+    """Map each dotted key path (tables and keys) to its 1-based line in `source`."""
+    lines: dict[tuple[str, ...], int] = {}
+    table: tuple[str, ...] = ()
+    in_multiline: str | None = None
+    for number, line in enumerate(source.splitlines(), start=1):
+        if in_multiline:
+            if line.count(in_multiline) % 2 == 1:
+                in_multiline = None
+            continue
+        stripped = line.strip()
+        if not stripped or stripped.startswith("#"):
+            continue
+        header = re.match(_HEADER_RE, line)
+        if header and not re.match(_ASSIGN_RE, line):
+            table = _split_path(header.group("path"))
+            lines.setdefault(table, number)
+            continue
+        assign = re.match(_ASSIGN_RE, line)
+        if assign:
+            path = table + _split_path(assign.group("path"))
+            for i in range(len(table) + 1, len(path) + 1):
+                lines.setdefault(path[:i], number)
+            rest = line[assign.end() :]
+            for quote in ('"""', "'''"):
+                if rest.count(quote) % 2 == 1:
+                    in_multiline = quote
+    return lines
+
+
+class _Checker:
+    """Collects `file:line: key: message` errors while a policy is built."""
+
+    def __init__(self, path: str, source: str) -> None:
+        self.path = path
+        self.source = source
+        self._lines: dict[tuple[str, ...], int] | None = None
+        self.errors: list[str] = []
+
+    def line(self, keys: tuple[str, ...]) -> int:
+        if self._lines is None:  # scanned only when there is something to report
+            self._lines = key_lines(self.source)
+        for i in range(len(keys), 0, -1):
+            if keys[:i] in self._lines:
+                return self._lines[keys[:i]]
+        return 1
+
+    def error(self, keys: tuple[str, ...], message: str) -> None:
+        dotted = ".".join(keys) if keys else "(top level)"
+        self.errors.append(f"{self.path}:{self.line(keys)}: {dotted}: {message}")
+
+    def unknown_keys(self, keys: tuple[str, ...], table: dict, allowed: set[str]) -> None:
+        for key in table:
+            if key not in allowed:
+                import difflib  # only on the error path: the wrapper loads policies per job
+
+                close = difflib.get_close_matches(key, sorted(allowed), n=1)
+                hint = f" (did you mean '{close[0]}'?)" if close else ""
+                allowed_list = ", ".join(sorted(allowed))
+                self.error((*keys, key), f"unknown key{hint}; allowed: {allowed_list}")
+
+    def table(self, keys: tuple[str, ...], value: object) -> dict:
+        if not isinstance(value, dict):
+            self.error(keys, f"must be a table, not {_type_name(value)}")
+            return {}
+        return value
+
+    def string(self, keys, value, *, pattern: re.Pattern[str] | None = None) -> str | None:
+        if value is None:
+            return None
+        if not isinstance(value, str) or not value:
+            self.error(keys, f"must be a non-empty string, not {_type_name(value)}")
+            return None
+        if pattern is not None and not pattern.match(value):
+            self.error(keys, f"{value!r}: {_pattern_hint(pattern)}")
+            return None
+        return value
+
+    def integer(self, keys, value, *, minimum: int | None = None) -> int | None:
+        if value is None:
+            return None
+        if isinstance(value, bool) or not isinstance(value, int):
+            self.error(keys, f"must be an integer, not {_type_name(value)}")
+            return None
+        if minimum is not None and value < minimum:
+            what = "negative" if minimum == 0 else f"less than {minimum}"
+            self.error(keys, f"{value} is {what} (must be >= {minimum})")
+            return None
+        return value
+
+    def names(self, keys, value, *, pattern: re.Pattern[str]) -> tuple[str, ...]:
+        if value is None:
+            return ()
+        if not isinstance(value, list):
+            self.error(keys, f"must be a list of strings, not {_type_name(value)}")
+            return ()
+        out: list[str] = []
+        for item in value:
+            checked = self.string(keys, item, pattern=pattern)
+            if checked is not None:
+                out.append(checked)
+        return tuple(out)
+
+
+def _type_name(value: object) -> str:
+    return {dict: "a table", list: "a list", str: "a string", bool: "a boolean"}.get(
+        type(value), type(value).__name__
+    )
+
+
+def _pattern_hint(pattern: re.Pattern[str]) -> str:
+    if pattern is _NAME:
+        return "use only letters, digits, '_', '.' and '-'"
+    return "must not contain spaces, ',' or '='"
+
+
+def load_policy(path: str | os.PathLike[str]) -> Policy:
+    """Read and validate a policy file; raises `PolicyError` listing every problem."""
+    try:
+        with open(path, encoding="utf-8") as fh:
+            source = fh.read()
+    except OSError as exc:
+        raise PolicyError(f"{path}: cannot read the policy file: {exc.strerror}") from exc
+    return parse_policy(source, str(path))
+
+
+def parse_policy(source: str, path: str = "<policy>") -> Policy:
+    """Validate TOML text into a `Policy` (`path` names the file in messages)."""
+    try:
+        data = tomllib.loads(source)
+    except tomllib.TOMLDecodeError as exc:
+        raise PolicyError(f"{path}: not valid TOML: {exc}") from exc
+    check = _Checker(path, source)
+    check.unknown_keys((), data, _TOP_KEYS)
+
+    shards_per_gpu = check.integer(("shards_per_gpu",), data.get("shards_per_gpu"), minimum=1)
+    weight = check.integer(("priority_weight_qos",), data.get("priority_weight_qos"), minimum=1)
+
+    partitions = _partitions(check, data.get("partitions", {}))
+    tiers = _tiers(check, data.get("tiers"))
+    kinds = _kinds(check, data.get("kinds", {}), partitions, shards_per_gpu)
+
+    tier_names = {t.name for t in tiers}
+    for tier in tiers:
+        for target in tier.preempts:
+            if target not in tier_names:
+                known = ", ".join(sorted(tier_names))
+                check.error(
+                    ("tiers", tier.name, "preempts"),
+                    f"unknown tier '{target}' (tiers: {known})",
+                )
+            elif target == tier.name:
+                check.error(("tiers", tier.name, "preempts"), "a tier cannot preempt itself")
+    _check_cycles(check, tiers)
+    for victim in tiers:
+        # Slurm applies PreemptMode per victim QOS: its preemptors must agree on it.
+        by = [t for t in tiers if victim.name in t.preempts and t.name != victim.name]
+        if len({t.preempt_mode for t in by}) > 1:
+            modes = ", ".join(f"{t.name}={t.preempt_mode}" for t in by)
+            check.error(
+                ("tiers", by[-1].name, "preempt_mode"),
+                f"tiers preempting {victim.name} disagree on preempt_mode ({modes}): "
+                "Slurm applies one mode per preempted QOS",
+            )
+    qos_seen: dict[str, str] = {}
+    for tier in tiers:
+        other = qos_seen.setdefault(tier.qos.lower(), tier.name)
+        if other != tier.name:
+            check.error(("tiers", tier.name, "qos"), f"QOS '{tier.qos}' is also tier {other}'s")
+
+    default_tier = check.string(("default_tier",), data.get("default_tier"), pattern=_NAME)
+    if "default_tier" not in data:
+        check.error(("default_tier",), "missing: name the tier for jobs that ask for none")
+    elif default_tier is not None and default_tier not in tier_names and tiers:
+        check.error(("default_tier",), f"unknown tier '{default_tier}'")
+    default_kind = check.string(("default_kind",), data.get("default_kind"), pattern=_NAME)
+    if default_kind is not None and default_kind not in {k.name for k in kinds}:
+        check.error(("default_kind",), f"unknown job kind '{default_kind}'")
+
+    if check.errors:
+        raise PolicyError("\n".join(check.errors))
+    return Policy(
+        tiers=tiers,
+        kinds=kinds,
+        partitions=partitions,
+        default_tier=default_tier or "",
+        default_kind=default_kind,
+        shards_per_gpu=shards_per_gpu,
+        priority_weight_qos=weight or 10000,
+        source=path,
+    )
+
+
+def _partitions(check: _Checker, raw: object) -> tuple[Partition, ...]:
+    table = check.table(("partitions",), raw)
+    out = []
+    for name, value in table.items():
+        keys = ("partitions", name)
+        if check.string(keys, name, pattern=_SLURM_NAME) is None:
+            continue
+        body = check.table(keys, value)
+        check.unknown_keys(keys, body, _PARTITION_KEYS)
+        description = check.string((*keys, "description"), body.get("description")) or ""
+        out.append(Partition(name=name, description=description))
+    return tuple(out)
+
+
+def _tiers(check: _Checker, raw: object) -> tuple[Tier, ...]:
+    if raw is None:
+        check.error(("tiers",), "missing: define at least one tier ([tiers.P0] ...)")
+        return ()
+    table = check.table(("tiers",), raw)
+    if not table and isinstance(raw, dict):
+        check.error(("tiers",), "empty: define at least one tier")
+    out = []
+    for name, value in table.items():
+        keys = ("tiers", name)
+        if check.string(keys, name, pattern=_NAME) is None:
+            continue
+        body = check.table(keys, value)
+        check.unknown_keys(keys, body, _TIER_KEYS)
+        qos = check.string((*keys, "qos"), body.get("qos", name.lower()), pattern=_NAME)
+        if "priority" not in body:
+            check.error((*keys, "priority"), "missing: the QOS priority (an integer >= 0)")
+        priority = check.integer((*keys, "priority"), body.get("priority"), minimum=0)
+        grace = check.integer((*keys, "grace_time_s"), body.get("grace_time_s", 0), minimum=0)
+        mode = body.get("preempt_mode", "requeue")
+        if not isinstance(mode, str) or mode.lower() not in PREEMPT_MODES:
+            check.error((*keys, "preempt_mode"), f"{mode!r}: use one of {', '.join(PREEMPT_MODES)}")
+            mode = "requeue"
+        out.append(
+            Tier(
+                name=name,
+                qos=qos or name.lower(),
+                priority=priority or 0,
+                preempts=check.names((*keys, "preempts"), body.get("preempts"), pattern=_NAME),
+                grace_time_s=grace or 0,
+                preempt_mode=mode.lower(),
+                max_gpus_per_user=check.integer(
+                    (*keys, "max_gpus_per_user"), body.get("max_gpus_per_user"), minimum=1
+                ),
+                max_gpus_per_account=check.integer(
+                    (*keys, "max_gpus_per_account"), body.get("max_gpus_per_account"), minimum=1
+                ),
+                accounts=check.names(
+                    (*keys, "accounts"), body.get("accounts"), pattern=_SLURM_NAME
+                ),
+                users=check.names((*keys, "users"), body.get("users"), pattern=_SLURM_NAME),
+                description=check.string((*keys, "description"), body.get("description")) or "",
+            )
+        )
+    return tuple(out)
+
+
+def _check_cycles(check: _Checker, tiers: tuple[Tier, ...]) -> None:
+    graph = {t.name: [p for p in t.preempts if p != t.name] for t in tiers}
+    state: dict[str, int] = {}  # 1 = on the current path, 2 = done
+    reported: set[frozenset[str]] = set()
+
+    def visit(node: str, path: list[str]) -> None:
+        state[node] = 1
+        path.append(node)
+        for nxt in graph.get(node, ()):
+            if state.get(nxt) == 1:
+                cycle = [*path[path.index(nxt) :], nxt]
+                key = frozenset(cycle)
+                if key not in reported:
+                    reported.add(key)
+                    check.error(
+                        ("tiers", cycle[0], "preempts"),
+                        f"preemption cycle: {' -> '.join(cycle)}",
+                    )
+            elif nxt in graph and state.get(nxt) is None:
+                visit(nxt, path)
+        path.pop()
+        state[node] = 2
+
+    for name in graph:
+        if state.get(name) is None:
+            visit(name, [])
+
+
+def _kinds(
+    check: _Checker, raw: object, partitions: tuple[Partition, ...], shards_per_gpu: int | None
+) -> tuple[JobKind, ...]:
+    table = check.table(("kinds",), raw)
+    part_names = {p.name for p in partitions}
+    out = []
+    for name, value in table.items():
+        keys = ("kinds", name)
+        if check.string(keys, name, pattern=_NAME) is None:
+            continue
+        body = check.table(keys, value)
+        check.unknown_keys(keys, body, _KIND_KEYS)
+        if "slice" not in body:
+            check.error((*keys, "slice"), "missing: e.g. 'mig:3g.40gb', 'shard:2' or 'gpu:1'")
+            continue
+        sl = _slice(check, keys, body, shards_per_gpu)
+        partition = check.string((*keys, "partition"), body.get("partition"), pattern=_SLURM_NAME)
+        if partition is not None and partitions and partition not in part_names:
+            check.error(
+                (*keys, "partition"),
+                f"unknown partition '{partition}' (partitions: {', '.join(sorted(part_names))})",
+            )
+        time_limit = check.integer((*keys, "time_limit_min"), body.get("time_limit_min"), minimum=1)
+        if sl is not None:
+            out.append(
+                JobKind(
+                    name=name,
+                    slice=sl,
+                    partition=partition,
+                    time_limit_min=time_limit,
+                    description=check.string((*keys, "description"), body.get("description")) or "",
+                )
+            )
+    return tuple(out)
+
+
+def _slice(
+    check: _Checker, keys: tuple[str, ...], body: dict, shards_per_gpu: int | None
+) -> Slice | None:
+    skeys = (*keys, "slice")
+    text = body.get("slice")
+    gres_type = check.string((*keys, "gres_type"), body.get("gres_type"), pattern=_NAME)
+    gpu_model_text = check.string((*keys, "gpu_model"), body.get("gpu_model"))
+    model = None
+    if gpu_model_text is not None:
+        model = next((m for m in GPU_MODELS if m.key == gpu_model_text), None) or model_for_type(
+            gpu_model_text
+        )
+        if model is None:
+            known = ", ".join(m.key for m in GPU_MODELS)
+            check.error((*keys, "gpu_model"), f"unknown GPU model '{gpu_model_text}' ({known})")
+            return None
+    if not isinstance(text, str) or ":" not in text:
+        check.error(skeys, f"{text!r}: use 'mig:PROFILE', 'shard:N' or 'gpu:N'")
+        return None
+    kind, _, arg = text.partition(":")
+    kind = kind.strip().lower()
+    arg = arg.strip()
+    if kind == SLICE_MIG:
+        offering = models_offering(arg)
+        if model is not None:
+            offering = [(m, p) for m, p in offering if m.key == model.key]
+        if not offering:
+            where = f"the {model.key}" if model else "any GPU model in the catalogue"
+            known = sorted({p.name for m in GPU_MODELS for p in m.mig_profiles})
+            if model is not None:
+                known = [p.name for p in model.mig_profiles]
+            check.error(
+                skeys,
+                f"MIG profile '{arg}' is not offered by {where} (profiles: {', '.join(known)})",
+            )
+            return None
+        if gres_type is None:
+            # The type `slurmgpu gen-gres` writes by default (--mig-types short): the profile.
+            gres_type = arg
+        # gpu_model only when known: it decides the memory the wrapper counts on
+        known_model = model.key if model is not None else None
+        if known_model is None and len({m.key for m, _ in offering}) == 1:
+            known_model = offering[0][0].key
+        return Slice(SLICE_MIG, 1, mig_profile=arg, gres_type=gres_type, gpu_model=known_model)
+    if kind in (SLICE_SHARD, SLICE_GPU):
+        if not arg.isdigit() or int(arg) < 1:
+            check.error(skeys, f"{text!r}: the count after '{kind}:' must be an integer >= 1")
+            return None
+        count = int(arg)
+        if kind == SLICE_SHARD:
+            if shards_per_gpu is None:
+                check.error(skeys, "shard slices need the top-level shards_per_gpu")
+                return None
+            if count > shards_per_gpu:
+                check.error(
+                    skeys,
+                    f"{count} shards is more than one GPU offers (shards_per_gpu = "
+                    f"{shards_per_gpu}): use gpu:N for whole GPUs",
+                )
+                return None
+        if model is not None and gres_type is None and kind == SLICE_GPU:
+            gres_type = model.short_type
+        return Slice(
+            kind, count, gres_type=gres_type, gpu_model=model.key if model is not None else None
+        )
+    check.error(skeys, f"{text!r}: unknown slice kind '{kind}' (use mig, shard or gpu)")
+    return None
