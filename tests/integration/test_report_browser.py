@@ -70,8 +70,9 @@ def chromium() -> str:
     path = shutil.which("chromium") or shutil.which("chromium-browser")
     if path is None:
         pytest.fail(
-            "chromium is not installed: run the test command in README.md (it installs "
-            "Debian's chromium for this browser test)"
+            "chromium is not installed: run the README's test command as root: "
+            "sudo ./scripts/run-tests (it installs Debian's chromium for this browser test)",
+            pytrace=False,
         )
     return path
 
