@@ -13,6 +13,8 @@ from pathlib import Path
 
 import click
 
+from slurmgpu.cli.analysis_options import analysis_kwargs, analysis_options
+
 FORMATS = ("text", "json", "html", "prom")
 
 
@@ -88,45 +90,14 @@ def write_report(path: str | os.PathLike[str], text: str, fmt: str) -> Path:
     help="File to write atomically, or - for stdout. strftime codes are expanded with the "
     "report time in UTC (report-%Y-%m-%d.html).",
 )
-@click.option(
-    "--policy",
-    type=click.Path(exists=True, dir_okay=False),
-    help="Site policy: maps QOS to tiers.",
-)
-@click.option("--inventory", "inventories", multiple=True, type=click.Path(dir_okay=False),
-              help="`slurmgpu inventory` snapshot: measured GPU memory per type "
-              "(repeatable).")  # fmt: skip
-@click.option("--tier", "tier_pairs", multiple=True, metavar="QOS=TIER",
-              help="Map a QOS to a tier (repeatable; overrides --policy).")  # fmt: skip
-@click.option("--capacity", "capacity", multiple=True, metavar="PARTITION=GPUS",
-              help="GPUs in a partition (repeatable); overrides scontrol. Needed for "
-              "capacity and allocation ratio with --sacct-file.")  # fmt: skip
-@click.option("--gpu-type", "gpu_types", multiple=True, metavar="PARTITION=TYPE",
-              help="GPU type of a partition (e.g. gpu=h100) for GPU memory.")  # fmt: skip
-@click.option("--shards-per-gpu", "shards", multiple=True, metavar="[PARTITION=]N",
-              help="Shards per GPU, to count gres/shard jobs as GPU fractions.")  # fmt: skip
-@click.option("--backend", type=click.Choice(["auto", "sacct", "sacct-json", "pyslurm"]),
-              default="auto", show_default=True,
-              help="Live source: pyslurm if it matches Slurm, else sacct text.")  # fmt: skip
-@click.option("--timezone", "tz", default="UTC", show_default=True,
-              help="Zone of ISO times in --sacct-file dumps (sacct prints local time).",
-              )  # fmt: skip
-@click.option("--freq", type=click.Choice(["1h", "1D"]), help="Time-series bucket.")
+@analysis_options
 def report(
     since: str,
     until: str,
     sacct_files: tuple[str, ...],
     fmt: str,
     output: str,
-    policy: str | None,
-    inventories: tuple[str, ...],
-    tier_pairs: tuple[str, ...],
-    capacity: tuple[str, ...],
-    gpu_types: tuple[str, ...],
-    shards: tuple[str, ...],
-    backend: str,
-    tz: str,
-    freq: str | None,
+    **analysis: object,
 ) -> None:
     """Analyze GPU accounting and write a report (for people, scripts, or Prometheus).
 
@@ -139,9 +110,7 @@ def report(
           --output /var/lib/prometheus/node-exporter/slurmgpu.prom
     """
     from slurmgpu.accounting import analyze
-    from slurmgpu.accounting.capacity import parse_capacity_options
     from slurmgpu.accounting.when import parse_when
-    from slurmgpu.cli.accounting import _load_policy, _pairs  # same option parsing as analyze
     from slurmgpu.cli.progress import LoadProgress
     from slurmgpu.errors import UsageError
     from slurmgpu.render.report import render_report
@@ -151,38 +120,10 @@ def report(
     since_t = parse_when(since, now=until_t, option="--since")
     if since_t >= until_t:
         raise UsageError(f"--since {since} is not before --until {until}")
-    tiers = _load_policy(policy) if policy else None
-    if tier_pairs:
-        mapping, base = _pairs(tier_pairs, "--tier"), tiers
-
-        def tiers(qos: str) -> str | None:
-            if qos in mapping:
-                return mapping[qos]
-            return getattr(base.tier_for_qos(qos), "name", None) if base is not None else None
-
-    shard_map: dict[str, float] = {}
-    for text in shards:
-        key, sep, value = text.rpartition("=")
-        try:
-            shard_map[key if sep else "*"] = float(value)
-        except ValueError:
-            raise UsageError(f"--shards-per-gpu {text!r}: use N or PARTITION=N") from None
+    kwargs = analysis_kwargs(analysis)
     label = "reading sacct dumps" if sacct_files else "querying sacct"
     with LoadProgress(label, sacct_files):
-        result = analyze(
-            list(sacct_files),
-            since=since_t,
-            until=until_t,
-            backend=backend,
-            tiers=tiers,
-            capacity=parse_capacity_options(capacity) or None,
-            shards_per_gpu=shard_map,
-            gpu_types=_pairs(gpu_types, "--gpu-type"),
-            inventories=list(inventories),
-            timezone_name=tz,
-            freq=freq,
-            now=now,
-        )
+        result = analyze(list(sacct_files), since=since_t, until=until_t, now=now, **kwargs)
     text = render_report(result.to_dict(), fmt)
     if output == "-":
         click.echo(text, nl=False)

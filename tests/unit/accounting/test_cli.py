@@ -30,7 +30,7 @@ def test_json_output_reconciles():
 def test_text_output_has_tables():
     r = invoke("--sacct-file", MIX, "--shards-per-gpu", "8")
     assert r.exit_code == 0, r.output
-    assert "By partition" in r.output and "rows read 26 = analyzed 21 + rejected 5" in r.output
+    assert "By partition" in r.output and "26 read = 21 analyzed + 5 rejected" in r.output
     assert "Recommendations" in r.output
 
 
