@@ -77,3 +77,19 @@ def test_inventory_option_bad_file_is_one_line(tmp_path):
     r = invoke("--sacct-file", MIX, "--inventory", str(bad))
     assert r.exit_code == 1 and r.output.startswith("slurmgpu: error:")
     assert r.output.strip().count("\n") == 0
+
+
+def test_policy_maps_qos_to_tiers_and_tier_option_overrides():
+    policy = str(Path(__file__).resolve().parents[3] / "etc" / "slurmgpu.toml")
+    r = invoke("--sacct-file", MIX, "--format", "json", "--policy", policy, "--tier", "p0=urgent")
+    assert r.exit_code == 0, r.output
+    tiers = {e["qos"]: e["tier"] for e in json.loads(r.output)["by_qos"]}
+    assert tiers == {"p0": "urgent", "p1": "P1", "p2": "P2"}
+
+
+def test_invalid_policy_is_one_line(tmp_path):
+    bad = tmp_path / "bad.toml"
+    bad.write_text('default_tier = "P9"\n')
+    r = invoke("--sacct-file", MIX, "--policy", str(bad))
+    assert r.exit_code != 0
+    assert r.output.startswith("slurmgpu: error:") and "bad.toml" in r.output
