@@ -11,6 +11,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from slurmgpu.util.hostlist import format_id_list, parse_id_list
+
 MAX_GPUS = 32
 GI_PER_GPU = 15
 CI_PER_GI = 8
@@ -28,26 +30,6 @@ def mig_minor_table() -> dict[str, int]:
                 table[f"gpu{gpu}/gi{gi}/ci{ci}/access"] = minor
                 minor += 1
     return table
-
-
-def _ids(text: str) -> list[int]:
-    out: list[int] = []
-    for part in filter(None, text.split(",")):
-        lo, _, hi = part.partition("-")
-        out.extend(range(int(lo), int(hi or lo) + 1))
-    return out
-
-
-def _fmt(ids: list[int]) -> str:
-    ids = sorted(ids)
-    runs, i = [], 0
-    while i < len(ids):
-        j = i
-        while j + 1 < len(ids) and ids[j + 1] == ids[j] + 1:
-            j += 1
-        runs.append(str(ids[i]) if i == j else f"{ids[i]}-{ids[j]}")
-        i = j + 1
-    return ",".join(runs)
 
 
 def build_host_tree(machine: dict | str | Path, root: Path, *, drop_minors=()) -> Path:
@@ -69,12 +51,12 @@ def build_host_tree(machine: dict | str | Path, root: Path, *, drop_minors=()) -
                 topo.mkdir(parents=True, exist_ok=True)
                 (topo / "physical_package_id").write_text(f"{pkg}\n")
                 (topo / "core_id").write_text(f"{core_id}\n")
-                (topo / "thread_siblings_list").write_text(_fmt(siblings) + "\n")
+                (topo / "thread_siblings_list").write_text(format_id_list(siblings) + "\n")
     (cpu_dir / "online").write_text(f"0-{threads * per_thread - 1}\n")
     for node, cpus in host["numa_cpus"].items():
         d = root / f"sys/devices/system/node/node{node}"
         d.mkdir(parents=True, exist_ok=True)
-        (d / "cpulist").write_text(_fmt(_ids(cpus)) + "\n")
+        (d / "cpulist").write_text(format_id_list(parse_id_list(cpus)) + "\n")
     proc = root / "proc"
     proc.mkdir(parents=True, exist_ok=True)
     kib = host["memtotal_kib"]
