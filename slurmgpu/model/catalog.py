@@ -39,6 +39,8 @@ class MigProfile:
 
 @dataclass(frozen=True)
 class GpuModel:
+    """One GPU model: its NVML names, memory, Slurm GRES type names and MIG profiles."""
+
     key: str
     nvml_names: tuple[str, ...]
     pci_device_id: str
