@@ -52,13 +52,7 @@ def check_topology(spec: TopologySpec, nodes: list[str] | None = None) -> list[s
                 raise TopologyError(
                     f"{_where(spec, sw.switches_line)}: switch {sw.name!r} lists itself"
                 )
-        for node in sw.nodes:
-            if node in leaf_of:
-                raise TopologyError(
-                    f"{_where(spec, sw.nodes_line)}: node {node!r} is under two leaf switches, "
-                    f"{leaf_of[node]!r} and {sw.name!r}"
-                )
-            leaf_of[node] = sw.name
+        _claim(leaf_of, sw.nodes, sw.name, _where(spec, sw.nodes_line), "under two leaf switches")
     _check_no_cycle(spec)
     parents = {c for s in spec.switches for c in s.switches}
     roots = [s.name for s in spec.switches if s.name not in parents]
@@ -72,13 +66,7 @@ def check_topology(spec: TopologySpec, nodes: list[str] | None = None) -> list[s
     for block in spec.blocks:
         if sum(b.name == block.name for b in spec.blocks) > 1:
             raise TopologyError(f"{_where(spec, block.line)}: domain {block.name!r} declared twice")
-        for node in block.nodes:
-            if node in block_of:
-                raise TopologyError(
-                    f"{_where(spec, block.line)}: node {node!r} is in two NVLink domains, "
-                    f"{block_of[node]!r} and {block.name!r}"
-                )
-            block_of[node] = block.name
+        _claim(block_of, block.nodes, block.name, _where(spec, block.line), "in two NVLink domains")
     _check_block_sizes(spec)
 
     if nodes is not None:
@@ -113,6 +101,16 @@ def check_topology(spec: TopologySpec, nodes: list[str] | None = None) -> list[s
                     "topology/block will not place jobs there"
                 )
     return warnings
+
+
+def _claim(owner_of: dict[str, str], nodes: tuple[str, ...], owner: str, where: str, what: str):
+    """Record `owner` for each node; a node that already has one is an error naming both."""
+    for node in nodes:
+        if node in owner_of:
+            raise TopologyError(
+                f"{where}: node {node!r} is {what}, {owner_of[node]!r} and {owner!r}"
+            )
+        owner_of[node] = owner
 
 
 def _check_no_cycle(spec: TopologySpec) -> None:
