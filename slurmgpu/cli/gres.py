@@ -166,12 +166,12 @@ def gen_gres(
     blank line, then gres.conf. With --output PATH gres.conf is written there atomically
     (old file kept as PATH.bak) and the node definition goes to stdout.
     """
-    import difflib
+
     from pathlib import Path
 
     from slurmgpu.render import gres
     from slurmgpu.sources import slurmd, snapshot
-    from slurmgpu.util.atomic import write_atomic
+    from slurmgpu.util.atomic import diff_against_file, write_atomic
 
     if show_diff and output == "-":
         raise UsageError("--diff needs --output PATH (the file to compare with)")
@@ -206,15 +206,7 @@ def gen_gres(
         )
 
     if show_diff:
-        target = Path(output)
-        old = target.read_text(encoding="utf-8") if target.exists() else ""
-        diff = difflib.unified_diff(
-            old.splitlines(keepends=True),
-            gres_text.splitlines(keepends=True),
-            fromfile=str(target) if target.exists() else "/dev/null",
-            tofile=f"{target} (generated)",
-        )
-        sys.stdout.writelines(diff)
+        sys.stdout.write(diff_against_file(output, gres_text))
         if check:
             validate(gres_text)
         return

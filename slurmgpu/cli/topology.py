@@ -80,25 +80,16 @@ def gen_topology(
 
 
 def _write_outputs(directory: Path, files: dict[str, str], diff: bool) -> None:
-    import difflib
-
-    from slurmgpu.util.atomic import write_atomic
+    from slurmgpu.util.atomic import diff_against_file, write_atomic
 
     if not directory.is_dir():
         raise click.UsageError(f"--output-dir {directory}: not a directory")
     for name, text in files.items():
         target = directory / name
-        old = target.read_text(encoding="utf-8") if target.exists() else ""
         if diff:
-            lines = difflib.unified_diff(
-                old.splitlines(keepends=True),
-                text.splitlines(keepends=True),
-                fromfile=str(target),
-                tofile=f"{target} (new)",
-            )
-            click.echo("".join(lines), nl=False)
+            click.echo(diff_against_file(target, text), nl=False)
             continue
-        if old == text:
+        if target.exists() and target.read_text(encoding="utf-8") == text:
             click.echo(f"{target}: unchanged", err=True)
             continue
         backup = write_atomic(target, text)

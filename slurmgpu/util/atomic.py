@@ -57,3 +57,19 @@ def write_atomic(
         with contextlib.suppress(FileNotFoundError):
             tmp.unlink()
         raise
+
+
+def diff_against_file(path: str | os.PathLike[str], text: str) -> str:
+    """A unified diff from the file at `path` (missing: /dev/null) to `text`, for `--diff`."""
+    import difflib
+
+    target = Path(path)
+    old = target.read_text(encoding="utf-8") if target.exists() else ""
+    return "".join(
+        difflib.unified_diff(
+            old.splitlines(keepends=True),
+            text.splitlines(keepends=True),
+            fromfile=str(target) if target.exists() else "/dev/null",
+            tofile=f"{target} (generated)",
+        )
+    )
