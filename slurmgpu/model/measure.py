@@ -1,0 +1,52 @@
+"""Measured GPU use of one job run, from a source that averages over time.
+
+Slurm's own `gres/gpuutil`/`gres/gpumem` are per-step high-water marks (23.02+, not on MIG).
+Time-averaged measures come from slurmgpu's node collector, Princeton's jobstats summaries in
+AdminComment, or a Prometheus server (DCGM exporter or jobstats' exporter). Each such source
+turns what it read into `JobGpuMeasure` records; the accounting stage applies them to runs with
+one precedence (time-averaged over high-water) and reports how many runs each source measured.
+Pure data: no I/O.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Protocol
+
+
+@dataclass(frozen=True)
+class RunRef:
+    """What a measure source needs to know about one run to look up its measures."""
+
+    job_id: str  # JobIDRaw of the allocation (an array task has its own raw id)
+    cluster: str
+    start: datetime | None  # UTC, naive
+    end: datetime | None  # UTC, naive; None while running
+    nodes: str  # Slurm hostlist expression, as sacct prints NodeList
+    gpus: float  # GPUs allocated (MIG slices as fractions)
+    admin_comment: str = ""
+
+
+@dataclass(frozen=True)
+class JobGpuMeasure:
+    """One run's GPU use as a time-averaging source measured it."""
+
+    job_id: str
+    source: str  # "collector" | "jobstats" | "prometheus"
+    gpus_measured: int  # GPUs or MIG instances the source saw
+    util_mean_pct: float | None  # time-averaged utilization, mean over the run's GPUs
+    mem_used_max_mib: float | None  # highest memory used on any one of the run's GPUs
+    gpu_memory_mib: float | None  # size of one of the run's GPUs (or MIG slices), if known
+    cluster: str | None = None
+    start: datetime | None = None  # to tell requeued runs of one job apart, when known
+
+
+class MeasureSource(Protocol):
+    """A source of time-averaged GPU measures (collector spool, jobstats, Prometheus)."""
+
+    name: str
+
+    def measures(self, runs: list[RunRef]) -> list[JobGpuMeasure]:
+        """The measures it has for these runs; runs it cannot see are simply absent."""
+        ...
