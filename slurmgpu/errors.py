@@ -45,3 +45,11 @@ class SacctParseError(SlurmgpuError):
 
 class TopologyError(SlurmgpuError):
     """The switch / NVLink-domain description is inconsistent."""
+
+
+class OutputError(SlurmgpuError):
+    """An output file cannot be written where asked (missing directory, read-only, full disk)."""
+
+
+class LimitError(SlurmgpuError):
+    """Input asks for more than slurmgpu will expand (a hostlist of a hundred million names)."""

@@ -12,7 +12,7 @@ import importlib
 import click
 
 from slurmgpu import __version__
-from slurmgpu.errors import SlurmgpuError
+from slurmgpu.cli.errorpath import handled_errors
 
 # command name -> "module:attribute" (a click.Command or click.Group)
 LAZY_COMMANDS: dict[str, str] = {
@@ -29,7 +29,7 @@ LAZY_COMMANDS: dict[str, str] = {
 
 
 class SlurmgpuGroup(click.Group):
-    """A group that loads subcommands lazily and turns domain errors into one line."""
+    """A group that loads subcommands lazily and owns the one error path of every command."""
 
     def list_commands(self, ctx: click.Context) -> list[str]:
         available = [name for name in LAZY_COMMANDS if self._load(name) is not None]
@@ -52,12 +52,14 @@ class SlurmgpuGroup(click.Group):
             raise
         return getattr(module, attr, None)
 
+    def make_context(self, info_name, args, parent=None, **extra):  # type: ignore[override]
+        # options of the group itself (`slurmgpu --bogus`) are parsed here, outside invoke()
+        with handled_errors():
+            return super().make_context(info_name, args, parent=parent, **extra)
+
     def invoke(self, ctx: click.Context):  # type: ignore[override]
-        try:
+        with handled_errors():
             return super().invoke(ctx)
-        except SlurmgpuError as exc:
-            click.echo(f"slurmgpu: error: {exc}", err=True)
-            ctx.exit(exc.exit_code)
 
 
 @click.group(cls=SlurmgpuGroup, context_settings={"help_option_names": ["-h", "--help"]})

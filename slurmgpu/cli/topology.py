@@ -80,7 +80,7 @@ def gen_topology(
 
 
 def _write_outputs(directory: Path, files: dict[str, str], diff: bool) -> None:
-    from slurmgpu.util.atomic import diff_against_file, write_atomic
+    from slurmgpu.util.atomic import diff_against_file, read_existing, write_atomic
 
     if not directory.is_dir():
         raise click.UsageError(f"--output-dir {directory}: not a directory")
@@ -89,7 +89,7 @@ def _write_outputs(directory: Path, files: dict[str, str], diff: bool) -> None:
         if diff:
             click.echo(diff_against_file(target, text), nl=False)
             continue
-        if target.exists() and target.read_text(encoding="utf-8") == text:
+        if read_existing(target) == text:
             click.echo(f"{target}: unchanged", err=True)
             continue
         backup = write_atomic(target, text)

@@ -1,13 +1,136 @@
-"""Writing configuration files safely: temp file in the target dir, validate, backup, rename."""
+"""Writing configuration files safely: temp file in the target dir, validate, backup, rename.
+
+What a reader of the target can ever see: the old whole file or the new whole file. What
+survives a SIGKILL or a full disk at any moment: the old file, the old backup (or the new
+backup, which is the old file), and at most one temp file, which the next run removes.
+
+- The temp file is named `.NAME.PID.RANDOM.tmp` (hidden, never `*.prom` or `*.conf`, so
+  node_exporter and Slurm never read it). A later write to the same target removes the temp
+  files of writers that are no longer running on this host (their PID is gone).
+- The backup `NAME.bak` is made atomically: a hard link to the old file under a temp name,
+  renamed over the old backup (a copy into a temp file where the file system has no hard
+  links). The previous good backup is never truncated in place.
+- A target that is a symlink is written where it points (the link itself stays, the backup
+  and temp file sit beside the real file): `/etc/slurm/gres.conf -> /srv/cfg/gres.conf`
+  updates `/srv/cfg/gres.conf`. A target that exists and is not a regular file (a
+  directory, `/dev/null`, a FIFO) is refused: renaming over it would replace a device node.
+- The new file keeps the old file's owner, group and mode (a new file: 0644, or `mode`).
+Every file-system failure is an `OutputError` naming the target and the reason.
+"""
 
 from __future__ import annotations
 
 import contextlib
 import os
+import re
+import secrets
 import shutil
-import tempfile
+import stat
 from collections.abc import Callable
 from pathlib import Path
+
+from slurmgpu.errors import OutputError
+
+
+def _reason(exc: OSError) -> str:
+    return exc.strerror or str(exc) or type(exc).__name__
+
+
+def resolve_target(path: str | os.PathLike[str]) -> Path:
+    """The regular file a write to `path` replaces (symlinks followed); refuses anything else."""
+    given = Path(path)
+    if str(path) == "":
+        raise OutputError("output path is empty")
+    real = Path(os.path.realpath(given))
+    try:
+        st = os.stat(real)
+    except FileNotFoundError:
+        st = None
+    except OSError as exc:
+        raise OutputError(f"{given}: cannot write: {_reason(exc)}") from exc
+    if st is not None and stat.S_ISDIR(st.st_mode):
+        raise OutputError(f"{given}: is a directory, expected a file path")
+    if st is not None and not stat.S_ISREG(st.st_mode):
+        raise OutputError(
+            f"{given}: is not a regular file (a device, FIFO or socket); refusing to replace it"
+        )
+    if not real.parent.is_dir():
+        raise OutputError(f"{given}: directory {real.parent} does not exist")
+    return real
+
+
+def _temp_pattern(target: Path) -> re.Pattern[str]:
+    return re.compile(rf"^\.{re.escape(target.name)}\.(?P<pid>\d+)\.[0-9a-f]+\.tmp$")
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # alive, owned by someone else
+        return True
+    return True
+
+
+def remove_stale_temps(target: Path) -> list[Path]:
+    """Remove temp files left by earlier writers of `target` killed mid-write; return them."""
+    pattern = _temp_pattern(target)
+    removed = []
+    with contextlib.suppress(OSError):
+        for entry in os.scandir(target.parent):
+            m = pattern.match(entry.name)
+            if m and int(m.group("pid")) != os.getpid() and not _pid_alive(int(m.group("pid"))):
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(entry.path)
+                    removed.append(Path(entry.path))
+    return removed
+
+
+def _temp_path(target: Path) -> Path:
+    return target.with_name(f".{target.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp")
+
+
+def _fsync_dir(directory: Path) -> None:
+    with contextlib.suppress(OSError):
+        dir_fd = os.open(directory, os.O_RDONLY)
+        try:
+            os.fsync(dir_fd)
+        finally:
+            os.close(dir_fd)
+
+
+def _keep_owner_and_mode(tmp: Path, old: os.stat_result | None, mode: int | None) -> None:
+    if old is not None and (hasattr(os, "geteuid") and os.geteuid() == 0):
+        os.chown(tmp, old.st_uid, old.st_gid)
+    if mode is not None:
+        os.chmod(tmp, mode)
+    elif old is not None:
+        os.chmod(tmp, stat.S_IMODE(old.st_mode))
+    else:
+        os.chmod(tmp, 0o644)
+
+
+def _backup(target: Path) -> Path:
+    """`target.bak` := the current target, atomically (link or copy to a temp, then rename)."""
+    backup = target.with_name(target.name + ".bak")
+    tmp = _temp_path(target)
+    try:
+        try:
+            os.link(target, tmp)
+        except OSError:  # no hard links here (some FUSE/SMB mounts): a full copy instead
+            shutil.copy2(target, tmp)
+            st = os.stat(target)
+            with contextlib.suppress(PermissionError):
+                os.chown(tmp, st.st_uid, st.st_gid)
+            with open(tmp, "rb") as fh:
+                os.fsync(fh.fileno())
+        os.replace(tmp, backup)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            tmp.unlink()
+        raise
+    return backup
 
 
 def write_atomic(
@@ -20,38 +143,37 @@ def write_atomic(
 ) -> Path | None:
     """Write `text` to `path` so that readers only ever see the old or the new whole file.
 
-    The text goes to a temp file in the same directory; `validate(temp_path)` may raise to
+    The text goes to a temp file beside the real target; `validate(temp_path)` may raise to
     abort (the old file is untouched and the temp file removed). An existing file is kept as
-    `path.bak` (hard copy, mode preserved) before the rename. Returns the backup path or None.
+    `NAME.bak` before the rename. Returns the backup path or None.
     """
-    target = Path(path)
-    directory = target.parent if str(target.parent) else Path(".")
-    fd, tmp_name = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=directory)
-    tmp = Path(tmp_name)
+    target = resolve_target(path)
+    remove_stale_temps(target)
     try:
-        with os.fdopen(fd, "w", encoding="utf-8", newline="") as fh:
-            fh.write(text)
-            fh.flush()
-            os.fsync(fh.fileno())
-        if mode is not None:
-            os.chmod(tmp, mode)
-        elif target.exists():
-            os.chmod(tmp, target.stat().st_mode & 0o7777)
-        else:
-            os.chmod(tmp, 0o644)
+        old = os.stat(target)
+    except FileNotFoundError:
+        old = None
+    except OSError as exc:
+        raise OutputError(f"{path}: cannot write: {_reason(exc)}") from exc
+    tmp = _temp_path(target)
+    try:
+        try:
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+            with os.fdopen(fd, "w", encoding="utf-8", newline="") as fh:
+                fh.write(text)
+                fh.flush()
+                os.fsync(fh.fileno())
+            _keep_owner_and_mode(tmp, old, mode)
+        except OSError as exc:
+            raise OutputError(f"{path}: cannot write: {_reason(exc)}") from exc
         if validate is not None:
             validate(tmp)
-        backup_path = None
-        if backup and target.exists():
-            backup_path = target.with_name(target.name + ".bak")
-            shutil.copy2(target, backup_path)
-        os.replace(tmp, target)
-        with contextlib.suppress(OSError):
-            dir_fd = os.open(directory, os.O_RDONLY)
-            try:
-                os.fsync(dir_fd)
-            finally:
-                os.close(dir_fd)
+        try:
+            backup_path = _backup(target) if backup and old is not None else None
+            os.replace(tmp, target)
+        except OSError as exc:
+            raise OutputError(f"{path}: cannot replace: {_reason(exc)}") from exc
+        _fsync_dir(target.parent)
         return backup_path
     except BaseException:
         with contextlib.suppress(FileNotFoundError):
@@ -59,17 +181,32 @@ def write_atomic(
         raise
 
 
+def read_existing(path: str | os.PathLike[str]) -> str | None:
+    """The current text of an output file, or None when there is none yet (for --diff)."""
+    target = Path(path)
+    try:
+        return target.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        return None
+    except IsADirectoryError as exc:
+        raise OutputError(f"{target}: is a directory, expected a file path") from exc
+    except OSError as exc:
+        raise OutputError(f"{target}: cannot read: {_reason(exc)}") from exc
+    except UnicodeDecodeError as exc:
+        raise OutputError(f"{target}: is not UTF-8 text (byte {exc.start}), cannot diff") from exc
+
+
 def diff_against_file(path: str | os.PathLike[str], text: str) -> str:
     """A unified diff from the file at `path` (missing: /dev/null) to `text`, for `--diff`."""
     import difflib
 
     target = Path(path)
-    old = target.read_text(encoding="utf-8") if target.exists() else ""
+    old = read_existing(target)
     return "".join(
         difflib.unified_diff(
-            old.splitlines(keepends=True),
+            (old or "").splitlines(keepends=True),
             text.splitlines(keepends=True),
-            fromfile=str(target) if target.exists() else "/dev/null",
+            fromfile=str(target) if old is not None else "/dev/null",
             tofile=f"{target} (generated)",
         )
     )

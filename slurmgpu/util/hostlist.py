@@ -8,28 +8,67 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable
 
-_BRACKET = re.compile(r"^(?P<prefix>[^\[\]]*)\[(?P<body>[^\[\]]+)\](?P<suffix>.*)$")
+from slurmgpu.errors import LimitError
+
+# Limits on expansion: input names a range, slurmgpu must not build a list of a hundred
+# million names from it. 65,536 is far above any node's cpu count (Linux NR_CPUS is at most
+# 8,192) and any cluster slurmgpu generates for; beyond it the input is refused, not truncated.
+MAX_IDS = 65_536
+MAX_HOSTS = 65_536
 
 
-def parse_id_list(text: str) -> list[int]:
-    """`"0-3,8,10-11"` -> `[0, 1, 2, 3, 8, 10, 11]` (sorted, unique). Empty text -> []."""
-    out: set[int] = set()
-    text = text.strip()
-    if not text:
-        return []
+class ExpansionLimitError(LimitError, ValueError):
+    """A range expands past the limit. A ValueError too, so callers that treat a malformed
+    range as 'unknown' (the accounting loader's array ranges) keep doing so."""
+
+
+def _id_ranges(text: str) -> list[tuple[int, int]]:
+    """`"0-3,8"` -> [(0, 3), (8, 8)], checked but not expanded."""
+    ranges = []
     for part in text.split(","):
         part = part.strip()
         if not part:
             raise ValueError(f"empty element in id list {text!r}")
-        if "-" in part:
-            lo_s, hi_s = part.split("-", 1)
-            lo, hi = int(lo_s), int(hi_s)
-            if hi < lo:
-                raise ValueError(f"descending range {part!r} in id list {text!r}")
-            out.update(range(lo, hi + 1))
-        else:
-            out.add(int(part))
+        lo_s, sep, hi_s = part.partition("-")
+        if not lo_s.strip().isdigit() or (sep and not hi_s.strip().isdigit()):
+            raise ValueError(f"malformed element {part!r} in id list {text!r}")
+        lo = int(lo_s)
+        hi = int(hi_s) if sep else lo
+        if hi < lo:
+            raise ValueError(f"descending range {part!r} in id list {text!r}")
+        ranges.append((lo, hi))
+    return ranges
+
+
+def count_id_list(text: str) -> int:
+    """How many ids `"0-3,8"` names, without expanding: the sum of the range sizes (exact for
+    Slurm's own output, whose ranges never overlap). For array ranges of any size."""
+    text = text.strip()
+    return sum(hi - lo + 1 for lo, hi in _id_ranges(text)) if text else 0
+
+
+def parse_id_list(text: str, *, limit: int = MAX_IDS) -> list[int]:
+    """`"0-3,8,10-11"` -> `[0, 1, 2, 3, 8, 10, 11]` (sorted, unique). Empty text -> [].
+
+    More than `limit` ids raises `ExpansionLimitError` before anything is expanded.
+    """
+    text = text.strip()
+    if not text:
+        return []
+    ranges = _id_ranges(text)
+    total = sum(hi - lo + 1 for lo, hi in ranges)
+    if total > limit:
+        raise ExpansionLimitError(
+            f"id list {_short(text)} names {total} ids, more than the limit of {limit}"
+        )
+    out: set[int] = set()
+    for lo, hi in ranges:
+        out.update(range(lo, hi + 1))
     return sorted(out)
+
+
+def _short(text: str) -> str:
+    return repr(text if len(text) <= 60 else text[:57] + "...")
 
 
 def format_id_list(ids: Iterable[int]) -> str:
@@ -67,41 +106,79 @@ def _split_top_level(text: str) -> list[str]:
     return [p.strip() for p in parts if p.strip()]
 
 
-def expand_hostlist(text: str) -> list[str]:
+def expand_hostlist(text: str, *, limit: int = MAX_HOSTS) -> list[str]:
     """`"gpu[01-03,07],dgx"` -> `["gpu01", "gpu02", "gpu03", "gpu07", "dgx"]` (order kept).
 
     Zero padding follows the range's lower bound, as Slurm does (`[01-10]` -> `01`..`10`).
-    Nested brackets repeat (`r[1-2]n[1-2]`).
+    Several bracket groups multiply (`r[1-2]n[1-2]`). More than `limit` names raises
+    `ExpansionLimitError` before they are built.
     """
+    items = _split_top_level(text.strip())
+    groups = [_parse_item(item) for item in items]
+    total = 0
+    for segments in groups:
+        size = 1
+        for seg in segments:
+            size *= len(seg) if isinstance(seg, list) else 1
+            if total + size > limit:
+                raise ExpansionLimitError(
+                    f"hostlist {_short(text)} names more than the limit of {limit} hosts"
+                )
+        total += size
     names: list[str] = []
-    for item in _split_top_level(text.strip()):
-        names.extend(_expand_one(item))
+    for segments in groups:
+        partial = [""]
+        for seg in segments:
+            choices = seg if isinstance(seg, list) else [seg]
+            partial = [head + choice for head in partial for choice in choices]
+        names.extend(partial)
     return names
 
 
-def _expand_one(item: str) -> list[str]:
-    m = _BRACKET.match(item)
-    if not m:
-        if "[" in item or "]" in item:
+def _parse_item(item: str) -> list[str | list[str]]:
+    """`n[1-2]x[5,7]` -> ["n", ["1", "2"], "x", ["5", "7"]] (literals and choice lists)."""
+    segments: list[str | list[str]] = []
+    rest = item
+    while rest:
+        open_at = rest.find("[")
+        close_at = rest.find("]")
+        if open_at < 0:
+            if close_at >= 0:
+                raise ValueError(f"malformed hostlist element {item!r}")
+            segments.append(rest)
+            break
+        close_at = rest.find("]", open_at)
+        if close_at < 0 or "[" in rest[open_at + 1 : close_at] or "]" in rest[:open_at]:
             raise ValueError(f"malformed hostlist element {item!r}")
-        return [item]
-    prefix, body, suffix = m.group("prefix"), m.group("body"), m.group("suffix")
-    out: list[str] = []
+        segments.append(rest[:open_at])
+        segments.append(_bracket_choices(rest[open_at + 1 : close_at], item))
+        rest = rest[close_at + 1 :]
+    return segments
+
+
+def _bracket_choices(body: str, item: str) -> list[str]:
+    if not body.strip():
+        raise ValueError(f"empty brackets in {item!r}")
+    choices: list[str] = []
     for rng in body.split(","):
         rng = rng.strip()
-        if "-" in rng:
-            lo_s, hi_s = rng.split("-", 1)
-            if not (lo_s.isdigit() and hi_s.isdigit()) or int(hi_s) < int(lo_s):
-                raise ValueError(f"malformed range {rng!r} in {item!r}")
-            width = len(lo_s)
-            seq = [f"{n:0{width}d}" for n in range(int(lo_s), int(hi_s) + 1)]
-        else:
-            if not rng.isdigit():
-                raise ValueError(f"malformed range {rng!r} in {item!r}")
-            seq = [rng]
-        for s in seq:
-            out.extend(_expand_one(prefix + s + suffix) if "[" in suffix else [prefix + s + suffix])
-    return out
+        lo_s, sep, hi_s = rng.partition("-")
+        if not lo_s.isdigit() or (sep and not hi_s.isdigit()):
+            raise ValueError(f"malformed range {rng!r} in {item!r}")
+        if not sep:
+            choices.append(rng)
+            continue
+        lo, hi = int(lo_s), int(hi_s)
+        if hi < lo:
+            raise ValueError(f"malformed range {rng!r} in {item!r}")
+        if hi - lo + 1 + len(choices) > MAX_HOSTS:
+            raise ExpansionLimitError(
+                f"hostlist range {rng!r} in {_short(item)} names more than the limit of "
+                f"{MAX_HOSTS} hosts"
+            )
+        width = len(lo_s)
+        choices.extend(f"{n:0{width}d}" for n in range(lo, hi + 1))
+    return choices
 
 
 _TAIL_NUM = re.compile(r"^(?P<prefix>.*?)(?P<num>\d+)(?P<suffix>\D*)$")
