@@ -30,6 +30,9 @@ class Inventory:
     gpus: tuple[Gpu, ...]
     warnings: tuple[str, ...] = ()
     skipped_gpus: tuple[SkippedGpu, ...] = ()
+    # nvmlDeviceGetCount() when the inventory was taken: how a snapshot knows a GPU is
+    # missing from `gpus` (None in snapshots written before it was recorded)
+    nvml_device_count: int | None = None
     schema_version: int = SCHEMA_VERSION
 
     @property

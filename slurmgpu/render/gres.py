@@ -19,8 +19,9 @@ from slurmgpu import __version__
 from slurmgpu.errors import InventoryError, UsageError
 from slurmgpu.model.gpu import REMOTE_GPU, REMOTE_NVSWITCH, Gpu, MigDevice
 from slurmgpu.model.inventory import Inventory
+from slurmgpu.model.validate import GRES_TYPE, HOST_NAME, missing_gpus
 from slurmgpu.render.templating import render
-from slurmgpu.util.hostlist import compress_hostlist, format_id_list
+from slurmgpu.util.hostlist import compress_hostlist, expand_hostlist, format_id_list
 
 DEFAULT_SLURM_VERSION = (22, 5, 0)
 # MultipleFiles= (needed for MIG) appeared in Slurm 20.11; older releases are not supported.
@@ -56,12 +57,30 @@ class GresOptions:
             if getattr(self, name) not in ("short", "full"):
                 raise UsageError(f"--{name.replace('_', '-')}: use short or full")
         if self.shards_per_gpu < 0:
-            raise UsageError("--shards-per-gpu: must be 0 or more")
+            raise UsageError("--shards-per-gpu: must be 1 or more")
+        for name in ("node_name", "node_hostname"):
+            value = getattr(self, name)
+            if value is not None:
+                check_node_names(value, f"--{name.replace('_', '-')}")
         if self.slurm_version < MIN_SLURM_VERSION:
             raise UsageError(
                 f"Slurm {format_version(self.slurm_version)} is too old: MIG and this "
                 "generator need MultipleFiles= (Slurm 20.11 or later)"
             )
+
+
+def check_node_names(text: str, option: str) -> None:
+    """A NodeName= value: a hostlist of names Slurm accepts, nothing that rewrites the line."""
+    try:
+        names = expand_hostlist(text)
+    except ValueError as exc:
+        raise UsageError(f"{option}: {exc}") from exc
+    if not names:
+        raise UsageError(f"{option}: no node name given")
+    for name in names:
+        bad = HOST_NAME.problem(name)
+        if bad:
+            raise UsageError(f"{option}: {bad}")
 
 
 @dataclass(frozen=True)
@@ -180,6 +199,13 @@ def _entries(inv: Inventory, opts: GresOptions, plan: GresPlan) -> list[Entry]:
                 "to generate for the healthy GPUs only"
             )
         plan.warnings.append(f"PARTIAL gres.conf: left out {lost}")
+    for missing in missing_gpus(inv):
+        if not opts.allow_partial:
+            raise InventoryError(
+                f"{missing}: a GPU may be missing from the snapshot; re-run slurmgpu inventory, "
+                "or pass --allow-partial to generate for the GPUs it describes"
+            )
+        plan.warnings.append(f"PARTIAL gres.conf: {missing}")
     entries: list[Entry] = []
     for gpu in inv.gpus:
         if not gpu.mig_enabled:
@@ -257,6 +283,9 @@ def plan_gres(inv: Inventory, opts: GresOptions) -> GresPlan:
         else:
             files = (gpu.device_file, mig.gi_access_path or "", mig.ci_access_path or "")
             gtype = mig_type(gpu, mig, opts.mig_types)
+        bad_type = GRES_TYPE.problem(gtype)
+        if bad_type:
+            raise InventoryError(f"{gpu.label}: GRES type from its name: {bad_type}")
         notes = (note,) if note and gpu.index not in noted else ()  # once per GPU
         noted.add(gpu.index)
         plan.records.append(

@@ -276,7 +276,8 @@ def read_inventory(host_root: str | os.PathLike[str] = "/", *, allow_partial: bo
         reader = _GpuReader(nv, host, warnings)
         gpus: list[Gpu] = []
         skipped: list[SkippedGpu] = []
-        for index in range(nv.nvmlDeviceGetCount()):
+        device_count = nv.nvmlDeviceGetCount()
+        for index in range(device_count):
             bus_id = None
             try:
                 handle = nv.nvmlDeviceGetHandleByIndex(index)
@@ -314,4 +315,5 @@ def read_inventory(host_root: str | os.PathLike[str] = "/", *, allow_partial: bo
         gpus=tuple(gpus),
         warnings=tuple(warnings),
         skipped_gpus=tuple(skipped),
+        nvml_device_count=device_count,
     )

@@ -18,8 +18,8 @@ from pathlib import Path
 from typing import Any, Union
 
 from slurmgpu.errors import SnapshotError
-from slurmgpu.model.gpu import REMOTE_TYPES
 from slurmgpu.model.inventory import SCHEMA_VERSION, Inventory
+from slurmgpu.model.validate import problems
 from slurmgpu.util.hostlist import format_id_list, parse_id_list
 
 # -- model -> plain data -----------------------------------------------------------------------
@@ -186,25 +186,11 @@ def from_dict(data: Any) -> Inventory:
 
 
 def _check_semantics(inv: Inventory) -> None:
-    seen_minor: dict[int, int] = {}
-    for i, gpu in enumerate(inv.gpus):
-        if gpu.minor_number in seen_minor:
-            raise SnapshotError(
-                f"gpus[{i}].minor_number: {gpu.minor_number} is also GPU "
-                f"{seen_minor[gpu.minor_number]}'s"
-            )
-        seen_minor[gpu.minor_number] = gpu.index
-        for j, link in enumerate(gpu.nvlinks):
-            if link.remote_type not in REMOTE_TYPES:
-                raise SnapshotError(
-                    f"gpus[{i}].nvlinks[{j}].remote_type: expected one of "
-                    f"{', '.join(REMOTE_TYPES)}, got {link.remote_type!r}"
-                )
-    cpus = {c.cpu for c in inv.host.cpus}
-    for i, gpu in enumerate(inv.gpus):
-        stray = sorted(set(gpu.cpu_affinity) - cpus)
-        if stray:
-            raise SnapshotError(f"gpus[{i}].cpu_affinity: cpu {stray[0]} is not in host.cpus")
+    """The rules of `slurmgpu.model.validate` (character sets, ranges, uniqueness)."""
+    found = problems(inv)
+    if found:
+        more = f" (and {len(found) - 1} more problem(s))" if len(found) > 1 else ""
+        raise SnapshotError(found[0] + more)
 
 
 def loads(text: str, *, source: str = "snapshot") -> Inventory:
@@ -212,6 +198,10 @@ def loads(text: str, *, source: str = "snapshot") -> Inventory:
         data = json.loads(text)
     except json.JSONDecodeError as exc:
         raise SnapshotError(f"{source}: not JSON: {exc.msg} at line {exc.lineno}") from exc
+    except RecursionError:
+        raise SnapshotError(f"{source}: not a snapshot: JSON nested too deeply") from None
+    except ValueError as exc:  # e.g. a 5000-digit number (int max str digits)
+        raise SnapshotError(f"{source}: not a snapshot: {exc}") from None
     try:
         return from_dict(data)
     except SnapshotError as exc:
@@ -224,6 +214,8 @@ def load(path: str | os.PathLike[str]) -> Inventory:
         text = p.read_text(encoding="utf-8")
     except OSError as exc:
         raise SnapshotError(f"{p}: cannot read: {exc.strerror or exc}") from exc
+    except UnicodeDecodeError as exc:
+        raise SnapshotError(f"{p}: not UTF-8 text (byte {exc.start}): not a snapshot") from None
     return loads(text, source=str(p))
 
 
