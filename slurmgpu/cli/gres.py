@@ -18,12 +18,14 @@ def _warn(message: str, *, loud: bool = False) -> None:
     click.secho(prefix + message, err=True, fg="red" if loud else "yellow", bold=loud)
 
 
-def _read_inventory(snapshot_path: str | None, host_root: str, allow_partial: bool):
+def _read_inventory(snapshot_path: str | None, host_root: str | None, allow_partial: bool):
     from slurmgpu.sources import nvml, snapshot
 
+    if snapshot_path and host_root is not None:
+        raise UsageError("--host-root and --snapshot exclude each other: a snapshot is read as is")
     if snapshot_path:
         return snapshot.load(snapshot_path)
-    return nvml.read_inventory(host_root, allow_partial=allow_partial)
+    return nvml.read_inventory(host_root or "/", allow_partial=allow_partial)
 
 
 @click.command()
@@ -80,10 +82,9 @@ def _slurm_version(text: str | None):
 )
 @click.option(
     "--host-root",
-    default="/",
-    show_default=True,
+    default=None,
     type=click.Path(file_okay=False),
-    help="Host tree for a live read.",
+    help="Host tree for a live read (default /); not with --snapshot.",
 )
 @click.option(
     "--output",
@@ -108,10 +109,9 @@ def _slurm_version(text: str | None):
 )
 @click.option(
     "--shards-per-gpu",
-    default=0,
-    show_default=True,
-    type=click.IntRange(min=0),
-    help="Add Name=shard Count=N per whole GPU.",
+    default=None,
+    type=click.IntRange(min=1),
+    help="Add Name=shard Count=N (N >= 1) per whole GPU (default: no shards).",
 )
 @click.option(
     "--gpu-types",
@@ -147,12 +147,12 @@ def _slurm_version(text: str | None):
 )
 def gen_gres(
     snapshot_path: str | None,
-    host_root: str,
+    host_root: str | None,
     output: str,
     check: bool,
     show_diff: bool,
     slurm_version: str | None,
-    shards_per_gpu: int,
+    shards_per_gpu: int | None,
     gpu_types: str,
     mig_types: str,
     node_line: bool,
@@ -180,7 +180,7 @@ def gen_gres(
         slurm_version=_slurm_version(slurm_version),
         gpu_types=gpu_types,
         mig_types=mig_types,
-        shards_per_gpu=shards_per_gpu,
+        shards_per_gpu=shards_per_gpu or 0,
         numa_as_socket=numa_as_socket,
         node_name=node_name,
         allow_partial=allow_partial,
@@ -193,16 +193,28 @@ def gen_gres(
 
     def validate(text: str) -> None:
         result = slurmd.check_gres_conf(
-            text, gres.node_line(inv, opts), gres_types=gres.gres_types(opts)
+            text,
+            gres.node_line(inv, opts),
+            gres_types=gres.gres_types(opts),
+            expected=gres.expected_records(inv, opts),
         )
         for note in result.notes:
             click.echo(f"slurmgpu: check: {note}", err=True)
-        if not result.ok:
+        for difference in result.differences:
+            click.echo(f"slurmgpu: check: differs: {difference}", err=True)
+        if result.errors:
             raise ConfigCheckError(
                 "slurmd -G rejected the generated gres.conf: " + " | ".join(result.errors[:3])
             )
+        if result.differences:
+            raise ConfigCheckError(
+                f"slurmd -G parsed the generated gres.conf differently "
+                f"({len(result.differences)} difference(s), first: {result.differences[0]})"
+            )
         click.echo(
-            f"slurmgpu: check: slurmd -G accepted {len(result.records)} GRES records", err=True
+            f"slurmgpu: check: slurmd -G parsed {len(result.records)} GRES records, each as "
+            "generated (count, type, files, cores, links)",
+            err=True,
         )
 
     if show_diff:

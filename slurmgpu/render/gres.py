@@ -18,10 +18,16 @@ from dataclasses import dataclass, field
 from slurmgpu import __version__
 from slurmgpu.errors import InventoryError, UsageError
 from slurmgpu.model.gpu import REMOTE_GPU, REMOTE_NVSWITCH, Gpu, MigDevice
+from slurmgpu.model.gres_record import GresDevice
 from slurmgpu.model.inventory import Inventory
 from slurmgpu.model.validate import GRES_TYPE, HOST_NAME, missing_gpus
 from slurmgpu.render.templating import render
-from slurmgpu.util.hostlist import compress_hostlist, expand_hostlist, format_id_list
+from slurmgpu.util.hostlist import (
+    compress_hostlist,
+    expand_hostlist,
+    format_id_list,
+    parse_id_list,
+)
 
 DEFAULT_SLURM_VERSION = (22, 5, 0)
 # MultipleFiles= (needed for MIG) appeared in Slurm 20.11; older releases are not supported.
@@ -426,6 +432,31 @@ def render_gres_conf(inv: Inventory, opts: GresOptions, *, inventory_sha256: str
         lines=_lines(plan, opts),
         shard_lines=_shard_lines(plan, opts),
     )
+
+
+def expected_records(inv: Inventory, opts: GresOptions) -> list[GresDevice]:
+    """The records Slurm should hold after parsing the generated gres.conf (for --check).
+
+    One per printed line: a `File=/dev/nvidia[0-3]` line is one record of Count=4, a MIG
+    `MultipleFiles=` line one record of Count=1, a shard line Count=N.
+    """
+    plan = plan_gres(inv, opts)
+    out = []
+    for line in [*_lines(plan, opts), *_shard_lines(plan, opts)]:
+        f = dict(line.fields)
+        name = f["Name"]
+        files = tuple(expand_hostlist(f.get("File") or f.get("MultipleFiles", "")))
+        if name == "shard":
+            count = int(f["Count"])
+        elif "MultipleFiles" in f:
+            count = 1
+        else:
+            count = len(files)
+        # a shard's type and cores are Slurm's to fill in (from the GPU on the same file)
+        cores = None if name == "shard" else tuple(parse_id_list(f.get("Cores", "")))
+        gtype = None if name == "shard" else f.get("Type")
+        out.append(GresDevice(name, gtype, count, files, cores, f.get("Links")))
+    return out
 
 
 def gres_counts(plan: GresPlan, opts: GresOptions) -> list[tuple[str, str, int]]:

@@ -15,6 +15,7 @@ from typing import Any
 
 from slurmgpu import __version__
 from slurmgpu.errors import InventoryError
+from slurmgpu.model import validate
 from slurmgpu.model.catalog import model_for_name
 from slurmgpu.model.gpu import (
     REMOTE_GPU,
@@ -307,7 +308,7 @@ def read_inventory(host_root: str | os.PathLike[str] = "/", *, allow_partial: bo
     for gpu in gpus:
         if model_for_name(gpu.name) is None:
             warnings.append(f"{gpu.label}: {gpu.name!r} is not in slurmgpu's GPU catalogue")
-    return Inventory(
+    inventory = Inventory(
         generator=f"slurmgpu {__version__}",
         driver_version=driver,
         nvml_version=nvml_version,
@@ -317,3 +318,8 @@ def read_inventory(host_root: str | os.PathLike[str] = "/", *, allow_partial: bo
         skipped_gpus=tuple(skipped),
         nvml_device_count=device_count,
     )
+    found = validate.problems(inventory)
+    if found:  # e.g. a host name Slurm cannot take, or two GPUs reporting one UUID
+        more = f" (and {len(found) - 1} more problem(s))" if len(found) > 1 else ""
+        raise InventoryError(f"the host reports an inventory slurmgpu refuses: {found[0]}{more}")
+    return inventory

@@ -22,7 +22,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from slurmgpu.errors import SlurmCommandError
-from slurmgpu.util.hostlist import expand_hostlist
+from slurmgpu.model.gres_record import GresDevice, compare_gres_records
+from slurmgpu.util.hostlist import expand_hostlist, parse_id_list
 from slurmgpu.util.proc import run
 
 _FILE_KEYS = re.compile(r"\b(File|MultipleFiles)=(\S+)", re.IGNORECASE)
@@ -33,13 +34,51 @@ _HARMLESS = (re.compile(r"mpi/pmix"),)
 
 @dataclass
 class GresCheck:
-    """What `slurmd -G` made of a gres.conf."""
+    """What `slurmd -G` made of a gres.conf.
+
+    `records` are slurmd's record lines as printed; `parsed` the same as `GresDevice`s with
+    the stand-in device paths mapped back to the real ones; `differences` what differs from
+    the records the caller expected (when it passed them); any difference makes `ok` False.
+    """
 
     ok: bool
     records: list[str]
     errors: list[str]
     output: str
     notes: list[str] = field(default_factory=list)
+    parsed: list[GresDevice] = field(default_factory=list)
+    differences: list[str] = field(default_factory=list)
+
+
+_RECORD_FIELD = re.compile(r"(\w+)=(\S*)")
+
+
+def parse_record(line: str, real_path: dict[str, str] | None = None) -> GresDevice:
+    """One `slurmd -G` record (`Name=gpu Type=a100 Count=1 ... File=... Cores=0-55 Links=...`).
+
+    slurmd prints `(null)` where a record has no Links; File lists the device files it opened
+    comma-separated, which `real_path` maps back from stand-ins to the generated paths.
+    """
+    values = dict(_RECORD_FIELD.findall(line))
+    mapping = real_path or {}
+    files = tuple(mapping.get(f, f) for f in values.get("File", "").split(",") if f)
+    cores_text = values.get("Cores", "")
+    try:
+        cores = tuple(parse_id_list(cores_text)) if cores_text not in ("", "(null)") else ()
+        count = int(values.get("Count", "0"))
+    except ValueError as exc:
+        raise SlurmCommandError(
+            f"slurmd -G printed a record slurmgpu cannot read: {line!r}"
+        ) from exc
+    links = values.get("Links")
+    return GresDevice(
+        name=values.get("Name", ""),
+        type=values.get("Type") if values.get("Type") not in (None, "(null)") else None,
+        count=count,
+        files=files,
+        cores=cores,
+        links=links if links not in (None, "", "(null)") else None,
+    )
 
 
 def _is_device(path: str) -> bool:
@@ -61,11 +100,11 @@ def _device_paths(gres_text: str) -> list[str]:
     return paths
 
 
-def _stand_ins(gres_text: str, dev_dir: Path) -> tuple[str, list[str]]:
-    """Rewrite missing device paths to stand-in char devices; return text and notes."""
+def _stand_ins(gres_text: str, dev_dir: Path) -> tuple[str, list[str], dict[str, str]]:
+    """Rewrite missing device paths to stand-in char devices; return text, notes, mapping."""
     missing = [p for p in _device_paths(gres_text) if not _is_device(p)]
     if not missing:
-        return gres_text, []
+        return gres_text, [], {}
     mapping: dict[str, str] = {}
     can_mknod = hasattr(os, "geteuid") and os.geteuid() == 0
     for i, path in enumerate(missing):
@@ -95,7 +134,7 @@ def _stand_ins(gres_text: str, dev_dir: Path) -> tuple[str, list[str]]:
             f"{len(missing)} device file(s) do not exist on this host and stand-ins need "
             "root: device existence could not be checked"
         )
-    return "\n".join(lines) + "\n", [note]
+    return "\n".join(lines) + "\n", [note], mapping
 
 
 def check_gres_conf(
@@ -105,8 +144,13 @@ def check_gres_conf(
     gres_types: str = "gpu",
     slurmd: str = "slurmd",
     timeout: float = 60.0,
+    expected: list[GresDevice] | None = None,
 ) -> GresCheck:
-    """Run `slurmd -G -N NODE` on `gres_text` with `node_line` as the only node."""
+    """Run `slurmd -G -N NODE` on `gres_text` with `node_line` as the only node.
+
+    With `expected` (what the generator meant), slurmd's records are compared with it record
+    by record (count, type, files, cores, links), and any difference fails the check.
+    """
     m = _NODE_NAME.search(node_line)
     if not m:
         raise SlurmCommandError(f"node line has no NodeName=: {node_line!r}")
@@ -120,7 +164,7 @@ def check_gres_conf(
         root = Path(tmp)
         (root / "dev").mkdir()
         (root / "spool").mkdir()
-        text, notes = _stand_ins(gres_text, root / "dev")
+        text, notes, mapping = _stand_ins(gres_text, root / "dev")
         (root / "gres.conf").write_text(text, encoding="utf-8")
         (root / "slurm.conf").write_text(
             "\n".join(
@@ -149,12 +193,27 @@ def check_gres_conf(
             check=False,
         )
     output = (proc.stdout or "") + (proc.stderr or "")
-    records, errors = [], []
+    real_path = {stand_in: path for path, stand_in in mapping.items()}
+    distinct = len(real_path) == len(mapping)  # without root every stand-in is /dev/null
+    records, errors, parsed = [], [], []
     for line in output.splitlines():
         if "Gres Name=" in line:
-            records.append(line.split("Gres ", 1)[1].strip())
+            record = line.split("Gres ", 1)[1].strip()
+            records.append(record)
+            parsed.append(parse_record(record, real_path if distinct else None))
         elif re.search(r"\b(error|fatal):", line) and not any(h.search(line) for h in _HARMLESS):
             errors.append(line.strip())
     if proc.returncode != 0 and not errors:
         errors.append(f"slurmd -G exited {proc.returncode}")
-    return GresCheck(ok=not errors, records=records, errors=errors, output=output, notes=notes)
+    differences = []
+    if expected is not None:
+        differences = compare_gres_records(expected, parsed, by_files=distinct)
+    return GresCheck(
+        ok=not errors and not differences,
+        records=records,
+        errors=errors,
+        output=output,
+        notes=notes,
+        parsed=parsed,
+        differences=differences,
+    )

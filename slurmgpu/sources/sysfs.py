@@ -25,6 +25,8 @@ def _read(path: Path) -> str:
         return path.read_text(encoding="utf-8")
     except OSError as exc:
         raise InventoryError(f"cannot read {path}: {exc.strerror or exc}") from exc
+    except UnicodeDecodeError as exc:
+        raise InventoryError(f"cannot read {path}: not UTF-8 text (byte {exc.start})") from None
 
 
 def read_cpus(root: Path) -> tuple[LogicalCpu, ...]:

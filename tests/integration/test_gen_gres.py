@@ -119,7 +119,7 @@ def test_cli_check_writes_after_slurmd_accepts(tmp_path):
         ],
     )
     assert result.exit_code == 0, result.output
-    assert "slurmd -G accepted 16 GRES records" in result.stderr
+    assert "slurmd -G parsed 16 GRES records" in result.stderr
     assert "stand-in character devices" in result.stderr
     assert "File=/dev/nvidia[0-3]" in target.read_text()
 
