@@ -43,6 +43,7 @@ def gen_topology(
 
     Without --output-dir the files are printed to stdout.
     """
+    from slurmgpu.model.validate import HOST_NAME
     from slurmgpu.render.topology import render_topology
     from slurmgpu.sources.slurm import target_slurm_version
     from slurmgpu.sources.topology_file import load_topology_spec
@@ -57,9 +58,14 @@ def gen_topology(
             names.append(load_snapshot(path).node_name)
     if nodes:
         try:
-            names.extend(expand_hostlist(nodes))
+            given = expand_hostlist(nodes)
         except ValueError as exc:
             raise click.BadParameter(str(exc), param_hint="--nodes") from exc
+        for name in given:
+            bad = HOST_NAME.problem(name)
+            if bad:
+                raise click.BadParameter(bad, param_hint="--nodes")
+        names.extend(given)
     duplicates = sorted({n for n in names if names.count(n) > 1})
     if duplicates:
         raise click.UsageError(f"node(s) given twice: {', '.join(duplicates)}")

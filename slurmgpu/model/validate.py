@@ -47,6 +47,8 @@ class Pattern:
 # brackets, spaces, '#', '=' or ','). GRES types as gres.conf Type= and the node line's
 # Gres=gpu:TYPE:N take them (no ':' ',' '=' '#' or space). MIG profiles as NVML names them.
 HOST_NAME = Pattern(r"[A-Za-z0-9][A-Za-z0-9._-]*", 64, "a host name (letters, digits, . _ -)")
+# topology.conf(5): SwitchName/BlockName "cannot be longer than 64 characters"
+SWITCH_NAME = Pattern(r"[A-Za-z0-9][A-Za-z0-9._-]*", 64, "a switch name (letters, digits, . _ -)")
 GRES_TYPE = Pattern(r"[A-Za-z0-9][A-Za-z0-9._+-]*", 64, "a GRES type (letters, digits, . _ + -)")
 MIG_PROFILE = Pattern(r"(?:\d+c\.)?\d+g\.\d+gb(?:\+[a-z]+)*", 32, "a MIG profile like 1g.10gb")
 GPU_UUID = Pattern(rf"GPU-{_UUID}", 40, "a GPU UUID (GPU-xxxxxxxx-xxxx-...)")

@@ -114,23 +114,31 @@ def _claim(owner_of: dict[str, str], nodes: tuple[str, ...], owner: str, where: 
 
 
 def _check_no_cycle(spec: TopologySpec) -> None:
+    """Depth-first search with an explicit stack: a 3000-switch chain must not recurse."""
     children = {s.name: s.switches for s in spec.switches}
     lines = {s.name: s.switches_line for s in spec.switches}
     state: dict[str, int] = {}  # 1 = on the current path, 2 = done
-
-    def visit(name: str, path: list[str]) -> None:
-        state[name] = 1
-        for child in children.get(name, ()):
+    for sw in spec.switches:
+        if sw.name in state:
+            continue
+        path = [sw.name]
+        state[sw.name] = 1
+        stack = [iter(children.get(sw.name, ()))]
+        while stack:
+            child = next(stack[-1], None)
+            if child is None:
+                state[path.pop()] = 2
+                stack.pop()
+                continue
             if state.get(child) == 1:
                 cycle = " -> ".join([*path[path.index(child) :], child])
-                raise TopologyError(f"{_where(spec, lines[name])}: switch cycle {cycle}")
+                if len(cycle) > 300:
+                    cycle = cycle[:297] + "..."
+                raise TopologyError(f"{_where(spec, lines[path[-1]])}: switch cycle {cycle}")
             if state.get(child) is None:
-                visit(child, [*path, child])
-        state[name] = 2
-
-    for sw in spec.switches:
-        if sw.name not in state:
-            visit(sw.name, [sw.name])
+                state[child] = 1
+                path.append(child)
+                stack.append(iter(children.get(child, ())))
 
 
 def _check_block_sizes(spec: TopologySpec) -> None:

@@ -22,6 +22,7 @@ from pathlib import Path
 
 from slurmgpu.errors import TopologyError
 from slurmgpu.model.topology import Block, Switch, TopologySpec
+from slurmgpu.model.validate import HOST_NAME, SWITCH_NAME
 from slurmgpu.util.hostlist import expand_hostlist
 from slurmgpu.util.tomlpos import find_key_line
 
@@ -49,7 +50,9 @@ def load_topology_spec(path: str | Path) -> TopologySpec:
     try:
         text = path.read_text(encoding="utf-8")
     except OSError as exc:
-        raise TopologyError(f"{path}: cannot read: {exc.strerror}") from exc
+        raise TopologyError(f"{path}: cannot read: {exc.strerror or exc}") from exc
+    except UnicodeDecodeError as exc:
+        raise TopologyError(f"{path}: not UTF-8 text (byte {exc.start})") from None
     return parse_topology_spec(text, str(path))
 
 
@@ -59,6 +62,10 @@ def parse_topology_spec(text: str, source: str = "<topology>") -> TopologySpec:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         raise TopologyError(f"{source}: not valid TOML: {exc}") from exc
+    except RecursionError:
+        raise TopologyError(f"{source}: not valid TOML: nested too deeply") from None
+    except ValueError as exc:  # e.g. a 5000-digit integer (int max str digits)
+        raise TopologyError(f"{source}: not valid TOML: {exc}") from None
     for key in data:
         if key not in _TOP_KEYS:
             raise ctx.fail("", 0, key, f"unknown key (expected one of {sorted(_TOP_KEYS)})")
@@ -94,8 +101,9 @@ def _name(ctx: _Ctx, table: str, i: int, raw: dict) -> str:
         raise ctx.fail(table, i, "name" if "name" in raw else None, "a non-empty name is required")
     if len(name) > 64:  # topology.conf(5): "cannot be longer than 64 characters"
         raise ctx.fail(table, i, "name", "longer than 64 characters (Slurm's limit)")
-    if any(c.isspace() or c in "=#" for c in name):
-        raise ctx.fail(table, i, "name", f"{name!r} contains whitespace, '=' or '#'")
+    bad = SWITCH_NAME.problem(name)
+    if bad:
+        raise ctx.fail(table, i, "name", bad)
     return name
 
 
@@ -112,6 +120,11 @@ def _hostlists(ctx: _Ctx, table: str, i: int, raw: dict, key: str) -> tuple[str,
             names.extend(expand_hostlist(item))
         except ValueError as exc:
             raise ctx.fail(table, i, key, str(exc)) from exc
+    rule = HOST_NAME if key == "nodes" else SWITCH_NAME
+    for name in names:
+        bad = rule.problem(name)
+        if bad:
+            raise ctx.fail(table, i, key, bad)
     return tuple(names)
 
 
