@@ -21,6 +21,7 @@ from slurmgpu.model.gpu import REMOTE_GPU, REMOTE_NVSWITCH, Gpu, MigDevice
 from slurmgpu.model.gres_record import GresDevice
 from slurmgpu.model.inventory import Inventory
 from slurmgpu.model.validate import GRES_TYPE, HOST_NAME, missing_gpus
+from slurmgpu.render.guard import check_config_lines
 from slurmgpu.render.templating import render
 from slurmgpu.util.hostlist import (
     compress_hostlist,
@@ -424,14 +425,17 @@ def render_gres_conf(inv: Inventory, opts: GresOptions, *, inventory_sha256: str
         )
     partial = [w for w in plan.warnings if w.startswith("PARTIAL")]
     others = [w for w in plan.warnings if not w.startswith("PARTIAL")]
-    return render(
+    lines, shard_lines = _lines(plan, opts), _shard_lines(plan, opts)
+    text = render(
         "gres.conf.j2",
         header=comments,
         partial=partial,
         warnings=others,
-        lines=_lines(plan, opts),
-        shard_lines=_shard_lines(plan, opts),
+        lines=lines,
+        shard_lines=shard_lines,
     )
+    statements = ["AutoDetect=off", *(line.text for line in [*lines, *shard_lines])]
+    return check_config_lines(text, statements, "gres.conf")
 
 
 def expected_records(inv: Inventory, opts: GresOptions) -> list[GresDevice]:
@@ -504,13 +508,15 @@ def render_node_conf(inv: Inventory, opts: GresOptions, *, inventory_sha256: str
             "Sockets are NUMA nodes: set SlurmdParameters=numa_node_as_socket "
             "(needs hwloc 2) so slurmd agrees with this layout."
         )
-    return render(
+    line = node_line(inv, opts)
+    text = render(
         "slurm-node.conf.j2",
         header=_header(inv, inventory_sha256, opts, "slurm.conf node definition"),
         notes=notes,
         gres_types=gres_types(opts),
-        node_line=node_line(inv, opts),
+        node_line=line,
     )
+    return check_config_lines(text, [f"GresTypes={gres_types(opts)}", line], "node line")
 
 
 def plan_warnings(inv: Inventory, opts: GresOptions) -> list[str]:
