@@ -55,14 +55,16 @@ def proc(*args: object, timeout: float = 120) -> Run:
 
 
 def assert_one_error(run: Run, code: int = 1, *, says: str = "") -> str:
-    """Exactly one `slurmgpu: error:` line (warnings may precede it), exit `code`, no traceback."""
+    """Exactly one `slurmgpu: error:` line (warnings, check notes may precede it), exit `code`."""
     assert "Traceback" not in run.stderr, run.stderr
     errors = [line for line in run.stderr.splitlines() if line.startswith("slurmgpu: error:")]
     assert len(errors) == 1, run.stderr
     others = [
         line
         for line in run.stderr.splitlines()
-        if not line.startswith(("slurmgpu: error:", "slurmgpu: warning:", "slurmgpu: WARNING:"))
+        if not line.startswith(
+            ("slurmgpu: error:", "slurmgpu: warning:", "slurmgpu: WARNING:", "slurmgpu: check:")
+        )
     ]
     assert others == [], run.stderr
     assert run.code == code, (run.code, run.stderr)
