@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+from collections import Counter
 from dataclasses import dataclass
 
 from slurmgpu import __version__
@@ -36,10 +37,10 @@ def check_topology(spec: TopologySpec, nodes: list[str] | None = None) -> list[s
     `nodes` are the node names from the snapshots; None skips the coverage checks.
     """
     warnings: list[str] = []
-    names = [s.name for s in spec.switches]
+    declared = Counter(s.name for s in spec.switches)
     by_name = {s.name: s for s in spec.switches}
     for sw in spec.switches:
-        if names.count(sw.name) > 1:
+        if declared[sw.name] > 1:
             raise TopologyError(f"{_where(spec, sw.line)}: switch {sw.name!r} is declared twice")
     leaf_of: dict[str, str] = {}
     for sw in spec.switches:
@@ -64,8 +65,9 @@ def check_topology(spec: TopologySpec, nodes: list[str] | None = None) -> list[s
         )
 
     block_of: dict[str, str] = {}
+    domains = Counter(b.name for b in spec.blocks)
     for block in spec.blocks:
-        if sum(b.name == block.name for b in spec.blocks) > 1:
+        if domains[block.name] > 1:
             raise TopologyError(f"{_where(spec, block.line)}: domain {block.name!r} declared twice")
         _claim(block_of, block.nodes, block.name, _where(spec, block.line), "in two NVLink domains")
     _check_block_sizes(spec)

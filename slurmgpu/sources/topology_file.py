@@ -24,7 +24,7 @@ from slurmgpu.errors import TopologyError
 from slurmgpu.model.topology import Block, Switch, TopologySpec
 from slurmgpu.model.validate import HOST_NAME, SWITCH_NAME
 from slurmgpu.util.hostlist import expand_hostlist
-from slurmgpu.util.tomlpos import find_key_line
+from slurmgpu.util.tomlpos import KeyLines
 
 _TOP_KEYS = {"block_sizes", "switch", "nvlink_domain"}
 _SWITCH_KEYS = {"name", "nodes", "switches", "link_speed"}
@@ -34,9 +34,13 @@ _DOMAIN_KEYS = {"name", "nodes"}
 class _Ctx:
     def __init__(self, path: str, text: str) -> None:
         self.path, self.text = path, text
+        self.lines = KeyLines(text)
+
+    def line(self, table: str, key: str | None, index: int = 0) -> int | None:
+        return self.lines.find(table, key, index)
 
     def fail(self, table: str, index: int, key: str | None, message: str) -> TopologyError:
-        line = find_key_line(self.text, table, key, index)
+        line = self.line(table, key, index)
         where = f"{self.path}:{line}" if line else self.path
         label = f"{table}[{index}].{key}" if key else f"{table}[{index}]"
         if not table:
@@ -84,7 +88,7 @@ def parse_topology_spec(text: str, source: str = "<topology>") -> TopologySpec:
         switches=switches,
         blocks=blocks,
         block_sizes=tuple(sizes_raw),
-        block_sizes_line=find_key_line(text, "", "block_sizes") if sizes_raw else None,
+        block_sizes_line=ctx.line("", "block_sizes") if sizes_raw else None,
     )
 
 
@@ -145,9 +149,9 @@ def _switch(ctx: _Ctx, i: int, raw: dict) -> Switch:
         nodes,
         children,
         speed,
-        line=find_key_line(ctx.text, "switch", None, i),
-        nodes_line=find_key_line(ctx.text, "switch", "nodes", i) if nodes else None,
-        switches_line=find_key_line(ctx.text, "switch", "switches", i) if children else None,
+        line=ctx.line("switch", None, i),
+        nodes_line=ctx.line("switch", "nodes", i) if nodes else None,
+        switches_line=ctx.line("switch", "switches", i) if children else None,
     )
 
 
@@ -161,4 +165,4 @@ def _block(ctx: _Ctx, i: int, raw: dict) -> Block:
     nodes = _hostlists(ctx, "nvlink_domain", i, raw, "nodes")
     if not nodes:
         raise ctx.fail("nvlink_domain", i, "nodes", f"domain {name!r} lists no nodes")
-    return Block(name, nodes, find_key_line(ctx.text, "nvlink_domain", "nodes", i))
+    return Block(name, nodes, ctx.line("nvlink_domain", "nodes", i))

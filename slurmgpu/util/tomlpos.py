@@ -45,3 +45,31 @@ def find_key_line(text: str, table: str, key: str | None = None, index: int = 0)
         if in_target and key_re is not None and key_re.match(line):
             return lineno
     return header_line if in_target else None
+
+
+_KEY = re.compile(r"^\s*[\"']?([A-Za-z0-9_-]+)[\"']?\s*=")
+
+
+class KeyLines:
+    """Every key's line in one pass, for files with thousands of tables (a 3000-switch file:
+    calling `find_key_line` per switch would rescan the text each time, O(n^2))."""
+
+    def __init__(self, text: str) -> None:
+        self._lines: dict[tuple[str, int, str | None], int] = {("", 0, None): 1}
+        seen: dict[str, int] = {}
+        current = ("", 0)
+        for lineno, line in enumerate(text.splitlines(), start=1):
+            header = _table_header(line)
+            if header is not None:
+                index = seen[header[0]] = seen.get(header[0], -1) + 1
+                current = (header[0], index)
+                self._lines.setdefault((*current, None), lineno)
+                continue
+            m = _KEY.match(line)
+            if m:
+                self._lines.setdefault((*current, m.group(1)), lineno)
+
+    def find(self, table: str, key: str | None = None, index: int = 0) -> int | None:
+        """Like `find_key_line`: the key's line, else its table's header line, else None."""
+        line = self._lines.get((table, index, key))
+        return line if line is not None else self._lines.get((table, index, None))
