@@ -53,7 +53,10 @@ def _broken(change):
             lambda d: d["gpus"][4]["nvlinks"][0].update(remote_type="BRIDGE"),
             "gpus[4].nvlinks[0].remote_type: expected one of GPU, NVSWITCH",
         ),
-        (lambda d: d["gpus"][5].update(minor_number=4), "gpus[5].minor_number: minor 4 is also gpus[4]'s"),
+        (
+            lambda d: d["gpus"][5].update(minor_number=4),
+            "gpus[5].minor_number: minor 4 is also gpus[4]'s",
+        ),
         (
             lambda d: d["host"]["mig_minors"].update(config=-1),
             "host.mig_minors.config: expected a non-negative",
