@@ -38,6 +38,11 @@ def _reason(exc: OSError) -> str:
 
 def resolve_target(path: str | os.PathLike[str]) -> Path:
     """The regular file a write to `path` replaces (symlinks followed); refuses anything else."""
+    return _resolve(path)[0]
+
+
+def _resolve(path: str | os.PathLike[str]) -> tuple[Path, os.stat_result | None]:
+    """`resolve_target`, plus the target's stat (None: it does not exist yet)."""
     given = Path(path)
     if str(path) == "":
         raise OutputError("output path is empty")
@@ -56,7 +61,7 @@ def resolve_target(path: str | os.PathLike[str]) -> Path:
         )
     if not real.parent.is_dir():
         raise OutputError(f"{given}: directory {real.parent} does not exist")
-    return real
+    return real, st
 
 
 def _temp_pattern(target: Path) -> re.Pattern[str]:
@@ -147,14 +152,8 @@ def write_atomic(
     abort (the old file is untouched and the temp file removed). An existing file is kept as
     `NAME.bak` before the rename. Returns the backup path or None.
     """
-    target = resolve_target(path)
+    target, old = _resolve(path)
     remove_stale_temps(target)
-    try:
-        old = os.stat(target)
-    except FileNotFoundError:
-        old = None
-    except OSError as exc:
-        raise OutputError(f"{path}: cannot write: {_reason(exc)}") from exc
     tmp = _temp_path(target)
     try:
         try:
