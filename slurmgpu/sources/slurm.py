@@ -135,7 +135,7 @@ def target_slurm_version(
 
     An explicit option wins; else the installed Slurm (`sinfo --version`); else `default`.
     """
-    if option:
+    if option is not None:  # an explicit empty --slurm-version= is a mistake, not "detect"
         return parse_slurm_version(option), "--slurm-version"
     try:
         return slurm_version(), "installed Slurm"

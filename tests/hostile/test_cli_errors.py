@@ -32,6 +32,10 @@ USAGE = [
     (*GEN, "--node-name", "dgx#1"),
     (*GEN, "--node-name", "n[0-99999999]"),
     ("gen-topology",),
+    ("gen-gres", "--snapshot", H100, "--slurm-version="),
+    ("gen-gres", "--snapshot", H100, "--slurm-version", "9" * 5000),
+    ("gen-gres", "--snapshot", H100, "--node-name", "[]"),
+    ("gen-topology", "--switches", SWITCHES, "--slurm-version", "x.y"),
     ("gen-topology", "--switches", SWITCHES, "--nodes", "n[0-99999999]"),
     ("gen-topology", "--switches", SWITCHES, "--nodes", "dgx01,x\nSwitchName=evil"),
 ]
