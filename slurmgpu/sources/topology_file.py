@@ -23,7 +23,7 @@ from pathlib import Path
 from slurmgpu.errors import TopologyError
 from slurmgpu.model.topology import Block, Switch, TopologySpec
 from slurmgpu.model.validate import HOST_NAME, SWITCH_NAME
-from slurmgpu.util.hostlist import expand_hostlist
+from slurmgpu.util.hostlist import MAX_HOSTS, ExpansionLimitError, expand_hostlist
 from slurmgpu.util.tomlpos import KeyLines
 
 _TOP_KEYS = {"block_sizes", "switch", "nvlink_domain"}
@@ -35,6 +35,7 @@ class _Ctx:
     def __init__(self, path: str, text: str) -> None:
         self.path, self.text = path, text
         self.lines = KeyLines(text)
+        self.names_left = MAX_HOSTS  # names expanded in the whole file, not per hostlist
 
     def line(self, table: str, key: str | None, index: int = 0) -> int | None:
         return self.lines.find(table, key, index)
@@ -121,9 +122,12 @@ def _hostlists(ctx: _Ctx, table: str, i: int, raw: dict, key: str) -> tuple[str,
     names: list[str] = []
     for item in items:
         try:
-            names.extend(expand_hostlist(item))
+            names.extend(expand_hostlist(item, limit=max(ctx.names_left - len(names), 0)))
+        except ExpansionLimitError as exc:
+            raise ctx.fail(table, i, key, f"{exc} (in the whole file)") from exc
         except ValueError as exc:
             raise ctx.fail(table, i, key, str(exc)) from exc
+    ctx.names_left -= len(names)
     rule = HOST_NAME if key == "nodes" else SWITCH_NAME
     for name in names:
         bad = rule.problem(name)

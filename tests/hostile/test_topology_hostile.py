@@ -93,3 +93,10 @@ def test_cycle_error_names_the_switches():
     spec = parse_topology_spec(_chain(3, close=True), "c.toml")
     with pytest.raises(TopologyError, match=r"switch cycle s0 -> s2 -> s1 -> s0"):
         render_topology(spec, slurm_version=(22, 5))
+
+
+def test_many_large_switches_are_limited_for_the_whole_file(tmp_path):
+    text = "".join(
+        f'[[switch]]\nname = "l{i}"\nnodes = "s{i}n[0-59999]"\n' for i in range(20)
+    )  # 1.2 million names, each switch under the per-hostlist limit
+    assert_one_error(_gen(tmp_path, text), 1, says="in the whole file")
