@@ -4,8 +4,12 @@ from __future__ import annotations
 
 import pytest
 
+from slurmgpu.errors import LimitError
 from slurmgpu.util.hostlist import (
+    MAX_HOSTS,
+    ExpansionLimitError,
     compress_hostlist,
+    count_id_list,
     expand_hostlist,
     format_id_list,
     parse_id_list,
@@ -104,3 +108,33 @@ def test_compress_hostlist_folds_unpadded_numbers_like_slurm() -> None:
     # zero padding is kept, and an unpadded number of the padded width joins that range
     assert compress_hostlist(["gpu01", "gpu02", "gpu10"]) == "gpu[01-02,10]"
     assert compress_hostlist(["a001", "a002", "a1"]) == "a1,a[001-002]"
+
+
+def test_expansion_limits_refuse_before_building() -> None:
+    with pytest.raises(ExpansionLimitError, match="limit of 65536"):
+        expand_hostlist("n[0-99999999]")
+    with pytest.raises(ExpansionLimitError):
+        expand_hostlist("r[0-999]n[0-999]")  # each range fits, their product does not
+    with pytest.raises(ExpansionLimitError, match="300000001 ids"):
+        parse_id_list("0-300000000")
+    assert len(expand_hostlist(f"n[1-{MAX_HOSTS}]")) == MAX_HOSTS
+    with pytest.raises(LimitError) as err:
+        expand_hostlist("a[0-70000]")
+    assert isinstance(err.value, ValueError)  # callers treating bad ranges as unknown still do
+
+
+def test_several_bracket_groups_expand_without_recursion() -> None:
+    assert expand_hostlist("r[1-2]n[1-2]x") == ["r1n1x", "r1n2x", "r2n1x", "r2n2x"]
+    many = "".join(f"g{i}[1]" for i in range(5000))  # 5000 groups: no RecursionError
+    assert expand_hostlist(many) == ["".join(f"g{i}1" for i in range(5000))]
+    for bad in ("n[1-2", "n]1[", "n[[1]]", "n[]", "n[a-b]", "n[2-1]"):
+        with pytest.raises(ValueError):
+            expand_hostlist(bad)
+
+
+def test_count_id_list_counts_without_expanding() -> None:
+    assert count_id_list("0-300000000") == 300000001
+    assert count_id_list("0-3,8") == 5
+    assert count_id_list("") == 0
+    with pytest.raises(ValueError):
+        count_id_list("3-1")
