@@ -50,7 +50,10 @@ HOST_NAME = Pattern(r"[A-Za-z0-9][A-Za-z0-9._-]*", 64, "a host name (letters, di
 # topology.conf(5): SwitchName/BlockName "cannot be longer than 64 characters"
 SWITCH_NAME = Pattern(r"[A-Za-z0-9][A-Za-z0-9._-]*", 64, "a switch name (letters, digits, . _ -)")
 GRES_TYPE = Pattern(r"[A-Za-z0-9][A-Za-z0-9._+-]*", 64, "a GRES type (letters, digits, . _ + -)")
-MIG_PROFILE = Pattern(r"(?:\d+c\.)?\d+g\.\d+gb(?:\+[a-z]+)*", 32, "a MIG profile like 1g.10gb")
+# suffixes: +me (media extensions), and the newer drivers' -me, +gfx, +me.all
+MIG_PROFILE = Pattern(
+    r"(?:\d+c\.)?\d+g\.\d+gb(?:[+-][a-z][a-z.]*)*", 32, "a MIG profile like 1g.10gb"
+)
 GPU_UUID = Pattern(rf"GPU-{_UUID}", 40, "a GPU UUID (GPU-xxxxxxxx-xxxx-...)")
 MIG_UUID = Pattern(
     rf"MIG-(?:{_UUID}|GPU-{_UUID}/\d+/\d+)", 64, "a MIG UUID (MIG-xxxxxxxx-xxxx-...)"
