@@ -63,7 +63,9 @@ def _writers(target: Path) -> dict[str, tuple[object, ...]]:
         "gen-gres": (*GEN, "--output", target),
         "gen-topology": ("gen-topology", "--switches", SWITCHES, "--output-dir", target.parent),
         "analyze": ("analyze", "--sacct-file", SACCT, "--output", target),
-    }
+        "report": ("report", "--sacct-file", SACCT, "--since", "3650d", "--format", "json",
+                   "-o", target),
+    }  # fmt: skip
 
 
 @pytest.mark.parametrize("command", ["gen-gres", "analyze"])
@@ -105,7 +107,7 @@ def test_output_that_is_a_device_is_refused(tmp_path):
     assert not Path("/dev/full.bak").exists()
 
 
-@pytest.mark.parametrize("command", ["gen-gres", "gen-topology", "analyze"])
+@pytest.mark.parametrize("command", ["gen-gres", "gen-topology", "analyze", "report"])
 def test_read_only_directory(tmp_path, command):
     mnt = tmp_path / "ro"
     with tmpfs(mnt, "size=64k"):
@@ -117,7 +119,7 @@ def test_read_only_directory(tmp_path, command):
         assert sorted(p.name for p in mnt.iterdir()) == ["out.conf", "topology.conf"]
 
 
-@pytest.mark.parametrize("command", ["gen-gres", "gen-topology", "analyze"])
+@pytest.mark.parametrize("command", ["gen-gres", "gen-topology", "analyze", "report"])
 def test_full_disk_keeps_old_file_and_old_backup(tmp_path, command):
     mnt = tmp_path / "full"
     with tmpfs(mnt, "size=64k"):
@@ -186,6 +188,12 @@ def test_truncated_or_corrupt_gzip(tmp_path, data):
     run = proc("analyze", "--sacct-file", tmp_path / "cut.gz")
     assert "Aborted!" not in run.stderr
     assert_one_error(run, 1)
+
+
+@pytest.mark.parametrize(("since", "code"), [("99999999d", 1), ("9999-12-31T23:59:59", 2)])
+def test_dates_out_of_range_are_one_line(since, code):
+    run = proc("analyze", "--sacct-file", SACCT, "--since", since, "--until", "9999-12-31")
+    assert_one_error(run, code)
 
 
 def test_gzip_cut_in_the_middle(tmp_path):
