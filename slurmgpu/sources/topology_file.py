@@ -26,6 +26,7 @@ from slurmgpu.model.validate import HOST_NAME, SWITCH_NAME
 from slurmgpu.util.hostlist import MAX_HOSTS, ExpansionLimitError, expand_hostlist
 from slurmgpu.util.tomlpos import KeyLines
 
+_UINT32 = 2**32 - 1
 _TOP_KEYS = {"block_sizes", "switch", "nvlink_domain"}
 _SWITCH_KEYS = {"name", "nodes", "switches", "link_speed"}
 _DOMAIN_KEYS = {"name", "nodes"}
@@ -81,9 +82,9 @@ def parse_topology_spec(text: str, source: str = "<topology>") -> TopologySpec:
     )
     sizes_raw = data.get("block_sizes", [])
     if not isinstance(sizes_raw, list) or not all(
-        isinstance(s, int) and not isinstance(s, bool) and s > 0 for s in sizes_raw
+        isinstance(s, int) and not isinstance(s, bool) and 0 < s <= MAX_HOSTS for s in sizes_raw
     ):
-        raise ctx.fail("", 0, "block_sizes", "expected a list of positive integers")
+        raise ctx.fail("", 0, "block_sizes", f"expected a list of integers 1..{MAX_HOSTS}")
     return TopologySpec(
         source=source,
         switches=switches,
@@ -146,8 +147,10 @@ def _switch(ctx: _Ctx, i: int, raw: dict) -> Switch:
     if not nodes and not children:
         raise ctx.fail("switch", i, "name", f"switch {name!r} has neither nodes nor switches")
     speed = raw.get("link_speed")
-    if speed is not None and (not isinstance(speed, int) or isinstance(speed, bool) or speed < 0):
-        raise ctx.fail("switch", i, "link_speed", "expected a non-negative integer")
+    if speed is not None and (
+        not isinstance(speed, int) or isinstance(speed, bool) or not 0 <= speed <= _UINT32
+    ):  # topology.conf LinkSpeed is a 32-bit unsigned number in Slurm
+        raise ctx.fail("switch", i, "link_speed", f"expected an integer 0..{_UINT32}")
     return Switch(
         name,
         nodes,

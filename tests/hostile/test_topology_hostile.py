@@ -100,3 +100,18 @@ def test_many_large_switches_are_limited_for_the_whole_file(tmp_path):
         f'[[switch]]\nname = "l{i}"\nnodes = "s{i}n[0-59999]"\n' for i in range(20)
     )  # 1.2 million names, each switch under the per-hostlist limit
     assert_one_error(_gen(tmp_path, text), 1, says="in the whole file")
+
+
+@pytest.mark.parametrize(
+    ("text", "says"),
+    [
+        (
+            '[[switch]]\nname = "l"\nnodes = "a"\nlink_speed = 1180591620717411303424\n',
+            "link_speed",
+        ),
+        ("block_sizes = [99999999999999999999]\n", "block_sizes"),
+        ("block_sizes = [0]\n", "block_sizes"),
+    ],
+)
+def test_numbers_beyond_what_slurm_stores_are_refused(tmp_path, text, says):
+    assert_one_error(_gen(tmp_path, text), 1, says=says)
