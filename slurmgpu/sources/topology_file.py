@@ -84,7 +84,9 @@ def parse_topology_spec(text: str, source: str = "<topology>") -> TopologySpec:
     if not isinstance(sizes_raw, list) or not all(
         isinstance(s, int) and not isinstance(s, bool) and 0 < s <= MAX_HOSTS for s in sizes_raw
     ):
-        raise ctx.fail("", 0, "block_sizes", f"expected a list of positive integers (at most {MAX_HOSTS})")
+        raise ctx.fail(
+            "", 0, "block_sizes", f"expected a list of positive integers (at most {MAX_HOSTS})"
+        )
     return TopologySpec(
         source=source,
         switches=switches,
