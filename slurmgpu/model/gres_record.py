@@ -54,26 +54,18 @@ def _fields(rec: GresDevice) -> dict[str, str]:
     }
 
 
-def compare_gres_records(
-    expected: Iterable[GresDevice], parsed: Iterable[GresDevice], *, by_files: bool = True
-) -> list[str]:
+def compare_gres_records(expected: Iterable[GresDevice], parsed: Iterable[GresDevice]) -> list[str]:
     """Every difference between what was generated and what slurmd parsed (empty: same).
 
-    Records are matched by (name, files); where the device files cannot tell records apart
-    (stand-ins all /dev/null without root) `by_files=False` matches them in order per name.
+    Records are matched by (name, device files), after splitting to one per device.
     """
     want, got = per_device(expected), per_device(parsed)
     diffs: list[str] = []
 
-    def key(rec: GresDevice, nth: int) -> tuple[str, object]:
-        return (rec.name, rec.files if by_files else nth)
-
-    def keyed(records: list[GresDevice]) -> dict[tuple[str, object], GresDevice]:
-        out: dict[tuple[str, object], GresDevice] = {}
-        nth: dict[str, int] = {}
+    def keyed(records: list[GresDevice]) -> dict[tuple[str, tuple[str, ...]], GresDevice]:
+        out: dict[tuple[str, tuple[str, ...]], GresDevice] = {}
         for rec in records:
-            k = key(rec, nth.setdefault(rec.name, 0))
-            nth[rec.name] += 1
+            k = (rec.name, rec.files)
             if k in out:
                 diffs.append(f"{rec.label}: listed twice")
             out[k] = rec

@@ -7,8 +7,10 @@ the check. `slurmd -G` exits 0 even when it prints `error:` lines, so every `err
 
 Off-node, the GPU device files named by File=/MultipleFiles= do not exist; slurmd insists on
 character devices, so they are mapped to stand-in character devices in the temp dir (mknod,
-as root) and the result says so; without root they map to /dev/null and the result says that
-device existence was not checked.
+as root) and the result says so; without root each becomes its own symlink to /dev/null
+(distinct names: slurmd refuses one file named twice) and the result says that device
+existence was not checked. Records are compared with what was generated (`expected`), with
+the stand-in paths mapped back to the real ones.
 """
 
 from __future__ import annotations
@@ -108,12 +110,14 @@ def _stand_ins(gres_text: str, dev_dir: Path) -> tuple[str, list[str], dict[str,
     mapping: dict[str, str] = {}
     can_mknod = hasattr(os, "geteuid") and os.geteuid() == 0
     for i, path in enumerate(missing):
+        stand_in = dev_dir / path.strip("/").replace("/", "_")
         if can_mknod:
-            stand_in = dev_dir / path.strip("/").replace("/", "_")
             os.mknod(stand_in, 0o600 | stat.S_IFCHR, os.makedev(195, i % 256))
-            mapping[path] = str(stand_in)
         else:
-            mapping[path] = "/dev/null"
+            # a symlink per device: slurmd follows it to a character device, and the names
+            # stay distinct (one /dev/null for all fails as a "duplicate device file name")
+            os.symlink("/dev/null", stand_in)
+        mapping[path] = str(stand_in)
 
     def expand_and_map(match: re.Match[str]) -> str:
         items = [mapping.get(p, p) for p in expand_hostlist(match.group(2))]
@@ -131,8 +135,8 @@ def _stand_ins(gres_text: str, dev_dir: Path) -> tuple[str, list[str], dict[str,
         )
     else:
         note = (
-            f"{len(missing)} device file(s) do not exist on this host and stand-ins need "
-            "root: device existence could not be checked"
+            f"{len(missing)} device file(s) do not exist on this host; without root the "
+            "stand-ins are links to /dev/null: device existence could not be checked"
         )
     return "\n".join(lines) + "\n", [note], mapping
 
@@ -194,20 +198,19 @@ def check_gres_conf(
         )
     output = (proc.stdout or "") + (proc.stderr or "")
     real_path = {stand_in: path for path, stand_in in mapping.items()}
-    distinct = len(real_path) == len(mapping)  # without root every stand-in is /dev/null
     records, errors, parsed = [], [], []
     for line in output.splitlines():
         if "Gres Name=" in line:
             record = line.split("Gres ", 1)[1].strip()
             records.append(record)
-            parsed.append(parse_record(record, real_path if distinct else None))
+            parsed.append(parse_record(record, real_path))
         elif re.search(r"\b(error|fatal):", line) and not any(h.search(line) for h in _HARMLESS):
             errors.append(line.strip())
     if proc.returncode != 0 and not errors:
         errors.append(f"slurmd -G exited {proc.returncode}")
     differences = []
     if expected is not None:
-        differences = compare_gres_records(expected, parsed, by_files=distinct)
+        differences = compare_gres_records(expected, parsed)
     return GresCheck(
         ok=not errors and not differences,
         records=records,

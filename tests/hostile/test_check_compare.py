@@ -148,8 +148,14 @@ def test_per_device_keeps_mig_records_whole():
     assert len(per_device([_dev(["/dev/nvidia0", "/dev/nvidia1"], count=2)])) == 2
 
 
-def test_compare_in_order_when_files_cannot_tell_records_apart():
-    want = [_dev(["/dev/nvidia0"]), _dev(["/dev/nvidia1"], cores=(2, 3))]
-    got = [_dev(["/dev/null"]), _dev(["/dev/null"], cores=(0, 1))]
-    diffs = compare_gres_records(want, got, by_files=False)
-    assert diffs == ["gpu /dev/nvidia1: Cores generated 2-3, slurmd -G parsed 0-1"]
+def test_without_root_the_check_still_compares_every_record(monkeypatch):
+    # no mknod without root: each device becomes its own symlink to /dev/null (one shared
+    # /dev/null made slurmd refuse "duplicate device file name" before)
+    monkeypatch.setattr(slurmd.os, "geteuid", lambda: 1000)
+    inv, opts, text = _setup("dgx-h100")
+    result = _check(inv, opts, text)
+    assert result.ok, result.differences
+    assert any("could not be checked" in note for note in result.notes)
+    tampered = text.replace("File=/dev/nvidia5 Cores=56-111", "File=/dev/nvidia5 Cores=0-55")
+    result = _check(inv, opts, tampered)
+    assert result.differences == ["gpu /dev/nvidia5: Cores generated 56-111, slurmd -G parsed 0-55"]
