@@ -30,8 +30,7 @@ _MAX_LINE = 400  # a message quoting hostile input is cut, never allowed to run 
 
 def one_line(message: str) -> str:
     """`message` flattened to one printable line (control characters shown escaped)."""
-    flat = " ".join(message.split("\n"))
-    flat = "".join(ch if ch.isprintable() else repr(ch)[1:-1] for ch in flat)
+    flat = "".join(ch if ch.isprintable() else repr(ch)[1:-1] for ch in message.strip())
     return flat if len(flat) <= _MAX_LINE else flat[: _MAX_LINE - 3] + "..."
 
 

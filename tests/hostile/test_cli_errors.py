@@ -214,3 +214,15 @@ def test_a_bug_shows_the_traceback_and_says_it_is_a_bug(monkeypatch):
     assert run.code == 70
     assert "Traceback" in run.stderr and "KeyError" in run.stderr
     assert run.stderr.splitlines()[-1].startswith("slurmgpu: error: internal error, a bug")
+
+
+def test_a_message_quoting_a_line_break_stays_one_line(tmp_path):
+    run = cli(*GEN, "--output", tmp_path / "no\nSwitchName=x" / "gres.conf")
+    line = assert_one_error(run, 1, says="does not exist")
+    assert "no\\nSwitchName=x" in line  # shown escaped, on the one line
+
+
+def test_a_very_long_message_is_cut(tmp_path):
+    run = cli(*GEN, "--output", tmp_path / ("d" * 3000) / "gres.conf")
+    line = assert_one_error(run, 1)
+    assert len(line) <= len("slurmgpu: error: ") + 400 and line.endswith("...")
