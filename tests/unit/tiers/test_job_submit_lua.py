@@ -492,7 +492,7 @@ def test_hostile_strings_round_trip(lua_runtime, value):
 def test_hostile_names_with_separators_are_refused_by_the_loader(value):
     from slurmgpu.errors import PolicyError
 
-    with pytest.raises(PolicyError, match="must not contain spaces|control character U+000A"):
+    with pytest.raises(PolicyError, match=r"must not contain spaces|control character U\+000A"):
         parse_policy(hostile_policy(value), "hostile.toml")
 
 
