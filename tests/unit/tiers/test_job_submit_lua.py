@@ -646,6 +646,22 @@ def test_fuzz_modify(lua_runtime):
         fields, uid = random_job(rng)
         rec, _ = random_job(rng)
         rec["user_id"] = rng.choice([0, 1000, 1001, 1002])
+        rec["qos"] = rng.choice(["p0", "P1-rnd", "p2", "normal", ""])
+        if rng.random() < 0.3:
+            fields["qos"] = rng.choice(["", "normal", "p0", "p2"])
         out = script.modify(fields, rec, uid)
         assert out.error == [], (fields, rec, out.error)
         assert out.rc in (SUCCESS, ERROR, ACCESS_DENIED)
+        if out.rc != SUCCESS:
+            assert out.writes == {}
+            continue
+        # properties of every update: a QOS change always lands on a tier's QOS; only root's
+        # updates write AdminComment; a tier change by anyone else is tagged in the comment
+        if "qos" in fields or "qos" in out.writes:
+            assert policy.tier_for_qos(out.writes.get("qos")) is not None, (fields, out.writes)
+        assert ("admin_comment" in out.writes) == (uid == 0 and "qos" in out.writes)
+        if "comment" in out.writes:
+            assert uid != 0
+            tier = policy.tier_for_qos(out.writes["qos"])
+            tiers = [v for k, v in _TAG.findall(out.writes["comment"]) if k == "tier"]
+            assert tiers and set(tiers) == {tier.name}, (fields, rec, out.writes)

@@ -169,3 +169,11 @@ def test_requeue_grace_is_killwait_and_cancel_grace_is_gracetime():
     by_name = {q.name: q for q in desired_qos(cancel)}
     assert by_name["p2"].grace_time_s == 120 and by_name["p2"].preempt_mode == "cancel"
     assert "KillWait" not in {s.key for s in required_settings(cancel)}
+
+
+def test_policy_accounts_in_capitals_match_slurms_lowercase_associations():
+    from slurmgpu.sources.policy_file import parse_policy
+
+    caps = parse_policy(EXAMPLE.read_text().replace('accounts = ["prod"]', 'accounts = ["PROD"]'))
+    done = [Association("c", "prod", None, ("normal", "p0", "p1", "p2"))]
+    assert plan_associations(caps, done) == []
