@@ -330,7 +330,11 @@ def test_policy_check_cli(tmp_path):
     runner = CliRunner()
     result = runner.invoke(main, ["policy", "check", "--policy", str(EXAMPLE)])
     assert result.exit_code == 0, result.output
-    assert "tier P0: QOS p0, priority 1000, preempts P2; account prod" in result.output
+    assert "tier P0: QOS p0, priority 1000, preempts P2; account prod\n" in result.output
+    assert (
+        "tier P2 (default): QOS p2, priority 100; everyone; requeued when preempted, "
+        "120 s grace (KillWait)\n"
+    ) in result.output
     assert "kind finetune: MIG 3g.40gb = 0.5 GPU" in result.output
     bad = tmp_path / "p.toml"
     bad.write_text(BASE.replace("grace_time_s = 60", "grace_time_s = -1"))
