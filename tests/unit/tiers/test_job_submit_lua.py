@@ -665,3 +665,13 @@ def test_fuzz_modify(lua_runtime):
             tier = policy.tier_for_qos(out.writes["qos"])
             tiers = [v for k, v in _TAG.findall(out.writes["comment"]) if k == "tier"]
             assert tiers and set(tiers) == {tier.name}, (fields, rec, out.writes)
+
+
+def test_account_change_cannot_carry_a_job_out_of_its_tier_rules(example):
+    _, script = example
+    p0_job = {"comment": "tier=P0", "account": "prod", "user_id": OWNER, "qos": "p0"}
+    # P0 admits only the prod account: moving the job to rnd is refused, whoever asks
+    for uid in (OWNER, 0):
+        out = script.modify({"account": "rnd"}, p0_job, uid=uid)
+        assert out.rc == ACCESS_DENIED and out.writes == {}
+    assert script.modify({"account": "PROD"}, p0_job, uid=OWNER).rc == SUCCESS
