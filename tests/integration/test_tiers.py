@@ -251,7 +251,9 @@ def test_updates_as_an_ordinary_user_hold_the_tiers(routed_cluster):
     # root's update also refreshes the AdminComment record
     proc = update(cluster, "root", p1, "QOS=tier_p1")
     assert proc.returncode == 0, proc.stderr
-    assert job_record(cluster, p1)["AdminComment"] == "slurmgpu tier=P1 kind=finetune"
+    job = job_record(cluster, p1)
+    assert job["AdminComment"] == "slurmgpu tier=P1 kind=finetune"
+    assert job["Comment"] == "exp 8 tier=P1 kind=finetune"
     # a P2 user's QOS= stays in P2
     p2 = cluster.sbatch("--hold", user=USER)
     assert update(cluster, USER, p2, "QOS=").returncode == 0
