@@ -70,6 +70,15 @@ def job_record(cluster, jobid: int) -> dict[str, str]:
     return record
 
 
+def association_qos(cluster, key: str, *where: str) -> dict[str, set[str]]:
+    """{Account or User: its QOS names} of the associations `where` selects on this cluster."""
+    out = cluster.sacctmgr(
+        "show", "assoc", "--parsable2", "--noheader", "where",
+        f"cluster={cluster.cluster_name}", *where, f"format={key},QOS",
+    )  # fmt: skip
+    return {line.split("|")[0]: set(line.split("|")[1].split(",")) for line in out.split()}
+
+
 @pytest.fixture(scope="module")
 def tiers_cluster(slurm_cluster):
     cluster = slurm_cluster
@@ -110,31 +119,12 @@ def test_qos_apply_creates_the_tiers_and_is_idempotent(tiers_cluster):
     assert rows["tier_p0"] == "tier_p0|1000|tier_p2|cluster|00:00:00"
     assert rows["tier_p2"] == "tier_p2|100||requeue|00:00:00"
     assert rows["tier_p1"] == "tier_p1|500||cluster|00:00:00"
-    assoc = cluster.sacctmgr(
-        "show",
-        "assoc",
-        "--parsable2",
-        "--noheader",
-        "where",
-        f"cluster={cluster.cluster_name}",
-        "user=root",
-        "format=Account,QOS",
-    )
-    qos_of = {line.split("|")[0]: set(line.split("|")[1].split(",")) for line in assoc.split()}
+    qos_of = association_qos(cluster, "Account", "user=root")
     assert {"tier_p0", "tier_p1", "tier_p2"} <= qos_of["prod"]
     assert {"tier_p1", "tier_p2"} <= qos_of["rnd"] and "tier_p0" not in qos_of["rnd"]
     assert "tier_p2" in qos_of[cluster.account] and "tier_p0" not in qos_of[cluster.account]
     # the ordinary users inherit their account's tiers
-    assoc = cluster.sacctmgr(
-        "show",
-        "assoc",
-        "--parsable2",
-        "--noheader",
-        "where",
-        f"user={PROD},{RND},{USER}",
-        "format=User,QOS",
-    )
-    qos_of = {line.split("|")[0]: set(line.split("|")[1].split(",")) for line in assoc.split()}
+    qos_of = association_qos(cluster, "User", f"user={PROD},{RND},{USER}")
     assert {"tier_p0", "tier_p1", "tier_p2"} <= qos_of[PROD]
     assert {"tier_p1", "tier_p2"} <= qos_of[RND] and "tier_p0" not in qos_of[RND]
     assert "tier_p2" in qos_of[USER] and not {"tier_p0", "tier_p1"} & qos_of[USER]
