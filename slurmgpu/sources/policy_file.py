@@ -225,8 +225,7 @@ def _show_key(key: str) -> str:
 
 def _show_int(value: int) -> str:
     """A number for a message: huge ones by their size, not thousands of digits."""
-    text = str(value) if abs(value) < 10**30 else f"a {len(str(abs(value)))}-digit number"
-    return text
+    return str(value) if abs(value) < 10**30 else f"a {len(str(abs(value)))}-digit number"
 
 
 def _type_name(value: object) -> str:
