@@ -164,10 +164,30 @@ def plan_submission(arglist: list[str]) -> list[str]:
         partition=kind.partition if kind else None,
         time_limit_min=kind.time_limit_min if kind else None,
         tags=tags,
+        requeued_tier=_requeued_tier(policy, tags.get("tier"), given),
     )
     sbatch = os.environ.get("SLURMGPU_SBATCH", "sbatch")
     argv = build_argv(sbatch, sbatch_args, script_args, directives, add)
     return ["--dry-run", *argv] if dry_run else argv
+
+
+def _requeued_tier(policy, tier_name: str | None, given) -> str | None:
+    """The job's tier when preemption requeues it (as job_submit.lua will decide), else None.
+
+    The tier: --tier, else a tier's --qos, else a tier= tag in the comment, else the
+    default tier. Without a policy the wrapper cannot know (job_submit.lua still decides).
+    """
+    if policy is None:
+        return None
+    from slurmgpu.render.sbatch import tags_in
+
+    tier = policy.tier(tier_name) if tier_name else None
+    tier = tier or policy.tier_for_qos(given.get("qos"))
+    tag = tags_in(given.get("comment")).get("tier")
+    tier = tier or (policy.tier(tag) if tag else None) or policy.tier(policy.default_tier)
+    if tier is not None and policy.requeued_when_preempted(tier):
+        return tier.name
+    return None
 
 
 def _slice_for_memory(text: str, policy) -> str:

@@ -35,9 +35,13 @@ def policy_check(policy_path: str | None) -> None:
         who = ", ".join([*(f"account {a}" for a in t.accounts), *(f"user {u}" for u in t.users)])
         pre = f", preempts {', '.join(t.preempts)}" if t.preempts else ""
         default = " (default)" if t.name == pol.default_tier else ""
+        requeued = ""
+        if pol.requeued_when_preempted(t):
+            grace = max(p.grace_time_s for p in pol.preemptors(t))
+            requeued = f"; requeued when preempted, {grace} s grace (KillWait)"
         click.echo(
             f"  tier {t.name}{default}: QOS {t.qos}, priority {t.priority}{pre}; "
-            f"{who or 'everyone'}"
+            f"{who or 'everyone'}{requeued}"
         )
     for k in pol.kinds:
         frac = slice_gpu_fraction(k.slice, pol.shards_per_gpu)

@@ -76,12 +76,16 @@ class Tier:
         return bool(self.accounts or self.users)
 
     def allows(self, user: str | None, account: str | None) -> bool:
-        """Whether `user` (or a job under `account`) may use this tier."""
+        """Whether `user` (or a job under `account`) may use this tier.
+
+        Accounts compare case-insensitively: Slurm stores account names lowercased and
+        accepts `-A PROD` for `prod`.
+        """
         if not self.restricted:
             return True
-        return (user is not None and user in self.users) or (
-            account is not None and account in self.accounts
-        )
+        if account is not None and account.lower() in {a.lower() for a in self.accounts}:
+            return True
+        return user is not None and user in self.users
 
 
 @dataclass(frozen=True)
@@ -139,6 +143,14 @@ class Policy:
     def tiers_for(self, user: str | None, account: str | None) -> list[Tier]:
         """Tiers `user`/`account` may use, in policy order."""
         return [t for t in self.tiers if t.allows(user, account)]
+
+    def preemptors(self, tier: Tier) -> list[Tier]:
+        """Tiers that may preempt `tier`."""
+        return [t for t in self.tiers if tier.name in t.preempts]
+
+    def requeued_when_preempted(self, tier: Tier) -> bool:
+        """True when a preempted job of `tier` is requeued (its preemptors' mode)."""
+        return any(t.preempt_mode == "requeue" for t in self.preemptors(tier))
 
     def preempt_qos(self, tier: Tier) -> tuple[str, ...]:
         """QOS names `tier` preempts (what sacctmgr's Preempt= takes)."""

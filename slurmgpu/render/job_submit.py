@@ -29,7 +29,9 @@ def render_job_submit(policy: Policy, uid_of: Mapping[str, int] | None = None) -
             "qos": t.qos,
             "description": t.description,
             "restricted": t.restricted,
-            "accounts": sorted(t.accounts),
+            "preemptible": policy.requeued_when_preempted(t),
+            # Slurm account names are case-insensitive (stored lowercased)
+            "accounts": sorted({a.lower() for a in t.accounts}),
             "users": sorted(t.users),
             "uids": sorted({uid_of[u] for u in t.users if u in uid_of}),
         }

@@ -3,7 +3,16 @@
 Slurm applies a QOS's PreemptMode and GraceTime to the jobs *of that QOS* when they are
 preempted (the victim's QOS, not the preemptor's). The policy states them on the preempting
 tier ("P0 preempts P2 with 120 s grace, requeue"), so they are rendered onto the QOS of each
-tier that is preempted: GraceTime = the longest grace of the tiers preempting it.
+tier that is preempted.
+
+The grace of a *requeued* tier is not Slurm's GraceTime but `KillWait`: with GraceTime > 0,
+22.05 SIGTERMs the job's srun steps at the start of the grace and requeues only if the job
+is still running when the grace ends; a step that exits on SIGTERM lets the batch script end
+COMPLETED or FAILED, never requeued, and the end of the grace is noticed only by a later
+scheduling pass (up to ~30 s late). With GraceTime=0 slurmctld requeues the job first
+(`slurm_job_preempt` -> `job_requeue`) and then kills it: every process gets SIGTERM and
+KillWait seconds before SIGKILL, and nothing the job does can end it un-requeued. So a
+requeued tier gets GraceTime=0 and slurm.conf `KillWait` >= its grace (docs/policy.md).
 """
 
 from __future__ import annotations
@@ -38,6 +47,9 @@ class Setting:
             return all(w in have for w in ("associations", "qos"))
         if self.key == "PreemptMode":
             return want.split(",")[0] in have.split(",")
+        if self.key == "KillWait":  # `scontrol show config` says `30 sec`
+            number = have.split()[0] if have else ""
+            return number.isdigit() and int(number) >= int(want)
         return have == want
 
 
@@ -55,22 +67,20 @@ class QosPlan:
         return not self.commands
 
 
-def preemptors(policy: Policy, tier: Tier) -> list[Tier]:
-    """Tiers that may preempt `tier`."""
-    return [t for t in policy.tiers if tier.name in t.preempts]
-
-
 def desired_qos(policy: Policy) -> list[QosRecord]:
     """One QOS per tier, in an order where every preempted QOS comes before its preemptors."""
     records = {}
     for tier in policy.tiers:
-        by = preemptors(policy, tier)
+        by = policy.preemptors(tier)
         records[tier.name] = QosRecord(
             name=tier.qos.lower(),
             priority=tier.priority,
             preempt=policy.preempt_qos(tier),
             preempt_mode=by[0].preempt_mode if by else "cluster",
-            grace_time_s=max((t.grace_time_s for t in by), default=0),
+            # a requeued tier's grace is KillWait (module docstring)
+            grace_time_s=0
+            if policy.requeued_when_preempted(tier)
+            else max((t.grace_time_s for t in by), default=0),
             max_tres_per_user=_gpu_tres(tier.max_gpus_per_user),
             max_tres_per_account=_gpu_tres(tier.max_gpus_per_account),
             description=(OWNER_PREFIX + tier.name).lower(),
@@ -224,7 +234,25 @@ def required_settings(policy: Policy) -> list[Setting]:
     ]
     if "requeue" in modes or cluster_mode == "REQUEUE":
         settings.append(Setting("JobRequeue", "1", "preempted jobs are requeued, not lost"))
+    grace = requeue_grace_s(policy)
+    if grace:
+        settings.append(
+            Setting(
+                "KillWait",
+                str(grace),
+                "at least: the grace a preempted, requeued job gets between SIGTERM and "
+                "SIGKILL (its QOS has GraceTime=0); also what a job gets at its time limit",
+            )
+        )
     return settings
+
+
+def requeue_grace_s(policy: Policy) -> int:
+    """The longest grace of a tier preempting with requeue: the KillWait the cluster needs."""
+    return max(
+        (t.grace_time_s for t in policy.tiers if t.preempts and t.preempt_mode == "requeue"),
+        default=0,
+    )
 
 
 def config_warnings(settings: Iterable[Setting], live: Mapping[str, str]) -> list[str]:

@@ -37,7 +37,10 @@ _WATCHED = {
     "--account": "account",
     "-A": "account",
     "--wrap": "wrap",
+    "--open-mode": "open_mode",
 }
+# Flags (no value) the wrapper must notice: key, value.
+_FLAGS = {"--requeue": ("requeue", "1"), "--no-requeue": ("requeue", "0")}
 _TAG = re.compile(TAG_PATTERN)
 
 
@@ -62,6 +65,10 @@ def scan_options(args: Sequence[str]) -> SbatchOptions:
     while i < len(args):
         arg = args[i]
         i += 1
+        if arg in _FLAGS:
+            key, value = _FLAGS[arg]
+            found.values[key] = value
+            continue
         if arg.startswith("--"):
             name, eq, value = arg.partition("=")
             key = _WATCHED.get(name)
@@ -138,6 +145,8 @@ class Additions:
     partition: str | None = None
     time_limit_min: int | None = None
     tags: dict[str, str] = field(default_factory=dict)
+    # the job's tier is requeued when preempted: --requeue, and output appended across runs
+    requeued_tier: str | None = None
 
 
 def build_argv(
@@ -153,11 +162,24 @@ def build_argv(
     if add.qos and given.get("qos") is None:
         out.append(f"--qos={add.qos}")
     if add.gres and not given.has_gpu_request():
-        out.append(f"--gres={add.gres}")
+        # next to a non-GPU --gres (sbatch keeps the last --gres), never in place of it
+        own = given.get("gres")
+        out.append(f"--gres={own},{add.gres}" if own else f"--gres={add.gres}")
     if add.partition and given.get("partition") is None:
         out.append(f"--partition={add.partition}")
     if add.time_limit_min and given.get("time") is None:
         out.append(f"--time={add.time_limit_min}")
+    if add.requeued_tier:
+        if given.get("requeue") == "0":
+            raise UsageError(
+                f"tier {add.requeued_tier} jobs are requeued when preempted: "
+                "--no-requeue cannot be used in it"
+            )
+        if given.get("requeue") is None:
+            out.append("--requeue")
+        if given.get("open_mode") is None:
+            # a rerun must not truncate the output of the run before it
+            out.append("--open-mode=append")
     if add.tags:
         comment = given.get("comment")
         present = tags_in(comment)

@@ -34,8 +34,19 @@ DEFAULT_POLICY_PATH = "/etc/slurmgpu/slurmgpu.toml"
 
 # Tier, kind and QOS names travel in `key=value` tags and Slurm lists: keep them plain.
 _NAME = re.compile(r"^[A-Za-z0-9_.-]+$")
-# Accounts, users, partitions: Slurm names; no separators that would split sacctmgr lists.
-_SLURM_NAME = re.compile(r"^[^\s,=]+$")
+# Accounts, users, partitions: Slurm names; no separators that would split sacctmgr lists,
+# no control characters (a NUL ends a C string: getpwnam and argv refuse it).
+_SLURM_NAME = re.compile(r"^[^\s,=\x00-\x1f\x7f]+$")
+# Control characters no policy string may hold; free text (descriptions) may have tabs and
+# newlines, one-line values (GPU model, slice) may not.
+_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f]")
+_CONTROL_ONE_LINE = re.compile(r"[\x00-\x1f\x7f]")
+# Slurm keeps these numbers in uint32 fields where 0xfffffffe/0xffffffff mean NO_VAL/INFINITE.
+MAX_U32 = 0xFFFFFFFD
+# KillWait, which carries a requeued tier's grace, may not exceed 65533 (slurm.conf(5)).
+MAX_GRACE_S = 65533
+# Arrays/tables nested deeper than this are no policy (and would exhaust tomllib's recursion).
+MAX_NESTING = 64
 
 _TOP_KEYS = {
     "default_tier",
@@ -75,7 +86,17 @@ def default_policy_path() -> str:
 
 def _split_path(text: str) -> tuple[str, ...]:
     parts = re.findall(_PART_RE, text)
-    return tuple(a or b or c for a, b, c in parts if (a or b or c) is not None)
+    return tuple(_unescape(b) if b else a or c for a, b, c in parts)
+
+
+def _unescape(quoted_body: str) -> str:
+    """The value of a basic (double-quoted) TOML key: `P\\n2` -> 'P\n2'."""
+    if "\\" not in quoted_body:
+        return quoted_body
+    try:
+        return tomllib.loads(f'k = "{quoted_body}"')["k"]
+    except tomllib.TOMLDecodeError:
+        return quoted_body
 
 
 def key_lines(source: str) -> dict[tuple[str, ...], int]:
@@ -126,7 +147,7 @@ class _Checker:
         return 1
 
     def error(self, keys: tuple[str, ...], message: str) -> None:
-        dotted = ".".join(keys) if keys else "(top level)"
+        dotted = ".".join(_show_key(k) for k in keys) if keys else "(top level)"
         self.errors.append(f"{self.path}:{self.line(keys)}: {dotted}: {message}")
 
     def unknown_keys(self, keys: tuple[str, ...], table: dict, allowed: set[str]) -> None:
@@ -145,18 +166,26 @@ class _Checker:
             return {}
         return value
 
-    def string(self, keys, value, *, pattern: re.Pattern[str] | None = None) -> str | None:
+    def string(
+        self, keys, value, *, pattern: re.Pattern[str] | None = None, free_text: bool = False
+    ) -> str | None:
         if value is None:
             return None
         if not isinstance(value, str) or not value:
             self.error(keys, f"must be a non-empty string, not {_type_name(value)}")
+            return None
+        control = (_CONTROL if free_text else _CONTROL_ONE_LINE).search(value)
+        if control is not None:
+            self.error(keys, f"{value!r}: contains the control character U+{ord(control[0]):04X}")
             return None
         if pattern is not None and not pattern.match(value):
             self.error(keys, f"{value!r}: {_pattern_hint(pattern)}")
             return None
         return value
 
-    def integer(self, keys, value, *, minimum: int | None = None) -> int | None:
+    def integer(
+        self, keys, value, *, minimum: int | None = None, maximum: int = MAX_U32
+    ) -> int | None:
         if value is None:
             return None
         if isinstance(value, bool) or not isinstance(value, int):
@@ -164,7 +193,10 @@ class _Checker:
             return None
         if minimum is not None and value < minimum:
             what = "negative" if minimum == 0 else f"less than {minimum}"
-            self.error(keys, f"{value} is {what} (must be >= {minimum})")
+            self.error(keys, f"{_show_int(value)} is {what} (must be >= {minimum})")
+            return None
+        if value > maximum:
+            self.error(keys, f"{_show_int(value)} is too large (must be <= {maximum})")
             return None
         return value
 
@@ -182,6 +214,20 @@ class _Checker:
         return tuple(out)
 
 
+def _show_key(key: str) -> str:
+    """A key as TOML writes it, on one line: bare when plain, else quoted with escapes."""
+    if re.fullmatch(r"[A-Za-z0-9_-]+", key):
+        return key
+    import json  # only on the error path
+
+    return json.dumps(key)  # ASCII with \n, \u0000 ... escapes: never more than one line
+
+
+def _show_int(value: int) -> str:
+    """A number for a message: huge ones by their size, not thousands of digits."""
+    return str(value) if abs(value) < 10**30 else f"a {len(str(abs(value)))}-digit number"
+
+
 def _type_name(value: object) -> str:
     return {dict: "a table", list: "a list", str: "a string", bool: "a boolean"}.get(
         type(value), type(value).__name__
@@ -197,19 +243,66 @@ def _pattern_hint(pattern: re.Pattern[str]) -> str:
 def load_policy(path: str | os.PathLike[str]) -> Policy:
     """Read and validate a policy file; raises `PolicyError` listing every problem."""
     try:
-        with open(path, encoding="utf-8") as fh:
-            source = fh.read()
+        with open(path, "rb") as fh:
+            raw = fh.read()
     except OSError as exc:
         raise PolicyError(f"{path}: cannot read the policy file: {exc.strerror}") from exc
+    try:
+        source = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = raw.count(b"\n", 0, exc.start) + 1
+        column = exc.start - (raw.rfind(b"\n", 0, exc.start) + 1) + 1
+        raise PolicyError(
+            f"{path}:{line}: (file): not UTF-8 text: byte 0x{raw[exc.start]:02x} at column "
+            f"{column} (TOML files are UTF-8)"
+        ) from exc
     return parse_policy(source, str(path))
+
+
+def _toml_error(path: str, source: str, exc: Exception) -> PolicyError:
+    """`FILE:LINE: (syntax): what` from tomllib's `what (at line L, column C)`."""
+    text = str(exc)
+    m = re.match(r"^(.*?)\s*\(at line (\d+), column (\d+)\)$", text)
+    if m:
+        return PolicyError(f"{path}:{m[2]}: (syntax): {m[1]} (column {m[3]}): not valid TOML")
+    m = re.match(r"^(.*?)\s*\(at end of document\)$", text)
+    if m:
+        line = max(1, len(source.splitlines()))
+        return PolicyError(f"{path}:{line}: (syntax): {m[1]} (at the end): not valid TOML")
+    return PolicyError(f"{path}:1: (syntax): {text}: not valid TOML")
+
+
+def _too_deep(source: str) -> int | None:
+    """The line where brackets/braces nest deeper than MAX_NESTING, else None.
+
+    Counted on the raw text (strings included), which only errs on the side of a clear
+    message: a real policy nests two or three levels.
+    """
+    depth = 0
+    for number, line in enumerate(source.splitlines(), start=1):
+        for ch in line:
+            if ch in "[{":
+                depth += 1
+                if depth > MAX_NESTING:
+                    return number
+            elif ch in "]}":
+                depth = max(0, depth - 1)
+    return None
 
 
 def parse_policy(source: str, path: str = "<policy>") -> Policy:
     """Validate TOML text into a `Policy` (`path` names the file in messages)."""
+    deep = _too_deep(source)
+    if deep is not None:
+        raise PolicyError(
+            f"{path}:{deep}: (syntax): arrays or tables nested more than {MAX_NESTING} deep"
+        )
     try:
         data = tomllib.loads(source)
     except tomllib.TOMLDecodeError as exc:
-        raise PolicyError(f"{path}: not valid TOML: {exc}") from exc
+        raise _toml_error(path, source, exc) from exc
+    except RecursionError as exc:  # nesting the pre-check did not count (it never should)
+        raise PolicyError(f"{path}:1: (syntax): nested too deeply") from exc
     check = _Checker(path, source)
     check.unknown_keys((), data, _TOP_KEYS)
 
@@ -280,7 +373,9 @@ def _partitions(check: _Checker, raw: object) -> tuple[Partition, ...]:
             continue
         body = check.table(keys, value)
         check.unknown_keys(keys, body, _PARTITION_KEYS)
-        description = check.string((*keys, "description"), body.get("description")) or ""
+        description = (
+            check.string((*keys, "description"), body.get("description"), free_text=True) or ""
+        )
         out.append(Partition(name=name, description=description))
     return tuple(out)
 
@@ -303,7 +398,9 @@ def _tiers(check: _Checker, raw: object) -> tuple[Tier, ...]:
         if "priority" not in body:
             check.error((*keys, "priority"), "missing: the QOS priority (an integer >= 0)")
         priority = check.integer((*keys, "priority"), body.get("priority"), minimum=0)
-        grace = check.integer((*keys, "grace_time_s"), body.get("grace_time_s", 0), minimum=0)
+        grace = check.integer(
+            (*keys, "grace_time_s"), body.get("grace_time_s", 0), minimum=0, maximum=MAX_GRACE_S
+        )
         mode = body.get("preempt_mode", "requeue")
         if not isinstance(mode, str) or mode.lower() not in PREEMPT_MODES:
             check.error((*keys, "preempt_mode"), f"{mode!r}: use one of {', '.join(PREEMPT_MODES)}")
@@ -326,7 +423,10 @@ def _tiers(check: _Checker, raw: object) -> tuple[Tier, ...]:
                     (*keys, "accounts"), body.get("accounts"), pattern=_SLURM_NAME
                 ),
                 users=check.names((*keys, "users"), body.get("users"), pattern=_SLURM_NAME),
-                description=check.string((*keys, "description"), body.get("description")) or "",
+                description=check.string(
+                    (*keys, "description"), body.get("description"), free_text=True
+                )
+                or "",
             )
         )
     return tuple(out)
@@ -390,7 +490,10 @@ def _kinds(
                     slice=sl,
                     partition=partition,
                     time_limit_min=time_limit,
-                    description=check.string((*keys, "description"), body.get("description")) or "",
+                    description=check.string(
+                        (*keys, "description"), body.get("description"), free_text=True
+                    )
+                    or "",
                 )
             )
     return tuple(out)
@@ -412,7 +515,7 @@ def _slice(
             known = ", ".join(m.key for m in GPU_MODELS)
             check.error((*keys, "gpu_model"), f"unknown GPU model '{gpu_model_text}' ({known})")
             return None
-    if not isinstance(text, str) or ":" not in text:
+    if not isinstance(text, str) or ":" not in text or _CONTROL_ONE_LINE.search(text):
         check.error(skeys, f"{text!r}: use 'mig:PROFILE', 'shard:N' or 'gpu:N'")
         return None
     kind, _, arg = text.partition(":")
@@ -441,8 +544,12 @@ def _slice(
             known_model = offering[0][0].key
         return Slice(SLICE_MIG, 1, mig_profile=arg, gres_type=gres_type, gpu_model=known_model)
     if kind in (SLICE_SHARD, SLICE_GPU):
-        if not arg.isdigit() or int(arg) < 1:
-            check.error(skeys, f"{text!r}: the count after '{kind}:' must be an integer >= 1")
+        # ASCII digits only: str.isdigit() also accepts '²', which int() refuses
+        if not re.fullmatch(r"[0-9]{1,10}", arg) or not 1 <= int(arg) <= MAX_U32:
+            check.error(
+                skeys,
+                f"{text!r}: the count after '{kind}:' must be an integer from 1 to {MAX_U32}",
+            )
             return None
         count = int(arg)
         if kind == SLICE_SHARD:

@@ -1,7 +1,9 @@
 """Tiers on the real cluster: QOS in slurmdbd, job_submit.lua in slurmctld, preemption, wrapper.
 
 The node is reconfigured with shards (gpu:h100:8 + shard:32, i.e. 4 per GPU) so the policy's
-1/4 and 1/2 GPU slices exist; the module restores the harness default afterwards.
+1/4 and 1/2 GPU slices exist; the module restores the harness default afterwards. Jobs are
+submitted, updated and preempted as ordinary Unix users (made by `SlurmCluster.add_user`):
+PROD in account prod (P0, P1, P2), RND in rnd (P1, P2), USER in the harness account (P2).
 """
 
 from __future__ import annotations
@@ -24,14 +26,24 @@ NODE_LINE = (
     "Gres=gpu:h100:8,shard:32"
 )
 GRES_CONF = "Name=gpu Type=h100 File=/dev/nvidia[0-7]\nName=shard Count=32\n"
+GRACE_S = 10  # the policy's P0 grace_time_s: KillWait for the requeued P2 victims
 # What the policy needs and the harness does not set by default.
-EXTRA_CONF = "PriorityWeightQOS=10000\nAccountingStoreFlags=job_comment\n"
-GRACE_S = 10
+EXTRA_CONF = f"PriorityWeightQOS=10000\nAccountingStoreFlags=job_comment\nKillWait={GRACE_S}\n"
+PROD, RND, USER = "sgt-prod", "sgt-rnd", "sgt-user"
 
 
-def slurmgpu(cluster, *args: str, check: bool = True):
-    """Run the CLI against the test cluster (its SLURM_CONF)."""
+def slurmgpu(cluster, *args: str, check: bool = True, sbatch_as: str | None = None):
+    """Run the CLI against the test cluster (its SLURM_CONF).
+
+    With `sbatch_as`, the sbatch that `slurmgpu submit` execs runs as that Unix user (the
+    test's Python may live where ordinary users cannot run it, e.g. under /root).
+    """
     env = {**os.environ, **cluster.env, "XDG_CACHE_HOME": str(cluster.root / "cache")}
+    if sbatch_as:
+        shim = cluster.work_dir / f"sbatch-as-{sbatch_as}"
+        shim.write_text(f'#!/bin/sh\nexec runuser -u {sbatch_as} -- sbatch "$@"\n')
+        shim.chmod(0o755)
+        env["SLURMGPU_SBATCH"] = str(shim)
     proc = subprocess.run(
         [sys.executable, "-m", "slurmgpu", *args],
         capture_output=True,
@@ -58,11 +70,23 @@ def job_record(cluster, jobid: int) -> dict[str, str]:
     return record
 
 
+def association_qos(cluster, key: str, *where: str) -> dict[str, set[str]]:
+    """{Account or User: its QOS names} of the associations `where` selects on this cluster."""
+    out = cluster.sacctmgr(
+        "show", "assoc", "--parsable2", "--noheader", "where",
+        f"cluster={cluster.cluster_name}", *where, f"format={key},QOS",
+    )  # fmt: skip
+    return {line.split("|")[0]: set(line.split("|")[1].split(",")) for line in out.split()}
+
+
 @pytest.fixture(scope="module")
 def tiers_cluster(slurm_cluster):
     cluster = slurm_cluster
     cluster.sacctmgr("add", "account", "prod,rnd", "Description=tier tests", check=False)
     cluster.sacctmgr("add", "user", "root", "account=prod,rnd", check=False)
+    cluster.add_user(PROD, account="prod")
+    cluster.add_user(RND, account="rnd")
+    cluster.add_user(USER)
     try:
         yield cluster
     finally:
@@ -73,15 +97,15 @@ def tiers_cluster(slurm_cluster):
 def test_qos_apply_creates_the_tiers_and_is_idempotent(tiers_cluster):
     cluster = tiers_cluster
     plan = slurmgpu(cluster, "qos", "plan", "--policy", str(POLICY))
-    assert (
-        "sacctmgr -i add qos tier_p2 Priority=100 PreemptMode=requeue GraceTime=10" in plan.stdout
-    )
-    assert "PreemptType=preempt/qos" in plan.stdout
+    # requeued when preempted: no Slurm GraceTime, the grace is KillWait (docs/policy.md)
+    assert "sacctmgr -i add qos tier_p2 Priority=100 PreemptMode=requeue " in plan.stdout
+    assert "PreemptType=preempt/qos" in plan.stdout and "KillWait=10" in plan.stdout
     # the harness default has PriorityWeightQOS=0: the plan says so
     assert (
         "slurm.conf has PriorityWeightQOS=0, the policy needs PriorityWeightQOS=10000"
         in plan.stderr
     )
+    assert "slurm.conf has KillWait=5 sec, the policy needs KillWait=10" in plan.stderr
     applied = slurmgpu(cluster, "qos", "apply", "--policy", str(POLICY))
     assert "slurmdbd matches the policy" in applied.stdout
     out = cluster.sacctmgr(
@@ -93,22 +117,17 @@ def test_qos_apply_creates_the_tiers_and_is_idempotent(tiers_cluster):
     )
     rows = {line.split("|")[0]: line for line in out.splitlines()}
     assert rows["tier_p0"] == "tier_p0|1000|tier_p2|cluster|00:00:00"
-    assert rows["tier_p2"] == "tier_p2|100||requeue|00:00:10"
+    assert rows["tier_p2"] == "tier_p2|100||requeue|00:00:00"
     assert rows["tier_p1"] == "tier_p1|500||cluster|00:00:00"
-    assoc = cluster.sacctmgr(
-        "show",
-        "assoc",
-        "--parsable2",
-        "--noheader",
-        "where",
-        f"cluster={cluster.cluster_name}",
-        "user=root",
-        "format=Account,QOS",
-    )
-    qos_of = {line.split("|")[0]: set(line.split("|")[1].split(",")) for line in assoc.split()}
+    qos_of = association_qos(cluster, "Account", "user=root")
     assert {"tier_p0", "tier_p1", "tier_p2"} <= qos_of["prod"]
     assert {"tier_p1", "tier_p2"} <= qos_of["rnd"] and "tier_p0" not in qos_of["rnd"]
     assert "tier_p2" in qos_of[cluster.account] and "tier_p0" not in qos_of[cluster.account]
+    # the ordinary users inherit their account's tiers
+    qos_of = association_qos(cluster, "User", f"user={PROD},{RND},{USER}")
+    assert {"tier_p0", "tier_p1", "tier_p2"} <= qos_of[PROD]
+    assert {"tier_p1", "tier_p2"} <= qos_of[RND] and "tier_p0" not in qos_of[RND]
+    assert "tier_p2" in qos_of[USER] and not {"tier_p0", "tier_p1"} & qos_of[USER]
     again = slurmgpu(cluster, "qos", "plan", "--policy", str(POLICY))
     assert "# sacctmgr: nothing to do" in again.stdout
     assert "sacctmgr -i" not in again.stdout
@@ -134,7 +153,8 @@ def test_job_submit_lua_is_loaded_and_routes(routed_cluster):
     cluster = routed_cluster
     config = cluster.scontrol("show", "config")
     assert re.search(r"^JobSubmitPlugins\s*=\s*lua$", config, re.M), config
-    jobid = cluster.sbatch("--hold", "-A", "rnd", "--comment=exp 7 tier=P1 kind=finetune")
+    # an ordinary user's submission: job_submit.lua may still write AdminComment
+    jobid = cluster.sbatch("--hold", "--comment=exp 7 tier=P1 kind=finetune", user=RND)
     job = job_record(cluster, jobid)
     assert job["QOS"] == "tier_p1"
     assert job["TresPerNode"] == "gres:shard:2"
@@ -143,7 +163,7 @@ def test_job_submit_lua_is_loaded_and_routes(routed_cluster):
     assert job["AdminComment"] == "slurmgpu tier=P1 kind=finetune"
     assert job["Comment"] == "exp 7 tier=P1 kind=finetune"
     # nothing named: the default tier, the user's own GPU request and time untouched
-    jobid = cluster.sbatch("--hold", "--gres=gpu:3", "-t", "5")
+    jobid = cluster.sbatch("--hold", "--gres=gpu:3", "-t", "5", user=USER)
     job = job_record(cluster, jobid)
     assert (job["QOS"], job["TresPerNode"], job["TimeLimit"]) == (
         "tier_p2",
@@ -151,6 +171,15 @@ def test_job_submit_lua_is_loaded_and_routes(routed_cluster):
         "00:05:00",
     )
     assert job["AdminComment"] == "slurmgpu tier=P2"
+    assert job["Requeue"] == "1"  # P2 is requeued when preempted: made requeueable
+    # a kind's slice goes next to a non-GPU --gres, and -A is matched case-insensitively
+    jobid = cluster.sbatch("--hold", "-A", "PROD", "--comment=tier=P0 kind=inference", user=PROD)
+    assert job_record(cluster, jobid)["QOS"] == "tier_p0"
+    proc = cluster.run(
+        ["sbatch", "--hold", "--no-requeue", "--wrap", "true"], check=False, user=USER
+    )
+    assert proc.returncode != 0
+    assert "slurmgpu: tier P2 jobs are requeued when preempted: --no-requeue" in proc.stderr
     # with the settings in place the plan no longer warns about slurm.conf
     plan = slurmgpu(cluster, "qos", "plan", "--policy", str(POLICY))
     assert plan.stderr == "" and "nothing to do" in plan.stdout
@@ -159,80 +188,216 @@ def test_job_submit_lua_is_loaded_and_routes(routed_cluster):
 
 def test_unauthorised_p0_is_refused_with_the_allowed_tiers(routed_cluster):
     cluster = routed_cluster
-    proc = cluster.run(["sbatch", "-A", "rnd", "--qos=tier_p0", "--wrap", "true"], check=False)
+    proc = cluster.run(["sbatch", "--qos=tier_p0", "--wrap", "true"], check=False, user=RND)
     assert proc.returncode != 0
     assert (
-        "sbatch: error: slurmgpu: tier P0 is not allowed for user root (account rnd); "
+        f"sbatch: error: slurmgpu: tier P0 is not allowed for user {RND} (account rnd); "
         "allowed tiers: P1, P2"
     ) in proc.stderr
-    proc = cluster.run(["sbatch", "--comment=tier=P9", "--wrap", "true"], check=False)
+    proc = cluster.run(["sbatch", "--comment=tier=P9", "--wrap", "true"], check=False, user=RND)
     assert proc.returncode != 0
     assert "slurmgpu: unknown tier 'P9': use P0, P1, P2" in proc.stderr
-    # scontrol update applies the same rules
-    jobid = cluster.sbatch("--hold", "-A", "rnd", "--comment=tier=P1")
-    proc = cluster.run(["scontrol", "update", f"JobId={jobid}", "QOS=tier_p0"], check=False)
-    assert proc.returncode != 0
-    assert job_record(cluster, jobid)["QOS"] == "tier_p1"
     cluster.scancel_all()
 
 
-VICTIM = """#!/bin/sh
-trap 'echo "TERM $(date +%s)"; exit 0' TERM
-echo "START $(date +%s)"
-sleep 600 &
-wait
-"""
+def update(cluster, user: str, jobid: int, *settings: str):
+    """`scontrol update JobId=N SETTINGS` as `user` (the completed process)."""
+    return cluster.run(["scontrol", "update", f"JobId={jobid}", *settings], check=False, user=user)
 
 
-def test_p0_preempts_p2_after_grace_time_and_p2_runs_again(routed_cluster):
+def test_updates_as_an_ordinary_user_hold_the_tiers(routed_cluster):
     cluster = routed_cluster
-    out = cluster.work_dir / "victim-%j.out"
-    victim = cluster.sbatch(
-        "--gres=gpu:8", "-o", str(out), "--open-mode=append", "--comment=tier=P2", script=VICTIM
-    )
-    cluster.wait_job_state(victim, "RUNNING", timeout=60)
-    submitted = time.time()
-    p0 = cluster.sbatch(
-        "-A", "prod", "--comment=tier=P0 kind=training", script="#!/bin/sh\nsleep 5\n"
-    )
-    assert job_record(cluster, p0)["TresPerNode"] == "gres:gpu:h100:8"
-    cluster.wait_job_state(p0, "RUNNING", timeout=90)
-    waited = time.time() - submitted
-    # the victim's QOS grace time passes before its GPUs are taken
-    assert waited >= GRACE_S, f"P0 started {waited:.1f} s after submission"
-    record = job_record(cluster, victim)
-    assert record["JobState"] == "PENDING" and record["Restarts"] == "1"
-    cluster.wait_job_state(p0, "COMPLETED", timeout=60)
-    # a requeued job gets a BeginTime ~2 minutes ahead (seen with 22.05): move it to now
-    cluster.scontrol("update", f"JobId={victim}", "StartTime=now")
-    cluster.wait_job_state(victim, "RUNNING", timeout=90)
-
-    def preempted_then_running(rows):
-        states = [r["State"] for r in rows if "." not in r["JobID"]]
-        return "PREEMPTED" in states and "RUNNING" in states
-
-    rows = cluster.wait_sacct(victim, preempted_then_running, timeout=60)
-    runs = [r for r in rows if "." not in r["JobID"]]
-    assert [r["State"] for r in runs] == ["PREEMPTED", "RUNNING"]
-    assert all(r["QOS"] == "tier_p2" for r in runs)
-    # what the accounting analysis reads back: the tags in Comment, the decision in AdminComment
-    p0_rows = cluster.wait_sacct(
-        p0,
-        lambda rows: any(r["AdminComment"] for r in rows),
-        timeout=60,
-        fields="JobID,State,QOS,Comment,AdminComment",
-    )
-    assert p0_rows[0]["AdminComment"] == "slurmgpu tier=P0 kind=training"
-    assert p0_rows[0]["Comment"] == "tier=P0 kind=training"
-    assert p0_rows[0]["QOS"] == "tier_p0"
-    text = Path(str(out).replace("%j", str(victim))).read_text()
-    assert text.count("START") == 2 and "TERM" in text
+    p1 = cluster.sbatch("--hold", "--comment=exp tier=P1 kind=finetune", user=RND)
+    # raising to a tier the owner may not use is refused, by QOS or by the comment's tag
+    assert update(cluster, RND, p1, "QOS=tier_p0").returncode != 0
+    assert update(cluster, RND, p1, "Comment=tier=P0").returncode != 0
+    assert job_record(cluster, p1)["QOS"] == "tier_p1"
+    # ordinary updates no longer fail on AdminComment
+    proc = update(cluster, RND, p1, "Comment=exp 8 tier=P1 kind=finetune")
+    assert proc.returncode == 0, proc.stderr
+    assert job_record(cluster, p1)["Comment"] == "exp 8 tier=P1 kind=finetune"
+    # QOS= (empty): slurmctld would reset it to the association default (normal); the job
+    # goes to the default tier instead, and the comment's tag records the move
+    proc = update(cluster, RND, p1, "QOS=")
+    assert proc.returncode == 0, proc.stderr
+    job = job_record(cluster, p1)
+    assert job["QOS"] == "tier_p2" and job["Comment"] == "exp 8 tier=P2 kind=finetune"
+    assert job["AdminComment"] == "slurmgpu tier=P1 kind=finetune"  # the decision at submission
+    assert job["Requeue"] == "1"
+    # a QOS that is no tier's lands in the default tier too; Requeue=0 is refused in P2
+    proc = update(cluster, RND, p1, "QOS=normal")
+    assert proc.returncode == 0, proc.stderr
+    assert job_record(cluster, p1)["QOS"] == "tier_p2"
+    assert update(cluster, RND, p1, "Requeue=0").returncode != 0
+    assert job_record(cluster, p1)["Requeue"] == "1"
+    # the owner may go back up to a tier they may use, and down again
+    assert update(cluster, RND, p1, "QOS=tier_p1").returncode == 0
+    assert job_record(cluster, p1)["QOS"] == "tier_p1"
+    proc = update(cluster, RND, p1, "QOS=tier_p2")
+    assert proc.returncode == 0, proc.stderr
+    assert job_record(cluster, p1)["QOS"] == "tier_p2"
+    # another user cannot touch the job at all (Slurm's own rule)
+    assert update(cluster, USER, p1, "QOS=tier_p2").returncode != 0
+    # root's update also refreshes the AdminComment record
+    proc = update(cluster, "root", p1, "QOS=tier_p1")
+    assert proc.returncode == 0, proc.stderr
+    job = job_record(cluster, p1)
+    assert job["AdminComment"] == "slurmgpu tier=P1 kind=finetune"
+    assert job["Comment"] == "exp 8 tier=P1 kind=finetune"
+    # a P2 user's QOS= stays in P2
+    p2 = cluster.sbatch("--hold", user=USER)
+    assert update(cluster, USER, p2, "QOS=").returncode == 0
+    assert job_record(cluster, p2)["QOS"] == "tier_p2"
+    assert update(cluster, USER, p2, "QOS=tier_p1").returncode != 0
     cluster.scancel_all()
 
 
-def test_wrapper_finetune_lands_with_slice_qos_and_partition(routed_cluster, tmp_path):
+UNITS = 10  # seconds of work each victim must finish, one unit per second
+ROUNDS = 2  # P0 preempts every victim this many times
+
+# One unit of work per second; the progress file is the checkpoint a rerun resumes from.
+WORK = """
+work() {
+  n=$(cat "$1" 2>/dev/null || echo 0)
+  while [ "$n" -lt UNITS ]; do
+    sleep 1
+    n=$((n + 1))
+    echo "$n" > "$1.tmp" && mv "$1.tmp" "$1"
+  done
+}
+""".replace("UNITS", str(UNITS))
+
+
+def victim_scripts(work_dir: Path) -> dict[str, tuple[list[str], str]]:
+    """The job shapes people run: {name: (sbatch options, script)}; 8 GPUs in all."""
+    prog = f"{work_dir}/prog-$SLURM_JOB_NAME${{SLURM_ARRAY_TASK_ID:+-$SLURM_ARRAY_TASK_ID}}"
+    # "done" is decided from the checkpoint, never from a step's exit status (docs/policy.md):
+    # a step stopped by SIGTERM may return 0 and the script may run one more command
+    done = f'[ "$(cat {prog})" -ge {UNITS} ] && echo "DONE $(cat {prog})" >> {prog}.done'
+    head = f"#!/bin/sh\n{WORK}\nP={prog}\n"
+    return {
+        # the work in an srun step
+        "steps": (["--gres=gpu:2"], head + f"srun sh -c '{WORK} work $0' \"$P\"\n{done}\n"),
+        # the work in the batch script itself, no steps
+        "nosteps": (["--gres=gpu:2"], head + f'work "$P"\n{done}\n'),
+        # a step that traps SIGTERM and exits 0 (the batch script then goes on)
+        "trapexit": (
+            ["--gres=gpu:1"],
+            head + f'srun sh -c \'trap "exit 0" TERM; {WORK} work $0\' "$P"\n{done}\n',
+        ),
+        # a script whose SIGTERM handler (a slow checkpoint) overruns the grace: SIGKILL
+        "slowstop": (["--gres=gpu:1"], head + f"trap 'sleep 60' TERM\nwork \"$P\"\n{done}\n"),
+        # a job array of two tasks
+        "array": (["--gres=gpu:1", "--array=0-1"], head + f'work "$P"\n{done}\n'),
+    }
+
+
+def progress(work_dir: Path, name: str) -> int:
+    try:
+        return int((work_dir / f"prog-{name}").read_text().strip() or 0)
+    except (FileNotFoundError, ValueError):
+        return 0
+
+
+def user_job_ids(cluster, user: str, names: list[str]) -> dict[str, int]:
+    """{name or name-task: job id} of `user`'s pending/running jobs, once all `names` show."""
+    deadline = time.monotonic() + 30
+    while True:
+        out = cluster.run(["squeue", "-h", "-u", user, "-o", "%A %j %K"]).stdout
+        ids = {}
+        for line in out.splitlines():
+            jobid, name, task = line.split()
+            ids[name if task in ("N/A", "") else f"{name}-{task}"] = int(jobid)
+        if sorted(ids) == sorted(names) or time.monotonic() > deadline:
+            return ids
+        time.sleep(0.25)
+
+
+def test_preempted_p2_jobs_of_every_shape_requeue_and_finish(routed_cluster):
+    """P0 preempts P2 jobs of every shape (srun steps, no steps, a step that exits 0 on
+    SIGTERM, a 2-task array) twice, and in the second round also a script whose SIGTERM
+    handler overruns the grace; each is requeued every time and finishes its work."""
     cluster = routed_cluster
-    script = tmp_path / "finetune.sh"
+    work = cluster.work_dir / "preempt"
+    work.mkdir(mode=0o1777)
+    work.chmod(0o1777)
+    shapes = victim_scripts(work)
+
+    def submit(name: str) -> None:
+        options, script = shapes[name]
+        out = str(work / f"{name}-%A_%a.out")
+        cluster.sbatch("-J", name, "-o", out, *options, script=script, user=USER)
+
+    for name in ("steps", "nosteps", "trapexit", "array"):
+        submit(name)
+    names = ["steps", "nosteps", "trapexit", "array-0", "array-1"]
+    preempted = dict.fromkeys([*names, "slowstop"], 0)
+    delays = []
+    for round_ in range(1, ROUNDS + 1):
+        if round_ == 2:  # round 1 measures victims that stop at once, round 2 the slow one
+            submit("slowstop")
+            names.append("slowstop")
+        ids = user_job_ids(cluster, USER, names)
+        assert sorted(ids) == sorted(names), ids
+        for name in names:
+            cluster.wait_job_state(ids[name], "RUNNING", timeout=60)
+        # every victim has done some work in this run (so a rerun resumes, not restarts)
+        floor = {n: progress(work, n) for n in names}
+        deadline = time.monotonic() + 30
+        while any(progress(work, n) <= floor[n] for n in names):
+            assert time.monotonic() < deadline, {n: progress(work, n) for n in names}
+            time.sleep(0.25)
+        assert all(progress(work, n) < UNITS for n in names)
+        submitted = time.monotonic()
+        p0 = cluster.sbatch(
+            "--comment=tier=P0 kind=training", script="#!/bin/sh\nsleep 2\n", user=PROD
+        )
+        cluster.wait_job_state(p0, "RUNNING", timeout=GRACE_S + 30)
+        delays.append(time.monotonic() - submitted)
+        for name in names:
+            preempted[name] += 1
+            record = job_record(cluster, ids[name])
+            assert record["JobState"] == "PENDING", (name, record["JobState"])
+            assert record["Restarts"] == str(preempted[name]), (name, record["Restarts"])
+        cluster.wait_job_state(p0, "COMPLETED", timeout=60)
+        # a requeued job waits ~2 min (BeginTime); its owner may start it now
+        for name in names:
+            proc = update(cluster, USER, ids[name], "StartTime=now")
+            assert proc.returncode == 0, proc.stderr
+    ids = user_job_ids(cluster, USER, names)
+    for name in names:
+        cluster.wait_job_state(ids[name], "COMPLETED", timeout=UNITS + 60)
+    # nothing lost: every job finished all its work exactly once, after every preemption
+    for name in names:
+        assert progress(work, name) == UNITS, name
+        assert (work / f"prog-{name}.done").read_text() == f"DONE {UNITS}\n", name
+        jobid = str(ids[name])
+
+        def runs_of(rows, jobid=jobid):
+            # `sacct -j` of an array's first task also lists its other tasks
+            return [r for r in rows if r["JobIDRaw"] == jobid]
+
+        rows = cluster.wait_sacct(
+            ids[name],
+            lambda rows, runs_of=runs_of: "COMPLETED" in [r["State"] for r in runs_of(rows)],
+            timeout=60,
+            fields="JobID,JobIDRaw,State,QOS",
+        )
+        states = sorted(r["State"] for r in runs_of(rows))
+        assert states == ["COMPLETED"] + ["PREEMPTED"] * preempted[name], (name, states)
+        assert {r["QOS"] for r in runs_of(rows)} == {"tier_p2"}
+    assert sum(preempted.values()) == 11
+    print(f"P0 start delays (s): {', '.join(f'{d:.1f}' for d in delays)}")
+    # P0 starts at once when the victims stop on SIGTERM, and within the grace (KillWait)
+    # + a few seconds when one overruns it
+    assert delays[0] <= 5, delays
+    assert delays[1] <= GRACE_S + 5, delays
+    cluster.scancel_all()
+
+
+def test_wrapper_finetune_lands_with_slice_qos_and_partition(routed_cluster):
+    cluster = routed_cluster
+    script = cluster.work_dir / "finetune.sh"  # readable by the user who submits it
     script.write_text("#!/bin/sh\n#SBATCH -J lora-7b\n#SBATCH --time=7\nsleep 30\n")
     proc = slurmgpu(
         cluster,
@@ -243,11 +408,10 @@ def test_wrapper_finetune_lands_with_slice_qos_and_partition(routed_cluster, tmp
         "finetune",
         "--policy",
         str(POLICY),
-        "-A",
-        "rnd",
         "--hold",
         "--",
         str(script),
+        sbatch_as=RND,
     )
     jobid = int(re.search(r"Submitted batch job (\d+)", proc.stdout).group(1))
     job = job_record(cluster, jobid)
@@ -257,6 +421,7 @@ def test_wrapper_finetune_lands_with_slice_qos_and_partition(routed_cluster, tmp
     assert job["JobName"] == "lora-7b"  # the script's #SBATCH lines still count
     assert job["TimeLimit"] == "00:07:00"  # ... and win over the kind's 12 h
     assert job["AdminComment"] == "slurmgpu tier=P1 kind=finetune"
+    assert job["UserId"].startswith(f"{RND}(")
     # --gpu-mem picks the smallest live slice: a quarter H100 (one of 4 shards) holds 10G
     proc = slurmgpu(cluster, "submit", "--gpu-mem", "10G", "--dry-run", "--", str(script))
     assert "--gres=shard:1" in proc.stdout.split()

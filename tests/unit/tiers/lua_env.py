@@ -46,8 +46,10 @@ local WRITABLE = {
   account = "string", admin_comment = "string", comment = "string", partition = "string",
   qos = "string", time_limit = "number", tres_per_node = "string", tres_per_job = "string",
   tres_per_socket = "string", tres_per_task = "string", features = "string",
+  requeue = "number",
 }
 local NUMERIC = { time_limit = true, time_min = true, min_nodes = true, max_nodes = true }
+local NUMERIC16 = { requeue = true }
 
 function make_job_desc(fields, writes)
   local store = {}
@@ -55,13 +57,15 @@ function make_job_desc(fields, writes)
   return setmetatable({}, {
     __index = function(_, k)
       if store[k] == nil and NUMERIC[k] then return slurm.NO_VAL end
+      if store[k] == nil and NUMERIC16[k] then return slurm.NO_VAL16 end
       return store[k]
     end,
     __newindex = function(_, k, v)
       local want = WRITABLE[k]
       if want == nil then error("job_desc: unrecognized field: " .. tostring(k)) end
       if type(v) ~= want then error("job_desc." .. k .. ": " .. want .. " expected") end
-      store[k] = v
+      -- as 22.05's _set_job_req_field: an empty string unsets the field
+      if v == "" then store[k] = nil else store[k] = v end
       writes[k] = v
     end,
   })

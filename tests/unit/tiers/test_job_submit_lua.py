@@ -82,7 +82,8 @@ def test_default_tier_when_nothing_named(example):
     _, script = example
     out = script.submit({"user_name": "carol"})
     assert out.rc == SUCCESS
-    assert out.writes == {"qos": "p2", "admin_comment": "slurmgpu tier=P2"}
+    # P2 is requeued when P0 preempts it: the job is made requeueable
+    assert out.writes == {"qos": "p2", "admin_comment": "slurmgpu tier=P2", "requeue": 1}
 
 
 def test_non_tier_qos_falls_back_to_tag_then_default(example):
@@ -124,9 +125,11 @@ def test_own_gpu_request_kept(example, field, value):
     assert out.writes["partition"] == "gpu"
 
 
-def test_non_gpu_tres_gets_the_slice(example):
+def test_non_gpu_gres_gets_the_slice_added(example):
     _, script = example
-    out = script.submit({"comment": "kind=inference", "tres_per_node": "license:foo:1"})
+    out = script.submit({"comment": "kind=inference", "tres_per_node": "gres:nvme:1"})
+    assert out.writes["tres_per_node"] == "gres:nvme:1,gres:gpu:1g.20gb:1"
+    out = script.submit({"comment": "kind=inference", "tres_per_node": ""})
     assert out.writes["tres_per_node"] == "gres:gpu:1g.20gb:1"
 
 
@@ -185,6 +188,62 @@ def test_users_by_name_and_by_uid(users_policy):
     assert out.user[0].endswith("allowed tiers: P1, P2")
     out = script.submit({"qos": "p0"}, uid=4242)
     assert out.user[0] == "slurmgpu: tier P0 is not allowed for user uid 4242; allowed tiers: P2"
+
+
+def test_uid_counts_only_without_a_user_name(users_policy):
+    # the submit uid is alice's, but the job's user name is bob's: bob is what is checked
+    _, script = users_policy
+    out = script.submit({"qos": "p0", "user_name": "bob"}, uid=1001)
+    assert out.rc == ACCESS_DENIED
+    assert "for user bob" in out.user[0]
+    out = script.submit({"qos": "p0", "user_name": "mallory"}, uid=0)
+    assert out.rc == ACCESS_DENIED
+    assert script.submit({"qos": "p0", "user_name": ""}, uid=1001).rc == SUCCESS
+
+
+@pytest.mark.parametrize("account", ["PROD", "Prod", "prod"])
+def test_accounts_match_case_insensitively(example, account):
+    _, script = example
+    out = script.submit({"comment": "tier=P0", "account": account, "user_name": "carol"})
+    assert out.rc == SUCCESS, out.user
+    out = script.submit({"comment": "tier=P0", "default_account": account})
+    assert out.rc == SUCCESS
+
+
+def test_policy_accounts_in_capitals_match(lua_runtime):
+    src = (
+        (DATA / "policy-users.toml")
+        .read_text()
+        .replace('accounts = ["prod"]', 'accounts = ["PrOd"]')
+    )
+    script = LuaScript(render_job_submit(parse_policy(src, "caps.toml"), UIDS), lua_runtime)
+    assert script.submit({"qos": "p0", "account": "prod", "user_name": "x"}).rc == SUCCESS
+    assert script.submit({"qos": "p0", "account": "rnd", "user_name": "x"}).rc == ACCESS_DENIED
+
+
+# --- preemptible tiers are requeueable -----------------------------------------------------
+
+
+def test_preemptible_tier_is_made_requeueable(example):
+    _, script = example
+    out = script.submit({"comment": "tier=P2"})
+    assert out.writes["requeue"] == 1
+    out = script.submit({"comment": "tier=P2", "requeue": 1})
+    assert out.rc == SUCCESS and out.writes["requeue"] == 1
+    # P0 and P1 are never preempted: the job's own choice stands
+    out = script.submit({"comment": "tier=P1", "account": "rnd", "requeue": 0})
+    assert out.rc == SUCCESS and "requeue" not in out.writes
+
+
+def test_no_requeue_in_a_preemptible_tier_is_refused(example):
+    _, script = example
+    out = script.submit({"comment": "tier=P2", "requeue": 0})
+    assert out.rc == ERROR
+    assert out.user == [
+        "slurmgpu: tier P2 jobs are requeued when preempted: --no-requeue (Requeue=0) "
+        "cannot be used in it"
+    ]
+    assert "qos" not in out.writes
 
 
 def test_qos_names_are_case_insensitive(users_policy):
@@ -263,9 +322,115 @@ def test_modify_only_rechecks_tier_fields(example):
     assert any("tier P0 is not allowed" in m for m in out.info)
     out = script.modify({"qos": "p1"}, rec)
     assert out.rc == SUCCESS
-    assert out.writes == {"qos": "p1", "admin_comment": "slurmgpu tier=P1"}
+    assert out.writes == {"qos": "p1", "admin_comment": "slurmgpu tier=P1", "comment": "tier=P1"}
     out = script.modify({"account": "prod"}, {**rec, "comment": "tier=P0"})
-    assert out.rc == SUCCESS and out.writes["qos"] == "p0"
+    # the account changes, the job stays in its current tier (P2); the old tag is not re-read
+    assert out.rc == SUCCESS and out.writes["qos"] == "p2"
+
+
+# --- modify: no tier escape, updates an ordinary user may make ------------------------------
+
+OWNER = 1000
+P2_JOB = {"comment": "exp tier=P2", "account": "rnd", "user_id": OWNER, "qos": "p2"}
+P1_JOB = {"comment": "tier=P1 kind=finetune", "account": "rnd", "user_id": OWNER, "qos": "p1"}
+
+
+@pytest.mark.parametrize("qos", ["", "normal", "NoSuchQos"])
+def test_empty_or_unknown_qos_stays_in_the_tiers(example, qos):
+    _, script = example
+    out = script.modify({"qos": qos}, P2_JOB, uid=OWNER)
+    assert out.rc == SUCCESS
+    assert out.writes["qos"] == "p2"  # the default tier's QOS, never `normal`
+    # a P1 job reset by QOS= lands in the default tier, recorded in its comment
+    out = script.modify({"qos": qos}, P1_JOB, uid=OWNER)
+    assert out.rc == SUCCESS
+    assert out.writes["qos"] == "p2"
+    assert out.writes["comment"] == "tier=P2 kind=finetune"
+
+
+def test_update_by_an_ordinary_user_never_writes_admin_comment(example):
+    _, script = example
+    for fields in ({"qos": "p2"}, {"qos": "p1"}, {"comment": "new text"}, {"account": "prod"}):
+        out = script.modify(fields, P1_JOB, uid=OWNER)
+        assert out.rc == SUCCESS, fields
+        assert "admin_comment" not in out.writes, fields
+    # root's updates still refresh the record
+    out = script.modify({"qos": "p2"}, P1_JOB, uid=0)
+    assert out.writes["admin_comment"] == "slurmgpu tier=P2 kind=finetune"
+    assert out.writes["comment"] == "tier=P2 kind=finetune"
+
+
+def test_owner_moves_own_job_to_a_lower_tier(example):
+    _, script = example
+    out = script.modify({"qos": "p2"}, P1_JOB, uid=OWNER)
+    assert out.rc == SUCCESS
+    assert out.writes == {"qos": "p2", "requeue": 1, "comment": "tier=P2 kind=finetune"}
+    # by a tier= tag in a new comment, too
+    out = script.modify({"comment": "moved tier=P2"}, P1_JOB, uid=OWNER)
+    assert out.rc == SUCCESS
+    assert out.writes["qos"] == "p2" and out.writes["comment"] == "moved tier=P2"
+
+
+def test_owner_cannot_raise_to_a_tier_they_may_not_use(example):
+    _, script = example
+    for fields in ({"qos": "p0"}, {"comment": "tier=P0"}, {"qos": "P0"}):
+        out = script.modify(fields, P2_JOB, uid=OWNER)
+        assert out.rc == ACCESS_DENIED, fields
+        assert out.writes == {}
+
+
+def test_comment_update_without_tag_keeps_the_tier(example):
+    _, script = example
+    out = script.modify({"comment": "just words"}, P1_JOB, uid=OWNER)
+    assert out.rc == SUCCESS
+    assert out.writes == {"qos": "p1"}
+    out = script.modify({"comment": ""}, P1_JOB, uid=OWNER)
+    assert out.rc == SUCCESS and out.writes == {"qos": "p1"}
+
+
+def test_requeue_off_refused_in_a_preemptible_tier(example):
+    _, script = example
+    out = script.modify({"requeue": 0}, P2_JOB, uid=OWNER)
+    assert out.rc == ERROR
+    assert any("--no-requeue (Requeue=0)" in m for m in out.info)
+    assert script.modify({"requeue": 0}, P1_JOB, uid=OWNER).rc == SUCCESS
+    # moving a P1 job that opted out of requeueing into P2 makes it requeueable
+    out = script.modify({"qos": "p2"}, P1_JOB, uid=OWNER)
+    assert out.writes["requeue"] == 1
+
+
+def test_modify_checks_the_owner_not_the_modifier(users_policy):
+    _, script = users_policy
+    rec = {"comment": "", "account": "guests", "user_id": 1002, "qos": "p2"}
+    # root (uid 0, a P0 user) cannot put bob's job into P0
+    out = script.modify({"qos": "p0"}, rec, uid=0)
+    assert out.rc == ACCESS_DENIED
+    rec = {**rec, "user_id": 1001}
+    assert script.modify({"qos": "p0"}, rec, uid=0).rc == SUCCESS
+    # the owner's name from job_rec counts first
+    rec = {**rec, "user_id": 4242, "user_name": "alice"}
+    assert script.modify({"qos": "p0"}, rec, uid=4242).rc == SUCCESS
+
+
+@pytest.mark.parametrize(
+    "comment,expected",
+    [
+        (None, "tier=P2"),
+        ("", "tier=P2"),
+        ("run 7", "run 7 tier=P2"),
+        ("tier=P1", "tier=P2"),
+        ("a tier=P1;kind=finetune,tier=P1", "a tier=P2;kind=finetune,tier=P2"),
+        ("xtier=P1", "xtier=P1 tier=P2"),
+    ],
+)
+def test_retag(example, comment, expected):
+    _, script = example
+    rec = {**P1_JOB, "comment": comment}
+    if comment is None:
+        del rec["comment"]
+    out = script.modify({"qos": "p2"}, rec, uid=OWNER)
+    assert out.rc == SUCCESS
+    assert out.writes["comment"] == expected
 
 
 # --- hostile site strings -----------------------------------------------------------------
@@ -327,7 +492,7 @@ def test_hostile_strings_round_trip(lua_runtime, value):
 def test_hostile_names_with_separators_are_refused_by_the_loader(value):
     from slurmgpu.errors import PolicyError
 
-    with pytest.raises(PolicyError, match="must not contain spaces"):
+    with pytest.raises(PolicyError, match=r"must not contain spaces|control character U\+000A"):
         parse_policy(hostile_policy(value), "hostile.toml")
 
 
@@ -364,20 +529,28 @@ def oracle(policy, fields: dict, uid, uid_names: dict[int, str]):
     user = fields.get("user_name") or uid_names.get(uid)
     account = fields.get("account") or fields.get("default_account") or None
     uids = {UIDS[u] for u in tier.users if u in UIDS}
-    if not (tier.allows(user, account) or uid in uids):
+    by_uid = user is None and uid in uids  # the uid only when there is no user name
+    if not (tier.allows(user, account) or by_uid):
         return ACCESS_DENIED, {}
     kind_name = tags.get("kind") or policy.default_kind
     kind = policy.kind(kind_name) if kind_name else None
     if kind_name and kind is None:
         return ERROR, {}
-    writes = {"qos": tier.qos}
+    writes: dict = {}
+    if policy.requeued_when_preempted(tier):
+        if fields.get("requeue") == 0:
+            return ERROR, {}
+        writes["requeue"] = 1
+    writes["qos"] = tier.qos
     if kind:
         tres = [
             fields.get(f) or ""
             for f in ("tres_per_node", "tres_per_job", "tres_per_socket", "tres_per_task")
         ]
         if not any("gpu" in t or "shard" in t for t in tres if isinstance(t, str)):
-            writes["tres_per_node"] = tres_per_node(kind.slice.gres)
+            own = fields.get("tres_per_node")
+            slice_tres = tres_per_node(kind.slice.gres)
+            writes["tres_per_node"] = f"{own},{slice_tres}" if own else slice_tres
         if not fields.get("partition") and kind.partition:
             writes["partition"] = kind.partition
         tl = fields.get("time_limit", NO_VAL)
@@ -429,11 +602,11 @@ def random_job(rng: random.Random) -> tuple[dict, int | None]:
         fields["comment"] = rng.choice([" ", ";", ",", "", "\t"]).join(parts)
     for name, choices in {
         "qos": ["p0", "P1-rnd", "p1-rnd", "p2", "normal", "", "P0", "high"],
-        "account": ["prod", "rnd", "guests", "", "PROD"],
+        "account": ["prod", "rnd", "guests", "", "PROD", "Rnd"],
         "default_account": ["prod", "rnd", "guests"],
         "user_name": ["alice", "bob", "root", "carol", ""],
         "partition": ["gpu", "short", "debug", ""],
-        "tres_per_node": ["gres:gpu:8", "gres:shard:2", "gres:gpu:h100:1", "license:x:1", ""],
+        "tres_per_node": ["gres:gpu:8", "gres:shard:2", "gres:gpu:h100:1", "gres:nvme:1", ""],
         "tres_per_job": ["gres:gpu:2", ""],
         "tres_per_task": ["gres:gpu:1", "cpu:2"],
     }.items():
@@ -441,6 +614,8 @@ def random_job(rng: random.Random) -> tuple[dict, int | None]:
             fields[name] = rng.choice(choices)
     if rng.random() < 0.5:
         fields["time_limit"] = rng.choice([NO_VAL, INFINITE, 0, 1, 60, 100000])
+    if rng.random() < 0.2:
+        fields["requeue"] = rng.choice([0, 1])
     uid = rng.choice([0, 1000, 1001, 1002, 4242, None])
     return fields, uid
 
@@ -471,6 +646,31 @@ def test_fuzz_modify(lua_runtime):
         fields, uid = random_job(rng)
         rec, _ = random_job(rng)
         rec["user_id"] = rng.choice([0, 1000, 1001, 1002])
+        rec["qos"] = rng.choice(["p0", "P1-rnd", "p2", "normal", ""])
+        if rng.random() < 0.3:
+            fields["qos"] = rng.choice(["", "normal", "p0", "p2"])
         out = script.modify(fields, rec, uid)
         assert out.error == [], (fields, rec, out.error)
         assert out.rc in (SUCCESS, ERROR, ACCESS_DENIED)
+        if out.rc != SUCCESS:
+            assert out.writes == {}
+            continue
+        # properties of every update: a QOS change always lands on a tier's QOS; only root's
+        # updates write AdminComment; a tier change by anyone else is tagged in the comment
+        if "qos" in fields or "qos" in out.writes:
+            assert policy.tier_for_qos(out.writes.get("qos")) is not None, (fields, out.writes)
+        assert ("admin_comment" in out.writes) == (uid == 0 and "qos" in out.writes)
+        if "comment" in out.writes:
+            tier = policy.tier_for_qos(out.writes["qos"])
+            tiers = [v for k, v in _TAG.findall(out.writes["comment"]) if k == "tier"]
+            assert tiers and set(tiers) == {tier.name}, (fields, rec, out.writes)
+
+
+def test_account_change_cannot_carry_a_job_out_of_its_tier_rules(example):
+    _, script = example
+    p0_job = {"comment": "tier=P0", "account": "prod", "user_id": OWNER, "qos": "p0"}
+    # P0 admits only the prod account: moving the job to rnd is refused, whoever asks
+    for uid in (OWNER, 0):
+        out = script.modify({"account": "rnd"}, p0_job, uid=uid)
+        assert out.rc == ACCESS_DENIED and out.writes == {}
+    assert script.modify({"account": "PROD"}, p0_job, uid=OWNER).rc == SUCCESS

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 from click.testing import CliRunner
 
@@ -93,7 +95,11 @@ def test_unknown_key_with_suggestion():
     [
         ('"mig:5g.50gb"', "MIG profile '5g.50gb' is not offered by any GPU model"),
         ('"shard:5"', "5 shards is more than one GPU offers (shards_per_gpu = 4)"),
-        ('"gpu:0"', "the count after 'gpu:' must be an integer >= 1"),
+        ('"gpu:0"', "the count after 'gpu:' must be an integer from 1 to 4294967293"),
+        ('"gpu:²"', "'gpu:²': the count after 'gpu:' must be an integer from 1 to"),
+        ('"shard:٣"', "the count after 'shard:' must be an integer from 1 to"),
+        ('"gpu:99999999999"', "must be an integer from 1 to 4294967293"),
+        ('"gpu:1\\u0000"', "'gpu:1\\x00': use 'mig:PROFILE', 'shard:N' or 'gpu:N'"),
         ('"tpu:1"', "unknown slice kind 'tpu'"),
         ("3", "use 'mig:PROFILE', 'shard:N' or 'gpu:N'"),
     ],
@@ -134,7 +140,7 @@ partition = "nope"
     assert "etc/slurmgpu.toml:3: tiers.P0.priority: must be an integer, not a string" in errs
     assert any(e.startswith("etc/slurmgpu.toml:4: tiers.P0.preempt_mode: 'explode'") for e in errs)
     assert any(e.startswith("etc/slurmgpu.toml:5: tiers.P0.accounts: 'a b'") for e in errs)
-    assert any(e.startswith("etc/slurmgpu.toml:6: tiers.bad name: 'bad name'") for e in errs)
+    assert any(e.startswith("etc/slurmgpu.toml:6: tiers.\"bad name\": 'bad name'") for e in errs)
     assert any(e.startswith("etc/slurmgpu.toml:8: kinds.x.slice: missing") for e in errs)
     assert "etc/slurmgpu.toml:1: default_tier: unknown tier 'P7'" in errs
 
@@ -156,8 +162,147 @@ def test_missing_pieces_and_bad_toml():
     assert (
         errs[0] == "etc/slurmgpu.toml:1: tiers: missing: define at least one tier ([tiers.P0] ...)"
     )
-    with pytest.raises(PolicyError, match=r"etc/slurmgpu.toml: not valid TOML: .*line 1"):
-        parse_policy("x = = 1", "etc/slurmgpu.toml")
+    assert errors_of("x = = 1") == [
+        "etc/slurmgpu.toml:1: (syntax): Invalid value (column 5): not valid TOML"
+    ]
+    assert errors_of('default_tier = "P2"\n[tiers.P2]\npriority = 1\nx = [1,\n') == [
+        "etc/slurmgpu.toml:4: (syntax): Invalid value (at the end): not valid TOML"
+    ]
+
+
+# --- hostile files: every problem one line, FILE:LINE: key: problem, no traceback ----------
+
+
+def one_line_errors(text: str) -> list[str]:
+    errs = errors_of(text)
+    for line in errs:
+        assert re.match(r"^etc/slurmgpu\.toml:\d+: \S.*: \S", line), line
+        assert "\x00" not in line and "\r" not in line
+    return errs
+
+
+def test_not_utf8_names_line_and_byte(tmp_path):
+    bad = tmp_path / "p.toml"
+    bad.write_bytes(b'default_tier = "P2"\n[tiers.P2]\npriority = 1\ndescription = "caf\xe9"\n')
+    with pytest.raises(PolicyError) as exc:
+        load_policy(bad)
+    assert str(exc.value) == (
+        f"{bad}:4: (file): not UTF-8 text: byte 0xe9 at column 19 (TOML files are UTF-8)"
+    )
+    result = CliRunner().invoke(main, ["policy", "check", "--policy", str(bad)])
+    assert result.exit_code == 1
+    assert result.output == f"slurmgpu: error: {exc.value}\n"
+
+
+@pytest.mark.parametrize("opener,closer", [("[", "]"), ("{a = ", "}")])
+def test_deep_nesting_is_one_line(opener, closer):
+    text = 'default_tier = "P2"\n[tiers.P2]\npriority = 1\nx = ' + opener * 100000 + closer * 100000
+    errs = one_line_errors(text)
+    assert errs == ["etc/slurmgpu.toml:4: (syntax): arrays or tables nested more than 64 deep"]
+
+
+def test_nesting_within_the_limit_is_an_ordinary_error():
+    text = BASE + "bogus = " + "[" * 30 + "]" * 30 + "\n"
+    errs = one_line_errors(text)
+    assert errs[0].startswith("etc/slurmgpu.toml:14: kinds.inference.bogus: unknown key")
+
+
+@pytest.mark.parametrize(
+    "old,new,message",
+    [
+        (
+            "grace_time_s = 60",
+            "grace_time_s = 65534",
+            "7: tiers.P0.grace_time_s: 65534 is too large",
+        ),
+        ("priority = 10\n", "priority = 4294967294\n", "10: tiers.P2.priority: 4294967294 is too"),
+        ("shards_per_gpu = 4", "shards_per_gpu = " + "9" * 400, "2: shards_per_gpu: a 400-digit"),
+        ("priority = 10\n", "priority = -" + "9" * 50 + "\n", "a 50-digit number is negative"),
+        (
+            "priority = 10\n",
+            "priority = inf\n",
+            "10: tiers.P2.priority: must be an integer, not float",
+        ),
+        (
+            'slice = "shard:1"',
+            'slice = "shard:1"\ntime_limit_min = 4294967296',
+            "time_limit_min: 4294967296 is too large (must be <= 4294967293)",
+        ),
+        (
+            'slice = "shard:1"',
+            'slice = "shard:1"\ntime_limit_min = 4294967294',
+            "4294967294 is too large",
+        ),
+    ],
+)
+def test_huge_numbers(old, new, message):
+    errs = one_line_errors(BASE.replace(old, new))
+    assert message in errs[0], errs
+
+
+def test_largest_valid_time_limit_renders():
+    from slurmgpu.render.job_submit import render_job_submit
+
+    policy = parse_policy(
+        BASE.replace('slice = "shard:1"', 'slice = "shard:1"\ntime_limit_min = 4294967293')
+    )
+    assert "time_limit = 4294967293," in render_job_submit(policy)
+
+
+@pytest.mark.parametrize(
+    "old,new,message",
+    [
+        (
+            "priority = 10\n",
+            'priority = 10\nusers = ["al\\u0000ice"]\n',
+            "11: tiers.P2.users: 'al\\x00ice': contains the control character U+0000",
+        ),
+        ("priority = 10\n", 'priority = 10\naccounts = ["a\\u001bb"]\n', "U+001B"),
+        (
+            "priority = 10\n",
+            'priority = 10\ndescription = "a\\u0000b"\n',
+            "11: tiers.P2.description: 'a\\x00b': contains the control character U+0000",
+        ),
+        (
+            'slice = "shard:1"',
+            'slice = "shard:1"\ngpu_model = "h100\\nx"',
+            "gpu_model: 'h100\\nx': contains the control character U+000A",
+        ),
+        (
+            "[tiers.P2]",
+            '[tiers."P\\n2"]',
+            "9: tiers.\"P\\n2\": 'P\\n2': contains the control character U+000A",
+        ),
+        (
+            "[tiers.P2]",
+            '[partitions."g\\u0000"]\n[tiers.P2]',
+            "9: partitions.\"g\\u0000\": 'g\\x00': contains the control character",
+        ),
+    ],
+)
+def test_control_characters(old, new, message):
+    errs = one_line_errors(BASE.replace(old, new))
+    assert any(message in e for e in errs), errs
+
+
+def test_nul_user_name_never_reaches_gen_job_submit(tmp_path):
+    bad = tmp_path / "p.toml"
+    bad.write_text(BASE.replace("priority = 10\n", 'priority = 10\nusers = ["a\\u0000"]\n'))
+    result = CliRunner().invoke(main, ["gen-job-submit", "--policy", str(bad)])
+    assert result.exit_code == 1
+    assert result.output.startswith(f"slurmgpu: error: {bad}:11: tiers.P2.users: ")
+    assert "Traceback" not in result.output
+
+
+def test_policy_check_on_superscript_slice(tmp_path):
+    bad = tmp_path / "p.toml"
+    bad.write_text(BASE.replace('"shard:1"', '"gpu:²"'), encoding="utf-8")
+    result = CliRunner().invoke(main, ["policy", "check", "--policy", str(bad)])
+    assert result.exit_code == 1
+    assert result.output == (
+        f"slurmgpu: error: {bad}:13: kinds.inference.slice: 'gpu:²': the count after 'gpu:' "
+        "must be an integer from 1 to 4294967293\n"
+    )
 
 
 def test_key_lines_follow_tables_dotted_keys_and_multiline_strings():
@@ -185,7 +330,11 @@ def test_policy_check_cli(tmp_path):
     runner = CliRunner()
     result = runner.invoke(main, ["policy", "check", "--policy", str(EXAMPLE)])
     assert result.exit_code == 0, result.output
-    assert "tier P0: QOS p0, priority 1000, preempts P2; account prod" in result.output
+    assert "tier P0: QOS p0, priority 1000, preempts P2; account prod\n" in result.output
+    assert (
+        "tier P2 (default): QOS p2, priority 100; everyone; requeued when preempted, "
+        "120 s grace (KillWait)\n"
+    ) in result.output
     assert "kind finetune: MIG 3g.40gb = 0.5 GPU" in result.output
     bad = tmp_path / "p.toml"
     bad.write_text(BASE.replace("grace_time_s = 60", "grace_time_s = -1"))

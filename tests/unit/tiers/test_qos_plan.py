@@ -27,6 +27,7 @@ GOOD_CONFIG = {
     "JobSubmitPlugins": "lua",
     "AccountingStorageEnforce": "associations,limits,qos",
     "JobRequeue": "1",
+    "KillWait": "120 sec",
 }
 
 
@@ -36,7 +37,8 @@ def test_desired_qos_puts_grace_and_mode_on_the_preempted_qos():
     assert by_name["p0"] == QosRecord(
         "p0", 1000, ("p2",), "cluster", 0, "gres/gpu=8", "", "slurmgpu tier p0"
     )
-    assert by_name["p2"].grace_time_s == 120 and by_name["p2"].preempt_mode == "requeue"
+    # requeued: GraceTime 0, the grace is KillWait (see slurmgpu.render.qos)
+    assert by_name["p2"].grace_time_s == 0 and by_name["p2"].preempt_mode == "requeue"
     assert by_name["p1"].preempt == () and by_name["p1"].grace_time_s == 0
 
 
@@ -44,8 +46,7 @@ def test_fresh_cluster_adds_each_qos_in_order():
     cmds, notes = plan_qos(POLICY, [NORMAL])
     assert notes == []
     assert [format_command(c) for c in cmds] == [
-        "sacctmgr -i add qos p2 Priority=100 PreemptMode=requeue GraceTime=120 "
-        "'Description=slurmgpu tier p2'",
+        "sacctmgr -i add qos p2 Priority=100 PreemptMode=requeue 'Description=slurmgpu tier p2'",
         "sacctmgr -i add qos p0 Priority=1000 Preempt=p2 MaxTRESPerUser=gres/gpu=8 "
         "'Description=slurmgpu tier p0'",
         "sacctmgr -i add qos p1 Priority=500 'Description=slurmgpu tier p1'",
@@ -69,7 +70,7 @@ def test_modify_only_what_differs():
     live["p2"] = replace(live["p2"], grace_time_s=5, max_tres_per_account="gres/gpu=4")
     cmds, _ = plan_qos(POLICY, live.values())
     assert [format_command(c) for c in cmds] == [
-        "sacctmgr -i modify qos where name=p2 set GraceTime=120 MaxTRESPerAccount=gres/gpu=-1",
+        "sacctmgr -i modify qos where name=p2 set GraceTime=0 MaxTRESPerAccount=gres/gpu=-1",
         "sacctmgr -i modify qos where name=p0 set Priority=1000 Preempt=p2 "
         "MaxTRESPerUser=gres/gpu=8",
     ]
@@ -117,6 +118,7 @@ def test_settings_and_warnings():
         "JobSubmitPlugins=lua",
         "AccountingStorageEnforce=associations,limits,qos",
         "JobRequeue=1",
+        "KillWait=120",
     ]
     live = {**GOOD_CONFIG, "PriorityWeightQOS": "0", "JobSubmitPlugins": "(null)"}
     del live["JobRequeue"]
@@ -147,3 +149,31 @@ def test_parse_sacctmgr_lines():
         Association("c", "root", None, ("normal",)),
         Association("c", "root", "root", ("normal", "p2")),
     ]
+
+
+def test_requeue_grace_is_killwait_and_cancel_grace_is_gracetime():
+    from slurmgpu.sources.policy_file import parse_policy
+
+    src = EXAMPLE.read_text()
+    settings = {s.key: s for s in required_settings(POLICY)}
+    assert settings["KillWait"].value == "120"
+    assert settings["KillWait"].agrees("120 sec") and settings["KillWait"].agrees("300 sec")
+    assert not settings["KillWait"].agrees("30 sec") and not settings["KillWait"].agrees(None)
+    warnings = config_warnings(required_settings(POLICY), {**GOOD_CONFIG, "KillWait": "30 sec"})
+    assert warnings == [
+        "slurm.conf has KillWait=30 sec, the policy needs KillWait=120 (at least: the grace a "
+        "preempted, requeued job gets between SIGTERM and SIGKILL (its QOS has GraceTime=0); "
+        "also what a job gets at its time limit)"
+    ]
+    cancel = parse_policy(src.replace('preempt_mode = "requeue"', 'preempt_mode = "cancel"'))
+    by_name = {q.name: q for q in desired_qos(cancel)}
+    assert by_name["p2"].grace_time_s == 120 and by_name["p2"].preempt_mode == "cancel"
+    assert "KillWait" not in {s.key for s in required_settings(cancel)}
+
+
+def test_policy_accounts_in_capitals_match_slurms_lowercase_associations():
+    from slurmgpu.sources.policy_file import parse_policy
+
+    caps = parse_policy(EXAMPLE.read_text().replace('accounts = ["prod"]', 'accounts = ["PROD"]'))
+    done = [Association("c", "prod", None, ("normal", "p0", "p1", "p2"))]
+    assert plan_associations(caps, done) == []

@@ -313,6 +313,8 @@ def test_exec_runs_the_real_program(script, tmp_path):
         "[-J]",
         "[a b]",
         "[--qos=p2]",
+        "[--requeue]",
+        "[--open-mode=append]",
         "[--comment=my run tier=P2]",
         f"[{script}]",
     ]
@@ -358,5 +360,71 @@ def test_policy_with_users_renders(tmp_path):
         "--gres=shard:1",
         "--partition=short",
         "--time=30",
+        "--requeue",  # the default tier P2 is requeued when P0 preempts it
+        "--open-mode=append",
         "--comment=kind=inference",
     ]
+
+
+# --- preemptible tiers: requeueable, output kept across reruns --------------------------
+
+
+def test_requeued_tier_adds_requeue_and_append():
+    add = Additions(qos="p2", requeued_tier="P2")
+    argv = build_argv("sbatch", [], ["job.sh"], [], add)
+    assert argv == ["sbatch", "--qos=p2", "--requeue", "--open-mode=append", "job.sh"]
+    # the job's own choices stand
+    argv = build_argv("sbatch", ["--requeue", "--open-mode=truncate"], ["job.sh"], [], add)
+    assert argv == ["sbatch", "--requeue", "--open-mode=truncate", "--qos=p2", "job.sh"]
+    argv = build_argv("sbatch", [], ["job.sh"], ["--open-mode", "append"], add)
+    assert argv.count("--open-mode=append") == 0 and "--requeue" in argv
+
+
+@pytest.mark.parametrize("where", ["cmdline", "script"])
+def test_no_requeue_in_a_requeued_tier_is_a_usage_error(where):
+    args, directives = (["--no-requeue"], []) if where == "cmdline" else ([], ["--no-requeue"])
+    with pytest.raises(UsageError, match="tier P2 jobs are requeued when preempted"):
+        build_argv("sbatch", args, ["job.sh"], directives, Additions(requeued_tier="P2"))
+    # the command line's --requeue wins over the script's --no-requeue, as in sbatch
+    argv = build_argv(
+        "sbatch", ["--requeue"], ["job.sh"], ["--no-requeue"], Additions(requeued_tier="P2")
+    )
+    assert argv[:2] == ["sbatch", "--requeue"]
+
+
+def test_requeue_flags_take_no_value():
+    found = scan_options(["--requeue", "-p", "gpu", "--no-requeue", "--open-mode=append"])
+    assert found.get("requeue") == "0" and found.get("partition") == "gpu"
+    assert found.get("open_mode") == "append"
+
+
+def test_requeued_tier_from_the_policy(script):
+    out = run_submit("--tier", "P2", "--policy", str(EXAMPLE), "--dry-run", "--", str(script))
+    assert "--requeue" in out.stdout.split() and "--open-mode=append" in out.stdout.split()
+    # P1 is never preempted: nothing added
+    out = run_submit("--tier", "P1", "--policy", str(EXAMPLE), "--dry-run", "--", str(script))
+    assert "--requeue" not in out.stdout and "--open-mode" not in out.stdout
+    # a P1 QOS given directly counts as P1; nothing named: the default tier (P2)
+    out = run_submit("--policy", str(EXAMPLE), "--qos=p1", "--dry-run", "--", str(script))
+    assert "--requeue" not in out.stdout
+    out = run_submit("--policy", str(EXAMPLE), "--dry-run", "--", str(script))
+    assert "--requeue" in out.stdout.split()
+    out = run_submit(
+        "--tier", "P2", "--policy", str(EXAMPLE), "--no-requeue", "--dry-run", "--", str(script)
+    )
+    assert out.returncode == 2
+    assert out.stderr == (
+        "slurmgpu: error: tier P2 jobs are requeued when preempted: --no-requeue cannot be "
+        "used in it\n"
+    )
+
+
+def test_kind_slice_is_added_to_a_non_gpu_gres():
+    add = Additions(gres="gpu:1g.20gb:1")
+    argv = build_argv("sbatch", ["--gres=nvme:1"], ["job.sh"], [], add)
+    assert argv == ["sbatch", "--gres=nvme:1", "--gres=nvme:1,gpu:1g.20gb:1", "job.sh"]
+    argv = build_argv("sbatch", [], ["job.sh"], ["--gres=nvme:1"], add)
+    assert argv[-2] == "--gres=nvme:1,gpu:1g.20gb:1"
+    # a GPU request of the job's own: nothing added
+    argv = build_argv("sbatch", ["--gres=gpu:2"], ["job.sh"], [], add)
+    assert argv == ["sbatch", "--gres=gpu:2", "job.sh"]
