@@ -1,7 +1,8 @@
 """The collector's per-job summary (`SG1:`), where the epilog stores it, and the source reading it.
 
-Form, documented in docs/measuring.md: `SG1:` + base64(gzip(compact JSON)) -- the same wrapping
-as jobstats' `JS1:`, so both survive sacct's `|` output and AdminComment's free text. The JSON
+Form, documented in docs/measuring.md: `SG1:` + base64(gzip(compact JSON)), padding `=`
+stripped -- the wrapping of jobstats' `JS1:`, so it survives sacct's `|` output and
+AdminComment's free text. The JSON
 is one node's view of one job run:
 
     {"v": 1, "job": "42", "cluster": "c1", "node": "gpu01", "first": 1733220000,
@@ -104,9 +105,11 @@ class JobSummary:
 
 
 def encode(summary: JobSummary) -> str:
-    """`SG1:` + base64(gzip(JSON)); mtime 0 so the same summary always encodes the same."""
+    """`SG1:` + base64(gzip(JSON)) without `=` padding; mtime 0 so equal summaries encode
+    equally. Without padding the token holds no `=`, so a `KEY=value` parser of `scontrol
+    show job` output (keys are CamelCase words) can never take it for a key."""
     packed = gzip.compress(summary.to_json().encode("ascii"), mtime=0)
-    return PREFIX + base64.b64encode(packed).decode("ascii")
+    return PREFIX + base64.b64encode(packed).decode("ascii").rstrip("=")
 
 
 def decode(token: str) -> JobSummary:
@@ -114,7 +117,8 @@ def decode(token: str) -> JobSummary:
     if not token.startswith(PREFIX):
         raise ValueError("does not start with SG1:")
     try:
-        text = gzip.decompress(base64.b64decode(token[len(PREFIX) :], validate=True))
+        body = token[len(PREFIX) :].rstrip("=")
+        text = gzip.decompress(base64.b64decode(body + "=" * (-len(body) % 4), validate=True))
         return JobSummary.from_json(text.decode("utf-8"))
     except (binascii.Error, OSError, EOFError, UnicodeDecodeError) as exc:
         raise ValueError(f"not base64 gzip: {exc}") from exc
