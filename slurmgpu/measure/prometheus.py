@@ -31,6 +31,7 @@ from slurmgpu.model.measure import JobGpuMeasure, RunRef
 MIB = 2**20
 DEFAULT_BATCH = 40
 DEFAULT_TIMEOUT_S = 30.0
+MAX_FAILED_IN_A_ROW = 3
 
 
 @dataclass(frozen=True)
@@ -150,13 +151,21 @@ class PrometheusSource:
     # -- the interface ------------------------------------------------------------------
     def measures(self, runs: list[RunRef]) -> list[JobGpuMeasure]:
         out: list[JobGpuMeasure] = []
+        failed_in_a_row = 0
         for batch in self._batches([w for r in runs if (w := self._window(r)) is not None]):
+            ids = tuple(w.run.job_id for w in batch)
+            if failed_in_a_row >= MAX_FAILED_IN_A_ROW:
+                # a server that is down would cost a timeout per batch: name the runs, move on
+                message = f"not asked: {failed_in_a_row} requests in a row failed"
+                self.warnings.append(MeasureWarning(self.name, "skipped", message, ids))
+                continue
             try:
                 devices = self._query_batch(batch)
             except PrometheusError as exc:
-                ids = tuple(w.run.job_id for w in batch)
+                failed_in_a_row += 1
                 self.warnings.append(MeasureWarning(self.name, exc.kind, str(exc), ids))
                 continue
+            failed_in_a_row = 0
             for w in batch:
                 measure = self._measure(w.run, devices.get(w.run.job_id, {}))
                 if measure is not None:

@@ -11,7 +11,7 @@ class MeasureWarning:
 
     `job_ids` is empty when the problem is not tied to runs (e.g. a spool directory that
     cannot be listed). `kind` is a stable word to count by: "undecodable", "http", "timeout",
-    "prometheus-warning", "no-series", "unreadable", "partial".
+    "prometheus-warning", "unreadable", "partial", "skipped".
     """
 
     source: str
