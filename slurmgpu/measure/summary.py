@@ -1,8 +1,11 @@
 """The collector's per-job summary (`SG1:`), where the epilog stores it, and the source reading it.
 
-Form, documented in docs/measuring.md: `SG1:` + base64(gzip(compact JSON)), padding `=`
-stripped -- the wrapping of jobstats' `JS1:`, so it survives sacct's `|` output and
-AdminComment's free text. The JSON
+Form, documented in docs/measuring.md: `SG1:` + base32(gzip(compact JSON)), padding `=`
+stripped. Base32, not jobstats' base64, because the epilog must store it with `sacctmgr
+modify job ... set AdminComment=...` (slurmctld refuses `scontrol update` once the job has
+ended), and sacctmgr 22.05 lower-cases the value (seen on the test cluster): base32 is read
+back case-insensitively. No `=`, `|` or space inside, so it survives sacct's `|` output,
+`KEY=value` parsing of `scontrol show job` and AdminComment's free text. The JSON
 is one node's view of one job run:
 
     {"v": 1, "job": "42", "cluster": "c1", "node": "gpu01", "first": 1733220000,
@@ -39,7 +42,7 @@ FORMAT_VERSION = 1
 # a summary belongs to the run whose window holds its first sample; the slack covers the
 # collector's sampling interval and clock steps between nodes and slurmctld
 WINDOW_SLACK_S = 120
-_TOKEN = re.compile(r"SG1:[A-Za-z0-9+/=]+")
+_TOKEN = re.compile(r"(?i)SG1:[A-Z2-7]+")
 
 
 @dataclass(frozen=True)
@@ -105,25 +108,30 @@ class JobSummary:
 
 
 def encode(summary: JobSummary) -> str:
-    """`SG1:` + base64(gzip(JSON)) without `=` padding; mtime 0 so equal summaries encode
-    equally. Without padding the token holds no `=`, so a `KEY=value` parser of `scontrol
-    show job` output (keys are CamelCase words) can never take it for a key."""
+    """`SG1:` + base32(gzip(JSON)) without `=` padding; mtime 0 so equal summaries encode
+    equally."""
     packed = gzip.compress(summary.to_json().encode("ascii"), mtime=0)
-    return PREFIX + base64.b64encode(packed).decode("ascii").rstrip("=")
+    return PREFIX + base64.b32encode(packed).decode("ascii").rstrip("=")
 
 
 def decode(token: str) -> JobSummary:
     """The summary in one `SG1:` token; ValueError saying why when it is not one."""
-    if not token.startswith(PREFIX):
+    if not is_token(token):
         raise ValueError("does not start with SG1:")
     try:
         body = token[len(PREFIX) :].rstrip("=")
-        text = gzip.decompress(base64.b64decode(body + "=" * (-len(body) % 4), validate=True))
+        padded = body + "=" * (-len(body) % 8)
+        text = gzip.decompress(base64.b32decode(padded, casefold=True))
         return JobSummary.from_json(text.decode("utf-8"))
     except (binascii.Error, OSError, EOFError, UnicodeDecodeError) as exc:
         raise ValueError(f"not base64 gzip: {exc}") from exc
     except (KeyError, TypeError, json.JSONDecodeError) as exc:
         raise ValueError(f"bad summary JSON: {exc}") from exc
+
+
+def is_token(word: str) -> bool:
+    """Whether `word` is an `SG1:` token (any case: sacctmgr may have lower-cased it)."""
+    return word[: len(PREFIX)].upper() == PREFIX
 
 
 def tokens(admin_comment: str) -> list[str]:
@@ -136,11 +144,12 @@ def merge_admin_comment(existing: str, summary: JobSummary) -> str:
 
     Everything else -- job_submit.lua's `slurmgpu tier=P1 kind=finetune`, a jobstats `JS1:`
     token, an admin's note -- is kept as it was, in order; tokens are space separated, which
-    is how the accounting loader already splits AdminComment.
+    is how the accounting loader already splits AdminComment. (sacctmgr 22.05 then lower-cases
+    the whole value: `tier=p1`.)
     """
     kept: list[str] = []
     for word in (existing or "").split():
-        if word.startswith(PREFIX):
+        if is_token(word):
             try:
                 if decode(word).node == summary.node:
                     continue

@@ -138,25 +138,55 @@ def allocated_gpus(text: str) -> tuple[int, ...]:
 
 
 def store_admin_comment(summary: JobSummary, *, timeout_s: float = 20.0, tries: int = 3) -> None:
-    """Merge the summary into the job's AdminComment with `scontrol update`, keeping what is
-    there (the tier decision record); read back to catch another node's epilog racing us."""
-    from slurmgpu.errors import SlurmCommandError
-    from slurmgpu.measure.summary import encode, merge_admin_comment
-    from slurmgpu.sources.slurm import scontrol_show
-    from slurmgpu.util.proc import run
+    """Merge the summary into the job's AdminComment, keeping what is there (the tier
+    decision record), and read it back (another node's epilog may race us).
 
-    token = encode(summary)
+    `scontrol update JobId=N AdminComment=...` cannot do it: an Epilog runs after the job
+    ended, and slurmctld 22.05 answers "Job has already finished" (seen on the test
+    cluster). So the record is changed in the accounting database with `sacctmgr modify
+    job`, as jobstats' epilog does (root is always a slurmdbd administrator).
+    """
+    from slurmgpu.errors import SlurmCommandError
+    from slurmgpu.measure.summary import merge_admin_comment
+
+    where = [f"JobID={summary.job}"]
+    if summary.cluster:
+        where.append(f"Cluster={summary.cluster}")
     for _ in range(tries):
-        records = scontrol_show("job", summary.job)
-        current = records[0].get("AdminComment", "") if records else ""
-        if current == "(null)":
-            current = ""
-        if token in current.split():
+        current = _stored_admin_comment(summary, timeout_s)
+        if _holds(current, summary):
             return
         merged = merge_admin_comment(current, summary)
-        argv = ["scontrol", "update", f"JobId={summary.job}", f"AdminComment={merged}"]
-        run(argv, timeout=timeout_s)
-        records = scontrol_show("job", summary.job)
-        if records and token in records[0].get("AdminComment", "").split():
+        argv = ["sacctmgr", "-i", "modify", "job", "where", *where]
+        _run([*argv, "set", f"AdminComment={merged}"], timeout_s)
+        if _holds(_stored_admin_comment(summary, timeout_s), summary):
             return
     raise SlurmCommandError(f"AdminComment of job {summary.job} did not keep the summary")
+
+
+def _holds(admin_comment: str, summary: JobSummary) -> bool:
+    """Whether the stored text carries this summary (compared decoded: the case may differ)."""
+    from slurmgpu.measure.summary import decode, tokens
+
+    for token in tokens(admin_comment):
+        try:
+            if decode(token) == summary:
+                return True
+        except ValueError:
+            continue
+    return False
+
+
+def _stored_admin_comment(summary: JobSummary, timeout_s: float) -> str:
+    """The AdminComment as the accounting database has it (what `analyze` will read)."""
+    argv = ["sacct", "-n", "-X", "-P", "-j", summary.job, "-o", "AdminComment"]
+    if summary.cluster:
+        argv += ["-M", summary.cluster]
+    lines = [ln for ln in _run(argv, timeout_s).splitlines() if ln.strip()]
+    return lines[-1].strip() if lines else ""
+
+
+def _run(argv: list[str], timeout_s: float) -> str:
+    from slurmgpu.util.proc import run
+
+    return run(argv, timeout=timeout_s).stdout

@@ -223,4 +223,4 @@ def test_cli_epilog_exits_zero_even_when_storing_fails(tmp_path):
         main, ["collect", "--epilog", "--state", str(state), "--log-file", str(log)], env=env
     )
     assert out.exit_code == 0
-    assert "epilog for job 9 failed: scontrol: command not found" in log.read_text()
+    assert "epilog for job 9 failed: sacct: command not found" in log.read_text()
