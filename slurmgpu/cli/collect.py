@@ -77,7 +77,9 @@ def collect(
     if epilog:
         raise SystemExit(collector.epilog(options))
     result = collector.collect(options)
+    blind = f" ({result.without_utilization} without utilization: MIG)"
     click.echo(
-        f"{result.devices} GPU devices, jobs: {' '.join(result.jobs) or 'none'}"
+        f"{result.devices} GPU devices{blind if result.without_utilization else ''}, "
+        f"jobs: {' '.join(result.jobs) or 'none'}"
         + (f", {len(result.errors)} errors" if result.errors else "")
     )

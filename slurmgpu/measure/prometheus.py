@@ -174,8 +174,8 @@ class PrometheusSource:
 
     # -- windows and batches ------------------------------------------------------------
     def _window(self, run: RunRef) -> _Window | None:
-        if run.start is None:
-            return None  # never started: nothing to measure
+        if run.start is None or run.gpus <= 0:
+            return None  # never started, or no GPU: nothing to ask for
         end = run.end or (self.now or datetime.now(UTC).replace(tzinfo=None))
         start_epoch, end_epoch = _epoch(run.start), _epoch(end)
         return _Window(run, end_epoch, max(1, end_epoch - start_epoch))

@@ -48,6 +48,7 @@ class CollectResult:
     """What one pass saw: devices, jobs, and the problems (also logged)."""
 
     devices: int = 0
+    without_utilization: int = 0  # devices NVML gives no utilization for (MIG)
     jobs: list[str] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)
 
@@ -69,7 +70,8 @@ def collect(options: CollectOptions, sample: NodeSample | None = None) -> Collec
     for problem in problems:
         log.warning("%s", problem)
     jobs = sorted({r.owner.job_id for r in rows if r.owner}, key=lambda j: (len(j), j))
-    return CollectResult(devices=len(sample.devices), jobs=jobs, errors=problems)
+    blind = sum(1 for d in sample.devices if d.util_pct is None)
+    return CollectResult(len(sample.devices), blind, jobs, problems)
 
 
 def setup_logging(log_file: Path | None = None) -> None:
