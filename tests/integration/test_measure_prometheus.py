@@ -185,3 +185,24 @@ def test_a_silent_server_times_out_and_every_run_is_named():
     assert [w.kind for w in source.warnings] == ["timeout"] * 3 + ["skipped"] * 2
     named = sorted(j for w in source.warnings for j in w.job_ids)
     assert named == sorted(r.job_id for r in DCGM_RUNS)
+
+
+def test_the_collectors_textfile_passes_promtool(monkeypatch, tmp_path):
+    """Prometheus' own parser and linter accept what `slurmgpu collect` writes (MIG machine,
+    a job on three instances, a node name that needs escaping)."""
+    import subprocess
+
+    from slurmgpu.measure.collector import CollectOptions, collect
+    from tests.doubles.machines import install_double, variant
+    from tests.unit.measure.test_collector import HOST, load_mig
+
+    install_double(monkeypatch).use_machine(variant(tmp_path, "dgx-a100-mig", load_mig))
+    textfile = tmp_path / "slurmgpu.prom"
+    options = CollectOptions(tmp_path / "s.json", 'gpu"01', host_root=HOST, textfile=textfile)
+    collect(options)
+    text = textfile.read_text()
+    assert 'jobid="4250",user="bob"' in text
+    check = subprocess.run(
+        ["promtool", "check", "metrics"], input=text, capture_output=True, text=True, check=False
+    )
+    assert check.returncode == 0 and not check.stdout.strip(), check.stdout + check.stderr
