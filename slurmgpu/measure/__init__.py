@@ -12,6 +12,19 @@ Three sources, one interface (`slurmgpu.model.measure.MeasureSource`):
 keeps the problems it met as typed `MeasureWarning`s (never a silently dropped run).
 """
 
+from slurmgpu.measure.jobstats import JobstatsSource
+from slurmgpu.measure.options import MeasureOptions, build_measure_sources, measure_options
+from slurmgpu.measure.prometheus import PrometheusSource
+from slurmgpu.measure.summary import CollectorSource, SpoolSource
 from slurmgpu.measure.warnings import MeasureWarning
 
-__all__ = ["MeasureWarning"]
+__all__ = [
+    "CollectorSource",
+    "JobstatsSource",
+    "MeasureOptions",
+    "MeasureWarning",
+    "PrometheusSource",
+    "SpoolSource",
+    "build_measure_sources",
+    "measure_options",
+]

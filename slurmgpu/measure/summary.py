@@ -272,3 +272,7 @@ class CollectorSource:
 
     def _warn(self, kind: str, message: str, *job_ids: str) -> None:
         self.warnings.append(MeasureWarning(self.name, kind, message, tuple(job_ids)))
+
+
+# the name the issue uses for the spool reader: one class reads both places
+SpoolSource = CollectorSource

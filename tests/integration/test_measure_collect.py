@@ -12,6 +12,7 @@ record, which must survive.
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from datetime import UTC, datetime
@@ -151,3 +152,24 @@ def test_epilog_stores_the_summary_where_sacct_and_the_spool_give_it_back(epilog
     assert CollectorSource(paths["spool"]).measures([bare]) == [measure]
     state = json.loads(paths["state.json"].read_text())
     assert str(job) not in state["jobs"]  # the epilog took the job out of the state
+
+    # a multi-node job: two more nodes' epilogs store at the same moment; each reads,
+    # merges and reads back, so no node's summary is lost to the other's write
+    machine_file = loaded_machine(tmp_path / "m3.json", (50, 50))
+    epilogs = []
+    for node in ("gpu02", "gpu03"):
+        state_file = tmp_path / f"{node}.json"
+        collector("--state", str(state_file), "--host-root", str(tree), "--node", node,
+                  machine_file=machine_file)  # fmt: skip
+        env = dict(os.environ) | c.env | {
+            "SLURM_JOB_ID": str(job), "SLURM_CLUSTER_NAME": c.cluster_name,
+        }  # fmt: skip
+        argv = [sys.executable, "-m", "slurmgpu", "collect", "--epilog", "--state",
+                str(state_file), "--node", node, "--log-file", str(tmp_path / "e.log")]  # fmt: skip
+        epilogs.append(subprocess.Popen(argv, env=env))
+    assert [p.wait(timeout=120) for p in epilogs] == [0, 0]
+    rows = c.sacct_rows(job, "JobIDRaw,AdminComment")
+    comment = next(r["AdminComment"] for r in rows if r["JobIDRaw"] == str(job))
+    assert comment.lower().startswith(TIER.lower() + " sg1:"), comment
+    nodes = sorted(decode(t).node for t in tokens(comment))
+    assert nodes == ["gpu01", "gpu02", "gpu03"], (tmp_path / "e.log").read_text()
