@@ -27,7 +27,8 @@ nvidia-smi --query-compute-apps=pid,used_memory --format=csv,noheader,nounits \
   | tee "$out/nvidia-smi-apps.csv"
 $py -m slurmgpu collect --state "$out/state.json" --textfile "$out/collect.prom" --node device \
   | tee "$out/collect.txt"
-$py - "$out" <<'PY'
+rc=0
+$py - "$out" <<'PY' || rc=$?
 import sys
 from pathlib import Path
 from slurmgpu.measure.collector.nvml import sample_node
@@ -46,7 +47,6 @@ for d in sample.devices:
 print("MISMATCH:\n  " + "\n  ".join(bad) if bad else "collect matches nvidia-smi")
 sys.exit(1 if bad else 0)
 PY
-rc=$?
 if command -v promtool >/dev/null; then promtool check metrics < "$out/collect.prom"; fi
 kill "$holder" 2>/dev/null || true
 exit $rc
