@@ -18,12 +18,12 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from slurmgpu.errors import InventoryError
+from slurmgpu.errors import InventoryError, SlurmgpuError
 from slurmgpu.measure.collector.cgroup import ProcessMapper
 from slurmgpu.measure.collector.nvml import NodeSample, sample_node
 from slurmgpu.measure.collector.state import attribute, job_summary, locked_state, update
 from slurmgpu.measure.collector.textfile import render_textfile
-from slurmgpu.measure.summary import JobSummary, write_spool
+from slurmgpu.measure.summary import JobSummary, encode, write_spool
 from slurmgpu.util.atomic import write_atomic
 
 log = logging.getLogger("slurmgpu.collect")
@@ -121,12 +121,24 @@ def _epilog(options: CollectOptions, env: Mapping[str, str]) -> None:
     if summary is None:
         log.info("epilog: no sample saw job %s on %s; nothing stored", job_id, options.node)
         return
+    stored = False
     if options.spool is not None:
-        path = write_spool(options.spool, summary)
-        log.info("epilog: job %s summary stored in %s", job_id, path)
+        try:
+            path = write_spool(options.spool, summary)
+            log.info("epilog: job %s summary stored in %s", job_id, path)
+            stored = True
+        except OSError as exc:
+            log.error("epilog: job %s: spool %s: %s", job_id, options.spool, exc)
     if options.admin_comment:
-        store_admin_comment(summary, timeout_s=options.scontrol_timeout_s)
-        log.info("epilog: job %s summary stored in AdminComment", job_id)
+        try:
+            store_admin_comment(summary, timeout_s=options.scontrol_timeout_s)
+            log.info("epilog: job %s summary stored in AdminComment", job_id)
+            stored = True
+        except SlurmgpuError as exc:
+            log.error("epilog: job %s: AdminComment not updated: %s", job_id, exc)
+    if not stored:
+        # the state entry is gone: the log is the last place the summary can be recovered from
+        log.error("epilog: job %s summary stored nowhere; it was: %s", job_id, encode(summary))
 
 
 def allocated_gpus(text: str) -> tuple[int, ...]:
