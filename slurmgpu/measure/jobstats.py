@@ -28,7 +28,8 @@ from slurmgpu.model.measure import JobGpuMeasure, RunRef
 PREFIX = "JS1:"
 SHORT_FORMS = ("Short", "None")
 MIB = 2**20
-_TOKEN = re.compile(r"JS1:(?:Short|None|[A-Za-z0-9+/=]+)")
+# any case: sacctmgr 22.05 lower-cases what it stores (then the token is reported, not skipped)
+_TOKEN = re.compile(r"(?i)JS1:[A-Za-z0-9+/=]+")
 
 
 @dataclass(frozen=True)
@@ -63,12 +64,17 @@ def find_token(admin_comment: str) -> str | None:
 
 def decode(token: str) -> JobstatsSummary | None:
     """The summary in a `JS1:` token; None for the short forms `JS1:Short` / `JS1:None`."""
-    body = token[len(PREFIX) :] if token.startswith(PREFIX) else token
-    if body in SHORT_FORMS:
+    body = token[len(PREFIX) :] if token[: len(PREFIX)].upper() == PREFIX else token
+    if body.capitalize() in SHORT_FORMS:
         return None
     try:
         data = json.loads(gzip.decompress(base64.b64decode(body, validate=True)))
     except (binascii.Error, OSError, EOFError, ValueError) as exc:
+        if body == body.lower() and token.startswith(PREFIX.lower()):
+            raise JobstatsFormatError(
+                "lower-cased (sacctmgr of Slurm 22.05 lower-cases AdminComment): the base64 "
+                "cannot be recovered"
+            ) from exc
         raise JobstatsFormatError(f"not base64(gzip(JSON)): {exc}") from exc
     if not isinstance(data, dict) or not isinstance(data.get("nodes"), dict):
         raise JobstatsFormatError("JSON has no 'nodes' map")

@@ -20,6 +20,7 @@ from pathlib import Path
 
 import pytest
 
+from slurmgpu.measure.jobstats import JobstatsSource
 from slurmgpu.measure.summary import CollectorSource, decode, tokens
 from slurmgpu.model.measure import RunRef
 from tests.doubles.machines import machine, subprocess_env
@@ -173,3 +174,24 @@ def test_epilog_stores_the_summary_where_sacct_and_the_spool_give_it_back(epilog
     assert comment.lower().startswith(TIER.lower() + " sg1:"), comment
     nodes = sorted(decode(t).node for t in tokens(comment))
     assert nodes == ["gpu01", "gpu02", "gpu03"], (tmp_path / "e.log").read_text()
+
+
+def test_sacctmgr_lower_cases_admin_comment_so_base64_cannot_survive(epilog_cluster):
+    """The premise of SG1's base32: once a job has ended, only `sacctmgr modify job` can set
+    its AdminComment, and Slurm 22.05's sacctmgr stores the value lower-cased. A jobstats
+    `JS1:` value (base64) stored that way is unreadable; the jobstats source says so."""
+    c, _ = epilog_cluster
+    job = c.sbatch("--gres=gpu:1", script="#!/bin/sh\ntrue\n")
+    c.wait_job_state(job, "COMPLETED", timeout=60)
+    refused = c.run(["scontrol", "update", f"JobId={job}", "AdminComment=x"], check=False)
+    assert refused.returncode != 0 and "already finished" in refused.stderr
+    value = "JS1:H4sIAAAAAAAC/6tWSs7PS0lNVrJSMDQwMDAwMFCqBQA"
+    c.sacctmgr("modify", "job", "where", f"JobID={job}", "set", f"AdminComment={value}")
+    rows = c.wait_sacct(
+        job, lambda rows: any(r["AdminComment"] for r in rows), fields="JobIDRaw,AdminComment"
+    )
+    stored = next(r["AdminComment"] for r in rows if r["JobIDRaw"] == str(job))
+    assert stored == value.lower()
+    source = JobstatsSource()
+    ref = RunRef(str(job), c.cluster_name, None, None, "gpu01", 1, stored)
+    assert source.measures([ref]) == [] and "lower-cased" in source.warnings[0].message

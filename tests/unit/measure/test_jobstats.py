@@ -97,3 +97,12 @@ def test_wrong_shapes_are_format_errors():
     bad = jobstats_value({"n": {"gpu_utilization": [1, 2]}}, 1, 1)
     with pytest.raises(JobstatsFormatError, match="not a map"):
         decode(bad)
+
+
+def test_lower_cased_tokens_are_reported_not_skipped():
+    # what jobstats' epilog leaves on Slurm 22.05: sacctmgr lower-cased the whole value
+    source = JobstatsSource()
+    assert source.measures([run("6", two_gpu_value().lower()), run("7", "js1:short")]) == []
+    [w] = source.warnings
+    assert w.job_ids == ("6",) and "lower-cased" in w.message
+    assert source.short == 1  # "js1:short" is still the short form
