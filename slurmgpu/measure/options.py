@@ -5,6 +5,7 @@ The lead wires these into `cli/analysis_options.py` (AnalysisOptions gets `measu
     @measure_options
     def analyze(..., **kwargs):
         sources = build_measure_sources(MeasureOptions.from_kwargs(kwargs))
+        result = slurmgpu.measure.apply.measure_runs(run_refs, sources)
 
 Order of the returned list = preference when two time-averaged sources measured one run:
 the node collector (it knows MIG instances and the job's own processes), then jobstats, then
