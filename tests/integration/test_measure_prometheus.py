@@ -193,8 +193,9 @@ def test_the_collectors_textfile_passes_promtool(monkeypatch, tmp_path):
     import subprocess
 
     from slurmgpu.measure.collector import CollectOptions, collect
+    from tests.doubles.gpu_load import COLLECT_HOST as HOST
+    from tests.doubles.gpu_load import load_mig
     from tests.doubles.machines import install_double, variant
-    from tests.unit.measure.test_collector import HOST, load_mig
 
     install_double(monkeypatch).use_machine(variant(tmp_path, "dgx-a100-mig", load_mig))
     textfile = tmp_path / "slurmgpu.prom"
