@@ -43,7 +43,7 @@ DEFAULT_STATE = "/var/lib/slurmgpu/collect-state.json"
     "--admin-comment/--no-admin-comment",
     default=True,
     show_default=True,
-    help="With --epilog: merge the summary into the job's AdminComment (scontrol update).",
+    help="With --epilog: merge the summary into the job's AdminComment (sacctmgr).",
 )
 @click.option(
     "--log-file",

@@ -40,7 +40,7 @@ class CollectOptions:
     textfile: Path | None = None
     spool: Path | None = None
     admin_comment: bool = True
-    scontrol_timeout_s: float = 20.0
+    slurm_timeout_s: float = 20.0
 
 
 @dataclass
@@ -131,7 +131,7 @@ def _epilog(options: CollectOptions, env: Mapping[str, str]) -> None:
             log.error("epilog: job %s: spool %s: %s", job_id, options.spool, exc)
     if options.admin_comment:
         try:
-            store_admin_comment(summary, timeout_s=options.scontrol_timeout_s)
+            store_admin_comment(summary, timeout_s=options.slurm_timeout_s)
             log.info("epilog: job %s summary stored in AdminComment", job_id)
             stored = True
         except SlurmgpuError as exc:
