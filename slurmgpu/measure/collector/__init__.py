@@ -61,12 +61,15 @@ def collect(options: CollectOptions, sample: NodeSample | None = None) -> Collec
         raise InventoryError("; ".join(sample.errors))
     rows = attribute(sample, ProcessMapper(options.host_root))
     problems = list(sample.errors)
-    with locked_state(options.state, problems) as state:
-        update(state, rows, now)
-    if options.textfile is not None:
-        text = render_textfile(options.node, rows, errors=len(sample.errors), now=now)
-        options.textfile.parent.mkdir(parents=True, exist_ok=True)
-        write_atomic(options.textfile, text, mode=0o644, backup=False)
+    try:
+        with locked_state(options.state, problems) as state:
+            update(state, rows, now)
+        if options.textfile is not None:
+            text = render_textfile(options.node, rows, errors=len(sample.errors), now=now)
+            options.textfile.parent.mkdir(parents=True, exist_ok=True)
+            write_atomic(options.textfile, text, mode=0o644, backup=False)
+    except OSError as exc:  # a path the site chose cannot be written: one line, not a trace
+        raise SlurmgpuError(f"{exc.filename or options.state}: {exc.strerror}") from exc
     for problem in problems:
         log.warning("%s", problem)
     jobs = sorted({r.owner.job_id for r in rows if r.owner}, key=lambda j: (len(j), j))

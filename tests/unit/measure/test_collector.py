@@ -207,3 +207,12 @@ def test_cli_epilog_exits_zero_even_when_storing_fails(tmp_path):
     # nothing stored it: the summary is in the log, where an admin can still recover it
     token = text.split("summary stored nowhere; it was: ")[1].split()[0]
     assert decode(token).gpus[0].util_mean_pct == 5.0
+
+
+def test_cli_unwritable_paths_are_one_line_errors(nvml, tmp_path):
+    serve(nvml, tmp_path, "dgx-h100", lambda d: load_h100(d, [80]))
+    (tmp_path / "file").write_text("")
+    args = ["collect", "--host-root", str(HOST), "--state", str(tmp_path / "file" / "s.json")]
+    out = CliRunner().invoke(main, args)
+    assert out.exit_code == 1 and out.output.startswith("slurmgpu: error: ")
+    assert "/file: " in out.output and len(out.output.splitlines()) == 1
