@@ -24,7 +24,7 @@ import click
 from slurmgpu.errors import UsageError
 from slurmgpu.model.measure import MeasureSource
 
-SCHEMA_NAMES = ("dcgm", "jobstats")
+SCHEMA_NAMES = ("dcgm", "jobstats", "slurmgpu")
 
 
 @dataclass(frozen=True)
@@ -126,7 +126,8 @@ def measure_options(command: Callable[..., Any]) -> Callable[..., Any]:
             type=click.Choice(SCHEMA_NAMES),
             default="dcgm",
             show_default=True,
-            help="Series names: DCGM exporter (hpc_job label) or jobstats' exporter (jobid).",
+            help="Series names: DCGM exporter (hpc_job label), jobstats' exporter (jobid) or "
+            "slurmgpu collect's textfile (jobid).",
         ),
         click.option(
             "--prometheus-header",

@@ -74,6 +74,16 @@ SCHEMAS: dict[str, PrometheusSchema] = {
         device_labels=("instance", "minor_number"),
         cluster_label="cluster",
     ),
+    # `slurmgpu collect --textfile` scraped by node_exporter (templates/collect.prom.j2)
+    "slurmgpu": PrometheusSchema(
+        name="slurmgpu",
+        job_label="jobid",
+        util_metrics=(("slurmgpu_gpu_utilization_percent", 1.0),),
+        mem_used_metric="slurmgpu_gpu_memory_used_bytes",
+        mem_unit_bytes=1.0,
+        mem_total_metrics=("slurmgpu_gpu_memory_total_bytes",),
+        device_labels=("node", "gpu", "gpu_instance"),
+    ),
 }
 
 

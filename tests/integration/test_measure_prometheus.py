@@ -82,6 +82,13 @@ def build_series() -> Series:
         s.add("nvidia_gpu_duty_cycle", labels, T - 3600, T - 1200, util)
         s.add("nvidia_gpu_memory_used_bytes", labels, T - 3600, T - 1200, 2 * 2**30)
         s.add("nvidia_gpu_memory_total_bytes", labels, T - 3600, T - 1200, 80 * 2**30)
+    # `slurmgpu collect --textfile` scraped: job 701 on a whole GPU and a MIG instance
+    for gpu, gi, util in (("0", "", 40), ("1", "2", None)):
+        labels = {"node": "gpu04", "gpu": gpu, "gpu_instance": gi, "jobid": "701", "user": "a"}
+        if util is not None:
+            s.add("slurmgpu_gpu_utilization_percent", labels, T - 1800, T - 600, util)
+        s.add("slurmgpu_gpu_memory_used_bytes", labels, T - 1800, T - 600, 3 * 2**30)
+        s.add("slurmgpu_gpu_memory_total_bytes", labels, T - 1800, T - 600, 20 * 2**30)
     return s
 
 
@@ -207,3 +214,15 @@ def test_the_collectors_textfile_passes_promtool(monkeypatch, tmp_path):
         ["promtool", "check", "metrics"], input=text, capture_output=True, text=True, check=False
     )
     assert check.returncode == 0 and not check.stdout.strip(), check.stdout + check.stderr
+
+
+def test_the_collectors_own_series_scraped_by_prometheus(prometheus):
+    source = PrometheusSource(prometheus.url, schema=SCHEMAS["slurmgpu"])
+    [m] = source.measures([run("701", T - 1800, T - 600, gpus=2)])
+    # the MIG instance has memory but no utilization: the mean is over the whole GPU only
+    assert (m.gpus_measured, m.util_mean_pct, m.mem_used_max_mib, m.gpu_memory_mib) == (
+        2,
+        40,
+        3072,
+        20480,
+    )
