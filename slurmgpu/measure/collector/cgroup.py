@@ -29,14 +29,21 @@ class JobOwner:
 
 
 class ProcessMapper:
-    """Maps PIDs to jobs; caches the host's user names for one pass."""
+    """Maps PIDs to jobs; one instance per pass caches PIDs (a process on several GPUs is
+    read once) and the host's user names."""
 
     def __init__(self, host_root: str | os.PathLike[str] = "/") -> None:
         self.root = Path(host_root)
         self._users: dict[int, str] | None = None
+        self._jobs: dict[int, JobOwner | None] = {}
 
     def job_of(self, pid: int) -> JobOwner | None:
         """The job of `pid`, or None (not a Slurm task, or it exited meanwhile)."""
+        if pid not in self._jobs:
+            self._jobs[pid] = self._read(pid)
+        return self._jobs[pid]
+
+    def _read(self, pid: int) -> JobOwner | None:
         proc = self.root / "proc" / str(pid)
         try:
             text = (proc / "cgroup").read_text(encoding="utf-8", errors="replace")
