@@ -228,8 +228,54 @@ def nvmlDeviceGetName(handle):
 def nvmlDeviceGetMemoryInfo(handle, version=None):
     _check(handle, "nvmlDeviceGetMemoryInfo")
     total = handle.mig["memory_mib"] * 2**20 if handle.mig else handle.gpu["memory_total_bytes"]
-    used = 0  # nothing runs on a recorded machine
+    # a recorded machine runs nothing; a test may load it with processes (see below)
+    used = sum(p.usedGpuMemory or 0 for p in nvmlDeviceGetComputeRunningProcesses(handle))
     return SimpleNamespace(total=total, free=total - used, used=used)
+
+
+# -- load: processes and utilization a test puts on a recorded machine --------------------------
+# A GPU entry may carry "processes": [{"pid": 4242, "used_memory_mib": 1000}] and
+# "utilization": {"gpu": 55, "memory": 20}; a MIG device entry "processes" alike.
+# "used_memory_mib": null stands for NVML_VALUE_NOT_AVAILABLE (nvidia-ml-py gives None).
+_NO_INSTANCE = 0xFFFFFFFF  # gpuInstanceId/computeInstanceId of a process on a whole GPU
+
+
+def _process(entry: dict, mig: dict | None):
+    used = entry.get("used_memory_mib")
+    return SimpleNamespace(
+        pid=entry["pid"],
+        usedGpuMemory=None if used is None else int(used * 2**20),
+        gpuInstanceId=mig["gi_id"] if mig else _NO_INSTANCE,
+        computeInstanceId=mig["ci_id"] if mig else _NO_INSTANCE,
+    )
+
+
+def _mig_enabled(gpu: dict) -> bool:
+    return bool(gpu.get("mig_mode") and gpu["mig_mode"][0])
+
+
+def nvmlDeviceGetComputeRunningProcesses(handle):
+    _check(handle, "nvmlDeviceGetComputeRunningProcesses")
+    if handle.mig:
+        return [_process(p, handle.mig) for p in handle.mig.get("processes", [])]
+    if _mig_enabled(handle.gpu):
+        # the parent GPU lists the processes of all its MIG instances, with their ids
+        return [
+            _process(p, mig)
+            for mig in handle.gpu.get("mig_devices", [])
+            for p in mig.get("processes", [])
+        ]
+    return [_process(p, None) for p in handle.gpu.get("processes", [])]
+
+
+def nvmlDeviceGetUtilizationRates(handle):
+    _check(handle, "nvmlDeviceGetUtilizationRates")
+    # nvml.h: "On MIG-enabled GPUs, querying device utilization rates is not currently
+    # supported" -- neither on the parent GPU nor on a MIG device handle
+    if handle.mig or _mig_enabled(handle.gpu):
+        raise NVMLError(NVML_ERROR_NOT_SUPPORTED)
+    rates = handle.gpu.get("utilization", {"gpu": 0, "memory": 0})
+    return SimpleNamespace(gpu=rates["gpu"], memory=rates["memory"])
 
 
 def nvmlDeviceGetPciInfo(handle):

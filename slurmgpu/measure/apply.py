@@ -1,0 +1,67 @@
+"""One measure per run from several sources, in order of preference, with basis counts.
+
+What the accounting stage calls (`AnalysisOptions.measure_sources` -> `measure_runs`): each
+source is asked only for the runs no earlier source measured, so a Prometheus server is not
+queried for runs a collector or jobstats summary already covers. Slurm's own high-water
+`gres/gpuutil` ranks below all of these and stays the accounting stage's fallback.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+
+from slurmgpu.measure.warnings import MeasureWarning
+from slurmgpu.model.measure import JobGpuMeasure, MeasureSource, RunRef
+
+RunKey = tuple[str, str, datetime | None]  # cluster, job id, start
+
+
+def run_key(run: RunRef) -> RunKey:
+    """Runs are told apart by cluster, raw job id and start (requeued runs share the id)."""
+    return (run.cluster, run.job_id, run.start)
+
+
+@dataclass(frozen=True)
+class MeasureResult:
+    """The chosen measure per run, how many runs each source measured, what went wrong."""
+
+    by_run: dict[RunKey, JobGpuMeasure]
+    measured: dict[str, int]  # source name -> runs whose measure came from it
+    warnings: tuple[MeasureWarning, ...] = field(default_factory=tuple)
+
+
+def measure_runs(runs: Sequence[RunRef], sources: Sequence[MeasureSource]) -> MeasureResult:
+    """Ask the sources in order; the first that measures a run wins it."""
+    remaining = {run_key(r): r for r in runs}
+    by_run: dict[RunKey, JobGpuMeasure] = {}
+    measured: dict[str, int] = {}
+    warnings: list[MeasureWarning] = []
+    for source in sources:
+        asked = list(remaining.values())
+        count = 0
+        if asked:
+            by_id: dict[str, list[RunRef]] = {}
+            for r in asked:
+                by_id.setdefault(r.job_id, []).append(r)
+            for m in source.measures(asked):
+                run = _match(m, by_id.get(m.job_id, []))
+                if run is not None and run_key(run) in remaining:
+                    by_run[run_key(run)] = m
+                    del remaining[run_key(run)]
+                    count += 1
+        measured[source.name] = count
+        warnings.extend(getattr(source, "warnings", []))
+    return MeasureResult(by_run, measured, tuple(warnings))
+
+
+def _match(measure: JobGpuMeasure, candidates: list[RunRef]) -> RunRef | None:
+    """The run a measure is for: same job id, and same cluster and start where it says."""
+    for run in candidates:
+        if measure.cluster is not None and run.cluster and measure.cluster != run.cluster:
+            continue
+        if measure.start is not None and run.start is not None and measure.start != run.start:
+            continue
+        return run
+    return None

@@ -1,0 +1,326 @@
+"""GPU use from a Prometheus server: DCGM exporter or jobstats' exporter series per job.
+
+For each run we ask for the time average of utilization (`avg_over_time`), the highest memory
+used (`max_over_time`) and the device's size (`last_over_time`) over exactly the run's
+window, on the series that carry the run's job id in a label (the DCGM exporter's
+`--hpc-job-mapping-dir` adds `hpc_job`; jobstats' exporter adds `jobid`). Many runs go into
+one request: each run's window becomes `[DURATION s] offset (T - END) s` at one evaluation
+time T, joined with `or` (the job label keeps the answers apart). Runs of one job id (requeues)
+never share a request.
+
+What goes wrong is reported as `MeasureWarning`s, never dropped: a failed request names all
+of its runs; Prometheus' own `warnings` (partial data) are passed on; a run that got series
+for fewer devices than it had GPUs is reported as partial.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import urllib.error
+import urllib.parse
+import urllib.request
+from collections import defaultdict
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+from datetime import UTC, datetime
+
+from slurmgpu.measure.warnings import MeasureWarning
+from slurmgpu.model.measure import JobGpuMeasure, RunRef
+
+MIB = 2**20
+DEFAULT_BATCH = 40
+DEFAULT_TIMEOUT_S = 30.0
+MAX_FAILED_IN_A_ROW = 3
+
+
+@dataclass(frozen=True)
+class PrometheusSchema:
+    """Metric and label names of one exporter (every name can be overridden by the site).
+
+    `util_metrics`: (metric, factor to percent), tried in order per device (DCGM: the device
+    utilization; on MIG instances, where it does not exist, the profiling engine-active ratio).
+    `mem_total_metrics` are summed (DCGM reports used and free framebuffer, not the size).
+    `device_labels` tell one GPU or MIG instance from another.
+    """
+
+    name: str
+    job_label: str
+    util_metrics: tuple[tuple[str, float], ...]
+    mem_used_metric: str
+    mem_unit_bytes: float
+    mem_total_metrics: tuple[str, ...]
+    device_labels: tuple[str, ...]
+    cluster_label: str | None = None
+
+
+SCHEMAS: dict[str, PrometheusSchema] = {
+    "dcgm": PrometheusSchema(
+        name="dcgm",
+        job_label="hpc_job",
+        util_metrics=(("DCGM_FI_DEV_GPU_UTIL", 1.0), ("DCGM_FI_PROF_GR_ENGINE_ACTIVE", 100.0)),
+        mem_used_metric="DCGM_FI_DEV_FB_USED",  # MiB
+        mem_unit_bytes=MIB,
+        mem_total_metrics=("DCGM_FI_DEV_FB_USED", "DCGM_FI_DEV_FB_FREE"),
+        device_labels=("Hostname", "instance", "gpu", "GPU_I_ID"),
+    ),
+    "jobstats": PrometheusSchema(
+        name="jobstats",
+        job_label="jobid",
+        util_metrics=(("nvidia_gpu_duty_cycle", 1.0),),
+        mem_used_metric="nvidia_gpu_memory_used_bytes",
+        mem_unit_bytes=1.0,
+        mem_total_metrics=("nvidia_gpu_memory_total_bytes",),
+        device_labels=("instance", "minor_number"),
+        cluster_label="cluster",
+    ),
+    # `slurmgpu collect --textfile` scraped by node_exporter (templates/collect.prom.j2)
+    "slurmgpu": PrometheusSchema(
+        name="slurmgpu",
+        job_label="jobid",
+        util_metrics=(("slurmgpu_gpu_utilization_percent", 1.0),),
+        mem_used_metric="slurmgpu_gpu_memory_used_bytes",
+        mem_unit_bytes=1.0,
+        mem_total_metrics=("slurmgpu_gpu_memory_total_bytes",),
+        device_labels=("node", "gpu", "gpu_instance"),
+    ),
+}
+
+
+def schema(
+    name: str = "dcgm",
+    *,
+    job_label: str | None = None,
+    util_metric: str | None = None,
+    mem_used_metric: str | None = None,
+    cluster_label: str | None = None,
+) -> PrometheusSchema:
+    """A named schema with the site's overrides (KeyError for an unknown name)."""
+    base = SCHEMAS[name]
+    changes: dict[str, object] = {}
+    if job_label:
+        changes["job_label"] = job_label
+    if util_metric:
+        changes["util_metrics"] = ((util_metric, base.util_metrics[0][1]),)
+    if mem_used_metric:
+        changes["mem_used_metric"] = mem_used_metric
+    if cluster_label is not None:
+        changes["cluster_label"] = cluster_label or None
+    return replace(base, **changes)
+
+
+class PrometheusError(Exception):
+    """One request failed (HTTP, timeout, an error answer); carries the warning kind."""
+
+    def __init__(self, kind: str, message: str) -> None:
+        super().__init__(message)
+        self.kind = kind
+
+
+@dataclass(frozen=True)
+class _Window:
+    run: RunRef
+    end_epoch: int
+    duration_s: int
+
+
+@dataclass
+class _Device:
+    util_pct: float | None = None
+    util_rank: int = 99  # which of schema.util_metrics gave util_pct (lower wins)
+    mem_used: float | None = None
+    mem_total: float = 0.0
+    mem_total_parts: int = 0
+
+
+class PrometheusSource:
+    """Runs' GPU use from Prometheus' HTTP API (`/api/v1/query`, POST, batched)."""
+
+    name = "prometheus"
+
+    def __init__(
+        self,
+        url: str,
+        *,
+        schema: PrometheusSchema | None = None,
+        headers: Sequence[tuple[str, str]] = (),
+        timeout_s: float = DEFAULT_TIMEOUT_S,
+        batch_size: int = DEFAULT_BATCH,
+        now: datetime | None = None,
+    ) -> None:
+        self.url = url.rstrip("/")
+        self.schema = schema or SCHEMAS["dcgm"]
+        self.headers = list(headers)
+        self.timeout_s = timeout_s
+        self.batch_size = max(1, batch_size)
+        self.now = now
+        self.warnings: list[MeasureWarning] = []
+        self.requests = 0
+        self.unmeasured: list[str] = []  # job ids Prometheus had no series for
+
+    # -- the interface ------------------------------------------------------------------
+    def measures(self, runs: list[RunRef]) -> list[JobGpuMeasure]:
+        out: list[JobGpuMeasure] = []
+        failed_in_a_row = 0
+        for batch in self._batches([w for r in runs if (w := self._window(r)) is not None]):
+            ids = tuple(w.run.job_id for w in batch)
+            if failed_in_a_row >= MAX_FAILED_IN_A_ROW:
+                # a server that is down would cost a timeout per batch: name the runs, move on
+                message = f"not asked: {failed_in_a_row} requests in a row failed"
+                self.warnings.append(MeasureWarning(self.name, "skipped", message, ids))
+                continue
+            try:
+                devices = self._query_batch(batch)
+            except PrometheusError as exc:
+                failed_in_a_row += 1
+                self.warnings.append(MeasureWarning(self.name, exc.kind, str(exc), ids))
+                continue
+            failed_in_a_row = 0
+            for w in batch:
+                measure = self._measure(w.run, devices.get(w.run.job_id, {}))
+                if measure is not None:
+                    out.append(measure)
+        return out
+
+    # -- windows and batches ------------------------------------------------------------
+    def _window(self, run: RunRef) -> _Window | None:
+        if run.start is None or run.gpus <= 0:
+            return None  # never started, or no GPU: nothing to ask for
+        end = run.end or (self.now or datetime.now(UTC).replace(tzinfo=None))
+        start_epoch, end_epoch = _epoch(run.start), _epoch(end)
+        return _Window(run, end_epoch, max(1, end_epoch - start_epoch))
+
+    def _batches(self, windows: list[_Window]) -> list[list[_Window]]:
+        """Up to `batch_size` windows per request, no job id twice in one request."""
+        batches: list[list[_Window]] = []
+        for w in sorted(windows, key=lambda w: w.end_epoch):
+            for batch in batches[-4:]:  # recent batches only: stays linear in the run count
+                ids = {x.run.job_id for x in batch}
+                if len(batch) < self.batch_size and w.run.job_id not in ids:
+                    batch.append(w)
+                    break
+            else:
+                batches.append([w])
+        return batches
+
+    # -- queries ------------------------------------------------------------------------
+    def _query_batch(self, batch: list[_Window]) -> dict[str, dict[tuple[str, ...], _Device]]:
+        s = self.schema
+        at = max(w.end_epoch for w in batch)
+        devices: dict[str, dict[tuple[str, ...], _Device]] = defaultdict(dict)
+
+        def each(func: str, metric: str):
+            for labels, value in self.query(self._expr(func, metric, batch, at), at):
+                job = labels.get(s.job_label)
+                if job is not None and not math.isnan(value):
+                    key = tuple(labels.get(k, "") for k in s.device_labels)
+                    yield devices[job].setdefault(key, _Device()), value
+
+        for rank, (metric, factor) in enumerate(s.util_metrics):
+            for dev, value in each("avg_over_time", metric):
+                if rank < dev.util_rank:
+                    dev.util_pct, dev.util_rank = value * factor, rank
+        for dev, value in each("max_over_time", s.mem_used_metric):
+            dev.mem_used = value
+        for metric in s.mem_total_metrics:
+            for dev, value in each("last_over_time", metric):
+                dev.mem_total += value
+                dev.mem_total_parts += 1
+        return devices
+
+    def _expr(self, func: str, metric: str, batch: list[_Window], at: int) -> str:
+        parts = []
+        for w in batch:
+            matchers = [f'{self.schema.job_label}="{_quote(w.run.job_id)}"']
+            if self.schema.cluster_label and w.run.cluster:
+                matchers.append(f'{self.schema.cluster_label}="{_quote(w.run.cluster)}"')
+            offset = at - w.end_epoch
+            shift = f" offset {offset}s" if offset > 0 else ""
+            parts.append(f"{func}({metric}{{{','.join(matchers)}}}[{w.duration_s}s]{shift})")
+        return " or ".join(parts)
+
+    def query(self, expr: str, at: int) -> list[tuple[dict[str, str], float]]:
+        """One instant query: [(labels, value)]; PrometheusError on any failure."""
+        body = urllib.parse.urlencode(
+            {"query": expr, "time": str(at), "timeout": f"{self.timeout_s:g}s"}
+        ).encode()
+        request = urllib.request.Request(f"{self.url}/api/v1/query", data=body, method="POST")
+        request.add_header("Content-Type", "application/x-www-form-urlencoded")
+        for name, value in self.headers:
+            request.add_header(name, value)
+        self.requests += 1
+        try:
+            with urllib.request.urlopen(request, timeout=self.timeout_s) as response:
+                answer = json.loads(response.read())
+        except urllib.error.HTTPError as exc:
+            detail = f"{self.url}: HTTP {exc.code}: {_error_text(exc)}"
+            raise PrometheusError("http", detail) from exc
+        except (urllib.error.URLError, OSError) as exc:
+            reason = getattr(exc, "reason", exc)
+            if isinstance(exc, TimeoutError) or isinstance(reason, TimeoutError):
+                detail = f"{self.url}: no answer in {self.timeout_s:g} s"
+                raise PrometheusError("timeout", detail) from exc
+            raise PrometheusError("http", f"{self.url}: {reason}") from exc
+        except ValueError as exc:
+            raise PrometheusError("http", f"{self.url}: answer is not JSON: {exc}") from exc
+        if answer.get("status") != "success":
+            raise PrometheusError(
+                "http", f"{answer.get('errorType', 'error')}: {answer.get('error', answer)}"
+            )
+        for text in answer.get("warnings") or []:
+            self.warnings.append(MeasureWarning(self.name, "prometheus-warning", str(text)))
+        data = answer.get("data") or {}
+        if data.get("resultType") != "vector":
+            raise PrometheusError("http", f"expected a vector, got {data.get('resultType')}")
+        return [(r["metric"], float(r["value"][1])) for r in data.get("result", [])]
+
+    # -- one run ------------------------------------------------------------------------
+    def _measure(
+        self, run: RunRef, devices: dict[tuple[str, ...], _Device]
+    ) -> JobGpuMeasure | None:
+        if not devices:
+            self.unmeasured.append(run.job_id)
+            return None
+        unit = self.schema.mem_unit_bytes / MIB
+        expected = math.ceil(run.gpus) if run.gpus else 0
+        if len(devices) < expected:
+            self.warnings.append(
+                MeasureWarning(
+                    self.name,
+                    "partial",
+                    f"series for {len(devices)} of {expected} GPUs",
+                    (run.job_id,),
+                )
+            )
+        utils = [d.util_pct for d in devices.values() if d.util_pct is not None]
+        used = [d.mem_used for d in devices.values() if d.mem_used is not None]
+        full = len(self.schema.mem_total_metrics)
+        totals = [d.mem_total for d in devices.values() if d.mem_total_parts == full]
+        return JobGpuMeasure(
+            job_id=run.job_id,
+            source="prometheus",
+            gpus_measured=len(devices),
+            util_mean_pct=round(sum(utils) / len(utils), 2) if utils else None,
+            mem_used_max_mib=round(max(used) * unit, 1) if used else None,
+            gpu_memory_mib=round(max(totals) * unit, 1) if totals else None,
+            cluster=run.cluster or None,
+            start=run.start,
+        )
+
+
+def _epoch(moment: datetime) -> int:
+    """Seconds since the epoch of a naive-UTC (or aware) datetime."""
+    aware = moment if moment.tzinfo else moment.replace(tzinfo=UTC)
+    return int(aware.timestamp())
+
+
+def _quote(value: str) -> str:
+    return value.replace("\\", "\\\\").replace('"', '\\"')
+
+
+def _error_text(exc: urllib.error.HTTPError) -> str:
+    try:
+        body = json.loads(exc.read() or b"{}")
+        return str(body.get("error") or exc.reason)
+    except ValueError:
+        return str(exc.reason)

@@ -1,0 +1,197 @@
+"""`slurmgpu collect` on the real 22.05 cluster: a job's Epilog stores its summary, and the
+collector source reads it back from live sacct (AdminComment) and from the spool.
+
+Before the job runs (it is submitted held), two collector passes sample the pynvml double
+with processes of that job (the recorded host tree maps their PIDs to `job_<id>` through
+cgroup v2 paths), so the state file holds the job's running summary. slurmd then runs the
+real `Epilog=` script, `slurmgpu collect --epilog`, with Slurm's own environment
+(SLURM_JOB_ID, SLURM_JOB_GPUS...). The job's AdminComment already holds a tier decision
+record, which must survive.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from datetime import UTC, datetime
+from pathlib import Path
+
+import pytest
+
+from slurmgpu.measure.jobstats import JobstatsSource
+from slurmgpu.measure.summary import CollectorSource, decode, tokens
+from slurmgpu.model.measure import RunRef
+from tests.doubles.machines import machine, subprocess_env
+from tests.harness import SlurmCluster
+
+pytestmark = pytest.mark.integration
+
+TIER = "slurmgpu tier=P1 kind=finetune"
+PIDS = (31001, 31002)  # the job's processes on GPU 0 and GPU 1
+
+
+def host_tree(root: Path, job_id: int) -> Path:
+    for pid in PIDS:
+        proc = root / "proc" / str(pid)
+        proc.mkdir(parents=True)
+        (proc / "cgroup").write_text(f"0::/system.slice/slurmstepd.scope/job_{job_id}/step_0\n")
+        (proc / "status").write_text(f"Name:\tpython3\nPid:\t{pid}\nUid:\t0\t0\t0\t0\n")
+    (root / "etc").mkdir()
+    (root / "etc" / "passwd").write_text("root:x:0:0:root:/root:/bin/sh\n")
+    return root
+
+
+def loaded_machine(path: Path, util: tuple[int, int]) -> Path:
+    data = machine("dgx-h100")
+    for gpu, pid, pct, mem in zip(data["gpus"], PIDS, util, (30000, 4000), strict=False):
+        gpu["processes"] = [{"pid": pid, "used_memory_mib": mem}]
+        gpu["utilization"] = {"gpu": pct, "memory": 0}
+    path.write_text(json.dumps(data))
+    return path
+
+
+def collector(*args: str, machine_file: Path | None = None, env=None) -> str:
+    argv = [sys.executable, "-m", "slurmgpu", "collect", *args]
+    proc = subprocess.run(
+        argv,
+        env=env or subprocess_env(machine_file),
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stderr
+    return proc.stdout
+
+
+@pytest.fixture(scope="module")
+def epilog_cluster(slurm_cluster: SlurmCluster, tmp_path_factory):
+    work = tmp_path_factory.mktemp("collect")
+    paths = {k: work / k for k in ("state.json", "spool", "epilog.log", "epilog.sh")}
+    script = paths["epilog.sh"]
+    script.write_text(
+        "#!/bin/sh\n"
+        f"export SLURM_CONF={slurm_cluster.slurm_conf}\n"
+        f"{sys.executable} -m slurmgpu collect --epilog --state {paths['state.json']} "
+        f"--spool {paths['spool']} --node gpu01 --log-file {paths['epilog.log']} || true\n"
+        "exit 0\n"
+    )
+    script.chmod(0o755)
+    slurm_cluster.reconfigure(extra_conf=f"Epilog={script}")
+    try:
+        yield slurm_cluster, paths
+    finally:
+        slurm_cluster.reset()
+
+
+def sacct_run(c: SlurmCluster, job_id: int) -> RunRef:
+    """The allocation row of live sacct as the accounting stage hands it to sources."""
+    [row] = [
+        r
+        for r in c.sacct_rows(job_id, "JobIDRaw,Cluster,Start,End,NodeList,AdminComment")
+        if r["JobIDRaw"] == str(job_id)
+    ]
+
+    def utc(text: str) -> datetime:
+        return datetime.fromisoformat(text).astimezone(UTC).replace(tzinfo=None)
+
+    return RunRef(
+        row["JobIDRaw"], row["Cluster"], utc(row["Start"]), utc(row["End"]), row["NodeList"],
+        3, row["AdminComment"],
+    )  # fmt: skip
+
+
+def test_epilog_stores_the_summary_where_sacct_and_the_spool_give_it_back(epilog_cluster, tmp_path):
+    c, paths = epilog_cluster
+    job = c.sbatch(
+        "--hold", "--gres=gpu:3", "-o", "collect-%j.out",
+        script='#!/bin/sh\necho "GPUS=$SLURM_JOB_GPUS"\nsleep 1\n',
+    )  # fmt: skip
+    c.scontrol("update", f"JobId={job}", f"AdminComment={TIER}")
+    tree = host_tree(tmp_path / "host", job)
+    common = ["--state", str(paths["state.json"]), "--host-root", str(tree), "--node", "gpu01"]
+    out = collector(*common, machine_file=loaded_machine(tmp_path / "m1.json", (90, 30)))
+    assert f"jobs: {job}" in out
+    collector(*common, machine_file=loaded_machine(tmp_path / "m2.json", (70, 10)))
+
+    c.scontrol("release", str(job))
+    c.wait_job_state(job, "COMPLETED", timeout=60)
+    rows = c.wait_sacct(
+        job,
+        lambda rows: any("sg1:" in r.get("AdminComment", "").lower() for r in rows),
+        timeout=60,
+        fields="JobIDRaw,AdminComment",
+    )
+    comment = next(r["AdminComment"] for r in rows if r["JobIDRaw"] == str(job))
+    # the tier record is kept; sacctmgr 22.05 lower-cases the whole value (tier=p1)
+    assert comment.lower().startswith(TIER.lower() + " sg1:"), comment
+
+    allocated = {
+        int(x)
+        for x in (c.work_dir / f"collect-{job}.out").read_text().split("GPUS=")[1].split()[0]
+        .split(",")
+    }  # fmt: skip
+    idle = allocated - {0, 1}  # GPUs the job held without a process on them: 0 %
+    [token] = tokens(comment)
+    summary = decode(token)
+    assert (summary.job, summary.node, summary.samples) == (str(job), "gpu01", 2)
+    assert {g.minor for g in summary.gpus} == {0, 1} | idle
+
+    run = sacct_run(c, job)
+    [measure] = CollectorSource().measures([run])
+    expected_util = (80 + 20 + 0 * len(idle)) / (2 + len(idle))
+    assert measure.util_mean_pct == pytest.approx(expected_util, abs=0.01)
+    assert (measure.gpus_measured, measure.mem_used_max_mib) == (2 + len(idle), 30000)
+    assert measure.gpu_memory_mib == pytest.approx(81559, abs=1)
+
+    # the same summary from the spool alone (a site that keeps AdminComment for jobstats)
+    spooled = list((paths["spool"] / c.cluster_name).glob(f"{job}.gpu01.*.sg1"))
+    assert len(spooled) == 1
+    bare = RunRef(run.job_id, run.cluster, run.start, run.end, run.nodes, run.gpus, "")
+    assert CollectorSource(paths["spool"]).measures([bare]) == [measure]
+    state = json.loads(paths["state.json"].read_text())
+    assert str(job) not in state["jobs"]  # the epilog took the job out of the state
+
+    # a multi-node job: two more nodes' epilogs store at the same moment; each reads,
+    # merges and reads back, so no node's summary is lost to the other's write
+    machine_file = loaded_machine(tmp_path / "m3.json", (50, 50))
+    epilogs = []
+    for node in ("gpu02", "gpu03"):
+        state_file = tmp_path / f"{node}.json"
+        collector("--state", str(state_file), "--host-root", str(tree), "--node", node,
+                  machine_file=machine_file)  # fmt: skip
+        env = dict(os.environ) | c.env | {
+            "SLURM_JOB_ID": str(job), "SLURM_CLUSTER_NAME": c.cluster_name,
+        }  # fmt: skip
+        argv = [sys.executable, "-m", "slurmgpu", "collect", "--epilog", "--state",
+                str(state_file), "--node", node, "--log-file", str(tmp_path / "e.log")]  # fmt: skip
+        epilogs.append(subprocess.Popen(argv, env=env))
+    assert [p.wait(timeout=120) for p in epilogs] == [0, 0]
+    rows = c.sacct_rows(job, "JobIDRaw,AdminComment")
+    comment = next(r["AdminComment"] for r in rows if r["JobIDRaw"] == str(job))
+    assert comment.lower().startswith(TIER.lower() + " sg1:"), comment
+    nodes = sorted(decode(t).node for t in tokens(comment))
+    assert nodes == ["gpu01", "gpu02", "gpu03"], (tmp_path / "e.log").read_text()
+
+
+def test_sacctmgr_lower_cases_admin_comment_so_base64_cannot_survive(epilog_cluster):
+    """The premise of SG1's base32: once a job has ended, only `sacctmgr modify job` can set
+    its AdminComment, and Slurm 22.05's sacctmgr stores the value lower-cased. A jobstats
+    `JS1:` value (base64) stored that way is unreadable; the jobstats source says so."""
+    c, _ = epilog_cluster
+    job = c.sbatch("--gres=gpu:1", script="#!/bin/sh\ntrue\n")
+    c.wait_job_state(job, "COMPLETED", timeout=60)
+    refused = c.run(["scontrol", "update", f"JobId={job}", "AdminComment=x"], check=False)
+    assert refused.returncode != 0 and "already finished" in refused.stderr
+    value = "JS1:H4sIAAAAAAAC/6tWSs7PS0lNVrJSMDQwMDAwMFCqBQA"
+    c.sacctmgr("modify", "job", "where", f"JobID={job}", "set", f"AdminComment={value}")
+    rows = c.wait_sacct(
+        job, lambda rows: any(r["AdminComment"] for r in rows), fields="JobIDRaw,AdminComment"
+    )
+    stored = next(r["AdminComment"] for r in rows if r["JobIDRaw"] == str(job))
+    assert stored == value.lower()
+    source = JobstatsSource()
+    ref = RunRef(str(job), c.cluster_name, None, None, "gpu01", 1, stored)
+    assert source.measures([ref]) == [] and "lower-cased" in source.warnings[0].message

@@ -1,0 +1,218 @@
+"""`slurmgpu collect` through the pynvml double and a recorded host tree (cgroup v1 and v2)."""
+
+from __future__ import annotations
+
+import json
+import logging
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from slurmgpu.cli import main
+from slurmgpu.measure.collector import CollectOptions, collect, epilog
+from slurmgpu.measure.collector.cgroup import ProcessMapper
+from slurmgpu.measure.collector.nvml import sample_node
+from slurmgpu.measure.summary import decode
+from tests.doubles.gpu_load import COLLECT_HOST, GIB_MIB, load_h100, load_mig
+from tests.doubles.machines import install_double, variant
+
+HOST = COLLECT_HOST
+
+
+@pytest.fixture
+def nvml(monkeypatch):
+    return install_double(monkeypatch)
+
+
+def options(tmp_path: Path, **kw) -> CollectOptions:
+    base = dict(state=tmp_path / "state.json", node="gpu01", cluster="c1", host_root=HOST)
+    return CollectOptions(**(base | kw))
+
+
+def serve(nvml, tmp_path, name, change):
+    nvml.use_machine(variant(tmp_path, name, change))
+
+
+def test_cgroup_v1_and_v2_paths_map_to_jobs_and_users():
+    mapper = ProcessMapper(HOST)
+    v1, v2 = mapper.job_of(2101), mapper.job_of(2203)
+    assert (v1.job_id, v1.uid, v1.user) == ("4242", 1000, "alice")
+    assert (v2.job_id, v2.uid, v2.user) == ("4243", 1001, "bob")
+    assert mapper.job_of(2304) is None  # a login session, not a Slurm task
+    assert mapper.job_of(99999) is None  # exited between NVML and /proc
+
+
+def test_a_pass_attributes_devices_and_writes_the_textfile(nvml, tmp_path):
+    serve(nvml, tmp_path, "dgx-h100", lambda d: load_h100(d, [80, 40, 5]))
+    result = collect(options(tmp_path, textfile=tmp_path / "tf" / "slurmgpu.prom"))
+    assert result.devices == 8 and result.jobs == ["4242", "4243"] and result.errors == []
+    text = (tmp_path / "tf" / "slurmgpu.prom").read_text()
+    line = next(ln for ln in text.splitlines() if ln.startswith("slurmgpu_gpu_memory_used_bytes"))
+    assert 'gpu="0"' in line and 'jobid="4242"' in line and 'user="alice"' in line
+    assert line.endswith(f" {30 * 2**30}")
+    assert 'slurmgpu_gpu_utilization_percent{node="gpu01",gpu="1"' in text
+    shared = [ln for ln in text.splitlines() if "utilization_percent" in ln and 'gpu="1"' in ln]
+    assert {'jobid="4242"' in s for s in shared} == {True, False} and len(shared) == 2
+    assert 'gpu="2",gpu_instance="",profile="",uuid=' in text and 'jobid="",user=""' in text
+
+
+def test_two_passes_average_utilization_and_keep_the_highest_memory(nvml, tmp_path):
+    serve(nvml, tmp_path, "dgx-h100", lambda d: load_h100(d, [80, 40]))
+    collect(options(tmp_path))
+    serve(nvml, tmp_path, "dgx-h100", lambda d: load_h100(d, [20, 10]))
+    collect(options(tmp_path))
+    state = json.loads((tmp_path / "state.json").read_text())
+    g0 = state["jobs"]["4242"]["gpus"]["0"]
+    assert (g0["util_sum"], g0["util_samples"], g0["samples"]) == (100, 2, 2)
+    assert state["jobs"]["4242"]["samples"] == 2 and state["jobs"]["4243"]["user"] == "bob"
+    # job 4243's process memory is unknown: the device's used memory stands in for it
+    assert state["jobs"]["4243"]["gpus"]["1"]["mem_max_mib"] == 2 * GIB_MIB
+
+
+def test_mig_instances_have_memory_but_no_utilization(nvml, tmp_path):
+    serve(nvml, tmp_path, "dgx-a100-mig", load_mig)
+    sample = sample_node()
+    mig = [d for d in sample.devices if d.processes]
+    assert [(d.key, d.profile, d.util_pct) for d in mig] == [
+        ("1/gi1", "3g.20gb", None),
+        ("1/gi2", "3g.20gb", None),
+        ("2/gi6", "1g.10gb", None),
+    ]
+    textfile = tmp_path / "mig.prom"
+    collect(options(tmp_path, textfile=textfile), sample)
+    text = textfile.read_text()
+    util_lines = [ln for ln in text.splitlines() if ln.startswith("slurmgpu_gpu_utilization_pe")]
+    assert util_lines and not any('gpu="1"' in ln or 'gpu="2"' in ln for ln in util_lines)
+    assert 'gpu="1",gpu_instance="1",profile="3g.20gb"' in text
+    assert 'slurmgpu_gpu_utilization_supported{node="gpu01",gpu="1",gpu_instance="1"' in text
+
+
+def test_epilog_stores_the_summary_in_the_spool_and_forgets_the_job(nvml, tmp_path):
+    serve(nvml, tmp_path, "dgx-h100", lambda d: load_h100(d, [80, 40]))
+    collect(options(tmp_path))
+    spool = tmp_path / "spool"
+    env = {"SLURM_JOB_ID": "4242", "SLURM_JOB_GPUS": "0,1,5"}
+    assert epilog(options(tmp_path, spool=spool, admin_comment=False), env) == 0
+    [path] = (spool / "c1").iterdir()
+    summary = decode(path.read_text().strip())
+    assert (summary.job, summary.node, summary.samples) == ("4242", "gpu01", 1)
+    by_minor = {g.minor: g for g in summary.gpus}
+    assert sorted(by_minor) == [0, 1, 5]  # GPU 5 was allocated and never used: 0 %
+    assert by_minor[0].util_mean_pct == 80 and by_minor[0].mem_max_mib == 30 * GIB_MIB
+    assert by_minor[5].util_mean_pct == 0 and by_minor[5].mem_total_mib == pytest.approx(81559.0)
+    state = json.loads((tmp_path / "state.json").read_text())
+    assert "4242" not in state["jobs"] and "4243" in state["jobs"]
+
+
+def test_mig_job_summary_has_profiles_and_no_utilization(nvml, tmp_path):
+    serve(nvml, tmp_path, "dgx-a100-mig", load_mig)
+    collect(options(tmp_path))
+    spool = tmp_path / "spool"
+    epilog(options(tmp_path, spool=spool, admin_comment=False), {"SLURM_JOB_ID": "4250"})
+    [path] = (spool / "c1").iterdir()
+    s = decode(path.read_text().strip())
+    assert [(g.minor, g.gi, g.profile, g.util_mean_pct) for g in s.gpus] == [
+        (1, 1, "3g.20gb", None),
+        (1, 2, "3g.20gb", None),
+        (2, 6, "1g.10gb", None),
+    ]
+    assert [g.mem_total_mib for g in s.gpus] == [19968.0, 19968.0, 9856.0]
+
+
+def test_epilog_never_fails(tmp_path, caplog):
+    caplog.set_level(logging.INFO, logger="slurmgpu.collect")
+    assert epilog(options(tmp_path), {}) == 0
+    assert "SLURM_JOB_ID" in caplog.text
+    assert epilog(options(tmp_path), {"SLURM_JOB_ID": "77"}) == 0
+    assert "no sample saw job 77" in caplog.text
+    # the state path cannot even be created (a file where a directory should be)
+    (tmp_path / "blocker").write_text("")
+    bad = options(tmp_path, state=tmp_path / "blocker" / "state.json")
+    assert epilog(bad, {"SLURM_JOB_ID": "77"}) == 0
+    assert "failed" in caplog.text
+
+
+def test_corrupt_state_is_replaced_and_said(nvml, tmp_path, caplog):
+    (tmp_path / "state.json").write_text("{half a file")
+    serve(nvml, tmp_path, "dgx-h100", lambda d: load_h100(d, [50]))
+    result = collect(options(tmp_path))
+    assert any("not a collector state file" in e for e in result.errors)
+    assert "4242" in json.loads((tmp_path / "state.json").read_text())["jobs"]
+
+
+def test_a_lost_gpu_is_reported_not_dropped_silently(nvml, tmp_path):
+    def change(d):
+        load_h100(d, [80])
+        d["gpus"][3]["lost"] = True
+
+    serve(nvml, tmp_path, "dgx-h100", change)
+    result = collect(options(tmp_path, textfile=tmp_path / "x.prom"))
+    assert result.devices == 7 and result.errors == ["GPU index 3: GPU is lost"]
+    assert 'slurmgpu_collect_errors{node="gpu01"} 1' in (tmp_path / "x.prom").read_text()
+
+
+def test_cli_pass_and_nvml_failure(nvml, tmp_path):
+    serve(nvml, tmp_path, "dgx-h100", lambda d: load_h100(d, [80]))
+    args = ["collect", "--state", str(tmp_path / "s.json"), "--host-root", str(HOST)]
+    out = CliRunner().invoke(main, [*args, "--node", "n1"])
+    assert out.exit_code == 0, out.output
+    assert "8 GPU devices, jobs: 4242 4243" in out.output
+    serve(nvml, tmp_path, "dgx-h100", lambda d: d.update(init_error="DRIVER_NOT_LOADED"))
+    out = CliRunner().invoke(main, args)
+    assert out.exit_code == 1
+    assert out.output.strip().splitlines()[-1] == "slurmgpu: error: NVML: Driver Not Loaded"
+
+
+def test_cli_epilog_exits_zero_even_when_storing_fails(tmp_path):
+    # no scontrol answers for this job: the AdminComment store fails, the epilog still exits 0
+    state = tmp_path / "s.json"
+    state.write_text(
+        json.dumps(
+            {
+                "v": 1,
+                "whole_gpus": {},
+                "jobs": {
+                    "9": {
+                        "user": "a",
+                        "first": 1,
+                        "last": 2,
+                        "samples": 1,
+                        "gpus": {
+                            "0": {
+                                "minor": 0,
+                                "gi": None,
+                                "profile": None,
+                                "uuid": "GPU-x",
+                                "mem_total_mib": 100.0,
+                                "mem_max_mib": 1.0,
+                                "util_sum": 5.0,
+                                "util_samples": 1,
+                                "samples": 1,
+                            }
+                        },
+                    }
+                },
+            }
+        )
+    )
+    log = tmp_path / "epilog.log"
+    env = {"SLURM_JOB_ID": "9", "PATH": str(tmp_path), "SLURM_CONF": "/nonexistent"}
+    out = CliRunner().invoke(
+        main, ["collect", "--epilog", "--state", str(state), "--log-file", str(log)], env=env
+    )
+    assert out.exit_code == 0
+    text = log.read_text()
+    assert "job 9: AdminComment not updated: sacct: command not found" in text
+    # nothing stored it: the summary is in the log, where an admin can still recover it
+    token = text.split("summary stored nowhere; it was: ")[1].split()[0]
+    assert decode(token).gpus[0].util_mean_pct == 5.0
+
+
+def test_cli_unwritable_paths_are_one_line_errors(nvml, tmp_path):
+    serve(nvml, tmp_path, "dgx-h100", lambda d: load_h100(d, [80]))
+    (tmp_path / "file").write_text("")
+    args = ["collect", "--host-root", str(HOST), "--state", str(tmp_path / "file" / "s.json")]
+    out = CliRunner().invoke(main, args)
+    assert out.exit_code == 1 and out.output.startswith("slurmgpu: error: ")
+    assert "/file: " in out.output and len(out.output.splitlines()) == 1
