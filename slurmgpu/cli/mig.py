@@ -111,3 +111,97 @@ def plan(
     if result.unmet:
         missing = ", ".join(f"{k}={v}" for k, v in result.unmet)
         click.secho(f"slurmgpu: warning: demand not met, missing {missing}", fg="yellow", err=True)
+
+
+@mig.command("apply")
+@click.option("--node", required=True, help="The Slurm node (and host) to re-lay out.")
+@click.option("--config", "config_name", default=None, help="mig-parted config name to apply.")
+@click.option(
+    "--config-file",
+    type=click.Path(dir_okay=False),
+    default="/etc/nvidia-mig-manager/config.yaml",
+    show_default=True,
+    help="mig-parted config file (slurmgpu mig plan --format mig-parted).",
+)
+@click.option(
+    "--gres-conf",
+    type=click.Path(dir_okay=False),
+    default="/etc/slurm/gres.conf",
+    show_default=True,
+    help="gres.conf to rewrite (atomically, validated with slurmd -G).",
+)
+@click.option(
+    "--slurm-conf",
+    type=click.Path(dir_okay=False),
+    default=None,
+    help="File with the node's NodeName= line; its Gres= is updated when counts change.",
+)
+@click.option(
+    "--journal-dir",
+    type=click.Path(file_okay=False),
+    default="/var/lib/slurmgpu",
+    show_default=True,
+    help="Where the step journal lives (what --recover reads).",
+)
+@click.option("--host-root", default="/", show_default=True, help="Host tree for inventory.")
+@click.option(
+    "--drain-timeout", default=3600.0, show_default=True, help="Seconds to wait for jobs."
+)
+@click.option("--requeue-qos", multiple=True, help="Requeue running jobs of this QOS (repeatable).")
+@click.option(
+    "--stop-slurmd",
+    default="systemctl stop slurmd",
+    show_default=True,
+    help="Command that stops slurmd on the node.",
+)
+@click.option(
+    "--start-slurmd",
+    default="systemctl start slurmd",
+    show_default=True,
+    help="Command that starts slurmd on the node.",
+)
+@click.option("--no-check", is_flag=True, help="Do not validate the new gres.conf with slurmd -G.")
+@click.option("--recover", is_flag=True, help="Finish or roll back an interrupted apply.")
+def apply(
+    node: str,
+    config_name: str | None,
+    config_file: str,
+    gres_conf: str,
+    slurm_conf: str | None,
+    journal_dir: str,
+    host_root: str,
+    drain_timeout: float,
+    requeue_qos: tuple[str, ...],
+    stop_slurmd: str,
+    start_slurmd: str,
+    no_check: bool,
+    recover: bool,
+) -> None:
+    """Drain NODE, apply a MIG layout, rewrite gres.conf, restart slurmd, resume (journaled)."""
+    import shlex
+    from pathlib import Path
+
+    from slurmgpu.errors import UsageError
+    from slurmgpu.mig import apply as apply_mod
+
+    if not recover and not config_name:
+        raise UsageError("mig apply: give --config NAME (or --recover)")
+    opts = apply_mod.ApplyOptions(
+        node=node,
+        config_name=config_name or "",
+        config_file=Path(config_file),
+        gres_conf=Path(gres_conf),
+        slurm_conf=Path(slurm_conf) if slurm_conf else None,
+        journal_dir=Path(journal_dir),
+        host_root=host_root,
+        drain_timeout_s=drain_timeout,
+        requeue_qos=requeue_qos,
+        stop_slurmd=tuple(shlex.split(stop_slurmd)),
+        start_slurmd=tuple(shlex.split(start_slurmd)),
+    )
+    validate = None if no_check else apply_mod.slurmd_check
+    if recover:
+        journal = apply_mod.recover(opts, validate_gres=validate)
+    else:
+        journal = apply_mod.apply_config(opts, validate_gres=validate)
+    click.echo(f"{node}: mig apply {journal.config_name}: {journal.state}", err=True)

@@ -164,6 +164,10 @@ def _check(handle: _Handle, call: str) -> None:
         raise NVMLError(NVML_ERROR_GPU_IS_LOST)
     failing = handle.gpu.get("errors", {}).get(call)
     if failing:
+        if failing.startswith("once:"):  # a transient error: the next call succeeds
+            del handle.gpu["errors"][call]
+            failing = failing.removeprefix("once:")
+            _state["dirty"] = _state["path"] or os.environ.get(ENV_VAR)
         raise NVMLError(globals()[f"NVML_ERROR_{failing}"])
 
 
