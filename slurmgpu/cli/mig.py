@@ -174,6 +174,7 @@ def apply(
     requeue_qos: tuple[str, ...],
     stop_slurmd: str,
     start_slurmd: str,
+    restart_slurmctld: str,
     no_check: bool,
     recover: bool,
 ) -> None:
@@ -198,6 +199,7 @@ def apply(
         requeue_qos=requeue_qos,
         stop_slurmd=tuple(shlex.split(stop_slurmd)),
         start_slurmd=tuple(shlex.split(start_slurmd)),
+        restart_slurmctld=tuple(shlex.split(restart_slurmctld)),
     )
     validate = None if no_check else apply_mod.slurmd_check
     if recover:

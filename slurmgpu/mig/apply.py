@@ -66,6 +66,11 @@ class ApplyOptions:
     stop_slurmd: tuple[str, ...] = ("systemctl", "stop", "slurmd")
     start_slurmd: tuple[str, ...] = ("systemctl", "start", "slurmd")
     mig_parted: str = "nvidia-mig-parted"
+    # run instead of `scontrol reconfigure` when the node's Gres changes: Slurm 22.05 refuses
+    # a new gres/gpu count for a node with File= on reconfigure ("Attempt to change gres/gpu
+    # Count on node N from 17 to 24 invalid with File configuration", seen on the test
+    # cluster); restarting slurmctld applies it (e.g. `ssh ctl systemctl restart slurmctld`)
+    restart_slurmctld: tuple[str, ...] = ()
     verify_timeout_s: float = 60.0
     env: Mapping[str, str] | None = None
     gres_options: Any = None  # render.gres.GresOptions (default: its defaults + node name)
@@ -289,6 +294,12 @@ class MigApply:
             self.journal.node_line_changed = True
             self._save()
             write_atomic(self.opts.slurm_conf, new_conf)
+            self._reload_controller()
+
+    def _reload_controller(self) -> None:
+        if self.opts.restart_slurmctld:
+            self.slurm.run_command(self.opts.restart_slurmctld)
+        else:
             self.slurm.reconfigure()
 
     def start_slurmd(self) -> None:
@@ -372,7 +383,7 @@ class MigApply:
                     "restore slurm.conf",
                     lambda: write_atomic(self.opts.slurm_conf, j.old_slurm_conf, backup=False),
                 )
-                attempt("scontrol reconfigure", self.slurm.reconfigure)
+                attempt("reload slurmctld", self._reload_controller)
         if "stop_slurmd" in started:
             attempt("start slurmd", self.start_slurmd)
         if "drain" in j.done:
