@@ -205,11 +205,21 @@ def test_importing_does_not_parse_the_file() -> None:
         "from slurmgpu.model import catalog\n"
         "assert catalog._models.cache_info().currsize == 0\n"
         "assert 'tomllib' not in __import__('sys').modules\n"
+        "assert 'pathlib' not in __import__('sys').modules\n"
     )
     subprocess.run([sys.executable, "-c", code], check=True)
 
 
 def test_data_file_is_inside_the_package() -> None:
     # hatch ships every file under slurmgpu/ in the wheel; the loader finds it beside the code
-    assert catalog.DATA_FILE.is_file()
-    assert catalog.DATA_FILE.parent.parent == Path(catalog.__file__).resolve().parents[1]
+    data, compiled = Path(catalog.DATA_FILE), Path(catalog.COMPILED_FILE)
+    assert data.is_file() and compiled.is_file()
+    assert data.parent.parent == Path(catalog.__file__).resolve().parents[1]
+
+
+def test_compiled_json_is_fresh() -> None:
+    # run time reads gpus.json; after editing gpus.toml run `python -m slurmgpu.model.catalog`
+    assert Path(catalog.COMPILED_FILE).read_text(encoding="utf-8") == catalog.compile_json(), (
+        "slurmgpu/data/gpus.json is stale: run python -m slurmgpu.model.catalog"
+    )
+    assert load(catalog.DATA_FILE) == load(catalog.COMPILED_FILE)
