@@ -262,3 +262,39 @@ def test_recover_finishes_a_run_that_started_slurmd(node) -> None:
     runner(opts, stub).run(steps=STEPS[:8])  # crash after start_slurmd
     journal = apply_mod.recover(opts, slurm=stub, sleep=lambda s: None)
     assert journal.state == "done" and stub.state == "IDLE"
+
+
+def test_replace_node_gres_changes_only_that_nodes_gres() -> None:
+    conf = "NodeName=a CPUs=8 Gres=gpu:2\nNodeName=b Gres=gpu:a100:8 CPUs=8\n"
+    new, changed = apply_mod.replace_node_gres(conf, "b", "gpu:1g.5gb:7,gpu:a100:7")
+    assert changed and new.splitlines()[0] == "NodeName=a CPUs=8 Gres=gpu:2"
+    assert new.splitlines()[1] == "NodeName=b CPUs=8 Gres=gpu:1g.5gb:7,gpu:a100:7"
+    same, changed = apply_mod.replace_node_gres(conf, "a", "gpu:2")
+    assert not changed and same.split() == conf.split()
+    with pytest.raises(MigApplyFailed, match="no NodeName=c line"):
+        apply_mod.replace_node_gres(conf, "c", "gpu:1")
+
+
+def test_target_layouts_reads_mig_parted_configs(node, tmp_path) -> None:
+    _double, root, _opts, _ = node
+    inv = nvml.read_inventory(root)
+    config = tmp_path / "cfg.yaml"
+    config.write_text(
+        "version: v1\nmig-configs:\n"
+        "  mixed:\n"
+        "    - devices: all\n      mig-enabled: false\n"
+        "  filtered:\n"
+        '    - device-filter: ["0x233010DE"]\n      devices: all\n      mig-enabled: true\n'
+        '      mig-devices: {"1g.10gb": 7}\n'
+        '    - device-filter: "0x20B010DE"\n      devices: [0, 1]\n      mig-enabled: true\n'
+        '      mig-devices: {"3g.20gb": 2}\n'
+        "    - devices: [2, 3, 4, 5, 6, 7]\n      mig-enabled: false\n"
+        "  toobig:\n"
+        '    - devices: all\n      mig-enabled: true\n      mig-devices: {"4g.20gb": 2}\n'
+    )
+    assert set(apply_mod.target_layouts(config, "mixed", inv).values()) == {None}
+    layouts = apply_mod.target_layouts(config, "filtered", inv)
+    assert layouts[0].label == "3g.20gb x2" and layouts[1].label == "3g.20gb x2"
+    assert all(layouts[i] is None for i in range(2, 8))
+    with pytest.raises(UsageError, match="does not fit one a100-sxm4-40gb"):
+        apply_mod.target_layouts(config, "toobig", inv)

@@ -161,3 +161,23 @@ def test_cli_plan_text_and_errors(tmp_path) -> None:
     assert bad.exit_code == 2 and "slurmgpu: error: --demand 1g.99gb" in bad.output
     both = runner.invoke(main, ["mig", "plan", "--snapshot", snap])
     assert both.exit_code == 2 and "either as --demand" in both.output
+
+
+def test_cli_plan_from_sacct_and_gres_preview() -> None:
+    runner = CliRunner()
+    snap = str(EXAMPLES / "dgx-a100-mig.json")
+    measured = runner.invoke(
+        main,
+        ["mig", "plan", "--snapshot", snap, "--sacct-file", "tests/data/sacct/synthetic-mix.txt"],
+    )
+    assert measured.exit_code == 0, measured.output
+    assert "p95 concurrency from tests/data/sacct/synthetic-mix.txt" in measured.output
+    preview = runner.invoke(
+        main,
+        [
+            *("mig", "plan", "--snapshot", snap, "--demand", "1g.5gb=7"),
+            *("--format", "gres", "--slurm-version", "22.05.8"),
+        ],
+    )
+    assert preview.exit_code == 0, preview.output
+    assert "GresTypes=gpu" in preview.output and "AutoDetect=off" in preview.output
