@@ -160,7 +160,14 @@ def plan(
     show_default=True,
     help="Command that starts slurmd on the node.",
 )
+@click.option(
+    "--restart-slurmctld",
+    default="",
+    help="Command run instead of `scontrol reconfigure` when the node's Gres changes "
+    "(Slurm 22.05 only takes a new GPU count with File= on a slurmctld restart).",
+)
 @click.option("--no-check", is_flag=True, help="Do not validate the new gres.conf with slurmd -G.")
+@click.option("--slurm-version", default=None, help="Target Slurm X.Y[.Z] for gres.conf.")
 @click.option("--recover", is_flag=True, help="Finish or roll back an interrupted apply.")
 def apply(
     node: str,
@@ -176,14 +183,17 @@ def apply(
     start_slurmd: str,
     restart_slurmctld: str,
     no_check: bool,
+    slurm_version: str | None,
     recover: bool,
 ) -> None:
     """Drain NODE, apply a MIG layout, rewrite gres.conf, restart slurmd, resume (journaled)."""
     import shlex
     from pathlib import Path
 
+    from slurmgpu.cli.gres import _slurm_version
     from slurmgpu.errors import UsageError
     from slurmgpu.mig import apply as apply_mod
+    from slurmgpu.render.gres import GresOptions
 
     if not recover and not config_name:
         raise UsageError("mig apply: give --config NAME (or --recover)")
@@ -200,6 +210,8 @@ def apply(
         stop_slurmd=tuple(shlex.split(stop_slurmd)),
         start_slurmd=tuple(shlex.split(start_slurmd)),
         restart_slurmctld=tuple(shlex.split(restart_slurmctld)),
+        # Cores= rules differ by release (gen-gres's --slurm-version): the live one by default
+        gres_options=GresOptions(slurm_version=_slurm_version(slurm_version), node_name=node),
     )
     validate = None if no_check else apply_mod.slurmd_check
     if recover:

@@ -298,3 +298,25 @@ def test_target_layouts_reads_mig_parted_configs(node, tmp_path) -> None:
     assert all(layouts[i] is None for i in range(2, 8))
     with pytest.raises(UsageError, match="does not fit one a100-sxm4-40gb"):
         apply_mod.target_layouts(config, "toobig", inv)
+
+
+def test_cli_apply_wiring(node, tmp_path) -> None:
+    from click.testing import CliRunner
+
+    from slurmgpu.cli import main
+
+    _double, root, opts, _ = node
+    runner = CliRunner()
+    common = [
+        *("mig", "apply", "--node", NODE, "--config-file", str(opts.config_file)),
+        *("--gres-conf", str(opts.gres_conf), "--slurm-conf", str(opts.slurm_conf)),
+        *("--journal-dir", str(tmp_path / "j"), "--host-root", str(root)),
+        *("--slurm-version", "22.05.8", "--restart-slurmctld", "true"),
+    ]
+    bad = runner.invoke(main, [*common, "--config", "nope"])
+    assert bad.exit_code == 2, bad.output
+    assert "slurmgpu: error: --config nope: not in" in bad.output
+    none = runner.invoke(main, [*common, "--recover"])
+    assert none.exit_code == 2 and "nothing to recover" in none.output
+    missing = runner.invoke(main, common)
+    assert missing.exit_code == 2 and "give --config NAME" in missing.output
