@@ -104,9 +104,13 @@ def plan(
     if output == "-":
         click.echo(text, nl=False)
     else:
+        from slurmgpu.errors import UsageError
         from slurmgpu.util.atomic import write_atomic
 
-        write_atomic(output, text)
+        try:
+            write_atomic(output, text)
+        except OSError as exc:
+            raise UsageError(f"--output {output}: cannot write: {exc.strerror}") from None
         click.echo(f"wrote {output}", err=True)
     if result.unmet:
         missing = ", ".join(f"{k}={v}" for k, v in result.unmet)

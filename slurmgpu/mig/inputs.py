@@ -6,7 +6,7 @@ import os
 from collections.abc import Sequence
 from pathlib import Path
 
-from slurmgpu.errors import UsageError
+from slurmgpu.errors import SnapshotError, UsageError
 from slurmgpu.model.inventory import Inventory
 
 
@@ -26,4 +26,10 @@ def load_nodes(
         if not found:
             raise UsageError(f"--snapshot-dir {directory}: no *.json snapshot in it")
         paths += found
-    return [snapshot.load(p) for p in paths]
+    out = []
+    for path in paths:
+        try:
+            out.append(snapshot.load(path))
+        except UnicodeDecodeError as exc:  # a binary file given as a snapshot
+            raise SnapshotError(f"{path}: not a JSON snapshot ({exc.reason})") from None
+    return out

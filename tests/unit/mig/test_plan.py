@@ -181,3 +181,21 @@ def test_cli_plan_from_sacct_and_gres_preview() -> None:
     )
     assert preview.exit_code == 0, preview.output
     assert "GresTypes=gpu" in preview.output and "AutoDetect=off" in preview.output
+
+
+def test_cli_user_mistakes_are_one_line(tmp_path) -> None:
+    runner = CliRunner()
+    bad = tmp_path / "bad.json"
+    bad.write_bytes(b"\xff{}")
+    snap = str(EXAMPLES / "dgx-a100-mig.json")
+    cases = [
+        (["--snapshot", str(bad), "--demand", "1g=1"], "not a JSON snapshot"),
+        (["--snapshot", snap, "--demand", "1g=1", "-o", str(tmp_path / "no/dir/x")], "--output"),
+        (["--snapshot-dir", str(tmp_path / "none"), "--demand", "1g=1"], "not a directory"),
+        (["--snapshot", snap, "--sacct-file", "x", "--gpu-model", "t4"], "not a MIG-capable"),
+    ]
+    for args, message in cases:
+        result = runner.invoke(main, ["mig", "plan", *args])
+        assert result.exit_code in (1, 2), result.output
+        assert result.exception is None or isinstance(result.exception, SystemExit), args
+        assert "slurmgpu: error:" in result.output and message in result.output, result.output
