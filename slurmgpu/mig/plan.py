@@ -3,9 +3,9 @@
 Greedy over the catalogue's maximal layouts (no slice left idle by choice): each round carves
 the GPU + layout that serves the most still-unmet compute slices (ties: the GPU's current
 layout, then a GPU already in MIG mode, then the highest index, so low indices stay whole).
-It stops when the demand is met or no GPU may be carved (`keep_whole` per node). The plan
-states a lower bound (total slices / slices per GPU) beside what the greedy used, so a gap is
-visible rather than hidden.
+It stops when the demand is met or no GPU may be carved (`keep_whole` per node). With one GPU
+model, a bounded exact search then looks for the demand in fewer layouts. The plan states a
+lower bound beside the GPUs carved, so a gap is visible rather than hidden.
 """
 
 from __future__ import annotations
@@ -136,18 +136,79 @@ def _check_items(demand: Demand, models: Sequence[GpuModel]) -> None:
             )
 
 
+def _needs(model: GpuModel, items: Sequence[tuple[str, int]]) -> dict[str, int] | None:
+    """{profile name: instances} a demand asks of `model` (None: an item it cannot serve)."""
+    need: dict[str, int] = {}
+    for item, n in items:
+        profile = _profile(model, item)
+        if profile is None:
+            return None
+        need[profile.name] = need.get(profile.name, 0) + n
+    return need
+
+
+def _bound(model: GpuModel, need: dict[str, int]) -> int:
+    """GPUs no layout set can go below: compute and memory slices, per-profile maxima, and
+    one GPU per instance bigger than half a GPU."""
+    profiles = {name: model.profile(name) for name in need}
+    compute = sum(n * profiles[k].gpu_slices for k, n in need.items() if n > 0)
+    memory = sum(n * profiles[k].memory_slices for k, n in need.items() if n > 0)
+    per_profile = max(
+        (math.ceil(n / profiles[k].max_instances) for k, n in need.items() if n > 0), default=0
+    )
+    # two instances of more than half the compute slices never share a GPU (4g, 7g on a 7)
+    big = sum(
+        n for k, n in need.items() if n > 0 and 2 * profiles[k].gpu_slices > model.compute_slices
+    )
+    return max(
+        math.ceil(compute / model.compute_slices),
+        math.ceil(memory / model.memory_slices),
+        per_profile,
+        big,
+    )
+
+
 def _lower_bound(demand: Demand, models: Sequence[GpuModel]) -> int | None:
     if len({m.key for m in models}) != 1:
         return None
-    model = models[0]
-    compute = memory = 0
-    for item, n in demand.items:
-        profile = profile_for(model, item)
-        if profile is None:
+    need = _needs(models[0], demand.items)
+    return None if need is None else _bound(models[0], need)
+
+
+def fewest_layouts(
+    model: GpuModel, need: dict[str, int], most: int, budget: int = 50_000
+) -> list[Layout] | None:
+    """The fewest maximal layouts (at most `most`) whose instances cover `need`, by a
+    bounded search (`budget` nodes); None when none is found within the bounds."""
+    useful = [
+        (lay, lay.counts) for lay in maximal_layouts(model.key) if set(lay.counts) & set(need)
+    ]
+    visited = 0
+
+    def search(first: int, left: int, need_left: dict[str, int], chosen: list[Layout]):
+        nonlocal visited
+        if not any(n > 0 for n in need_left.values()):
+            return list(chosen)
+        if left == 0 or _bound(model, need_left) > left or visited >= budget:
             return None
-        compute += n * profile.gpu_slices
-        memory += n * profile.memory_slices
-    return max(math.ceil(compute / model.compute_slices), math.ceil(memory / model.memory_slices))
+        for i in range(first, len(useful)):
+            visited += 1
+            lay, counts = useful[i]
+            if not any(need_left.get(k, 0) > 0 for k in counts):
+                continue
+            rest = {k: n - counts.get(k, 0) for k, n in need_left.items()}
+            found = search(i, left - 1, rest, [*chosen, lay])
+            if found is not None:
+                return found
+        return None
+
+    for k in range(_bound(model, need), most + 1):
+        found = search(0, k, dict(need), [])
+        if found is not None:
+            return found
+        if visited >= budget:
+            return None
+    return None
 
 
 def plan(
@@ -173,7 +234,8 @@ def plan(
     remaining: Counter[str] = Counter(dict(demand.items))
     chosen: dict[tuple[str, int], Layout] = {}
     spare: Counter[str] = Counter()
-    allowance = {inv.node_name: max(0, len(inv.gpus) - keep_whole) for inv in inventories}
+    allowance_of = {inv.node_name: max(0, len(inv.gpus) - keep_whole) for inv in inventories}
+    allowance = dict(allowance_of)
     gpus = [
         (inv, gpu, gpu.model)
         for inv in inventories
@@ -214,6 +276,7 @@ def plan(
         allowance[inv.node_name] -= 1
         spare += _serve(model, layout, remaining)
 
+    chosen, spare = _improve(inventories, gpus, demand, chosen, spare, remaining, allowance_of)
     nodes = tuple(
         NodePlan(
             inventory=inv,
@@ -275,3 +338,37 @@ def plan_nodes(
                 f"--sacct-file: no run in {', '.join(sacct_files)} fits a {model.key} MIG slice"
             )
     return plan(inventories, demand, keep_whole=keep_whole, config_prefix=config_prefix)
+
+
+def _improve(inventories, gpus, demand, chosen, spare, remaining, allowance_of):
+    """One GPU model and the greedy met the demand: look for a plan with fewer GPUs carved
+    (bounded exact search) and, when found, give its layouts to GPUs as the greedy would."""
+    models = {model.key: model for _, _, model in gpus}
+    if +remaining or len(models) != 1 or not chosen:
+        return chosen, spare
+    model = next(iter(models.values()))
+    need = _needs(model, demand.items)
+    better = fewest_layouts(model, need, len(chosen) - 1) if need else None
+    if better is None:
+        return chosen, spare
+    allowance = dict(allowance_of)
+    placed: dict[tuple[str, int], Layout] = {}
+    free = [(inv, gpu) for inv, gpu, _ in gpus]
+    # a layout a GPU already has stays on that GPU; then MIG GPUs, then the highest index
+    for layout in sorted(better, key=lambda lay: lay.label):
+        names = sorted(p.profile.name for p in layout.placements)
+        candidates = [
+            (sorted(_current(gpu)) == names, gpu.mig_enabled, gpu.index, inv, gpu)
+            for inv, gpu in free
+            if allowance[inv.node_name] > 0 and (inv.node_name, gpu.index) not in placed
+        ]
+        same, _, _, inv, gpu = max(candidates, key=lambda c: c[:3])
+        if same:
+            layout = place(model, Counter(_current(gpu))) or layout
+        placed[(inv.node_name, gpu.index)] = layout
+        allowance[inv.node_name] -= 1
+    left: Counter[str] = Counter(dict(demand.items))
+    new_spare: Counter[str] = Counter()
+    for layout in placed.values():
+        new_spare += _serve(model, layout, left)
+    return placed, new_spare

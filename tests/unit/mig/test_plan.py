@@ -199,3 +199,23 @@ def test_cli_user_mistakes_are_one_line(tmp_path) -> None:
         assert result.exit_code in (1, 2), result.output
         assert result.exception is None or isinstance(result.exception, SystemExit), args
         assert "slurmgpu: error:" in result.output and message in result.output, result.output
+
+
+def test_exact_search_beats_the_greedy_where_it_can() -> None:
+    # greedy alone carves 4 here (it fills GPUs with 2g first); 3 suffice:
+    # 2g x3 + 1g, 2g x3 + 1g, 2g x2 + 1g x3 (8 x 2g, 5 x 1g)
+    node = node_of("NVIDIA H100 80GB HBM3")
+    result = plan([node], parse_demand(["2g.20gb=8", "1g.10gb=5"]))
+    assert result.met and result.carved == 3 == result.lower_bound
+    carved = [g.layout for g in result.nodes[0].gpus if g.layout]
+    total: dict[str, int] = {}
+    for lay in carved:
+        for name, n in lay.counts.items():
+            total[name] = total.get(name, 0) + n
+    assert total["2g.20gb"] >= 8 and total["1g.10gb"] >= 5
+
+
+def test_lower_bound_counts_instances_bigger_than_half_a_gpu() -> None:
+    # 4g and 7g never share a GPU: 3 + 2 GPUs at least, though the slices would fit in 4
+    result = plan([node_of("NVIDIA A100-SXM4-40GB")], parse_demand(["4g=3", "7g=2"]))
+    assert result.lower_bound == 5 and result.carved == 5
