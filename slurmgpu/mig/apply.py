@@ -299,6 +299,9 @@ class MigApply:
     def _reload_controller(self) -> None:
         if self.opts.restart_slurmctld:
             self.slurm.run_command(self.opts.restart_slurmctld)
+            # a drain set moments before a restart can be lost with the unsaved node state
+            # (seen on the test cluster): set it again so no job lands before `verify`
+            self.drain()
         else:
             self.slurm.reconfigure()
 
@@ -323,7 +326,9 @@ class MigApply:
             self.sleep(min(self.opts.poll_s, 2.0))
 
     def resume(self) -> None:
-        self.slurm.resume(self.opts.node)
+        state = self.slurm.node_record(self.opts.node).get("State", "")
+        if "DRAIN" in state or "DOWN" in state:
+            self.slurm.resume(self.opts.node)
 
     # running and undoing ---------------------------------------------------------------------
     def prepare(self) -> None:

@@ -71,9 +71,10 @@ class SlurmStub:
     def node_record(self, node):
         self.calls.append(("show", node))
         if "verify" in self.fail:
-            return {"Gres": OLD_LINE.split("Gres=")[1]}
+            return {"Gres": OLD_LINE.split("Gres=")[1], "State": self.state}
         line = next(x for x in self.slurm_conf.read_text().splitlines() if x.startswith("NodeName"))
-        return {"NodeName": node, "Gres": line.split("Gres=")[1].split()[0]}
+        gres = line.split("Gres=")[1].split()[0]
+        return {"NodeName": node, "Gres": gres, "State": self.state}
 
     def run_command(self, argv, timeout=120.0):
         from slurmgpu.util.proc import run
