@@ -22,7 +22,7 @@ import json
 import shutil
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -270,9 +270,7 @@ class MigApply:
         assert self.inv is not None
         opts = self.opts.gres_options or gres.GresOptions()
         if opts.node_name is None:
-            import dataclasses
-
-            opts = dataclasses.replace(opts, node_name=self.opts.node)
+            opts = replace(opts, node_name=self.opts.node)
         sha = inventory_sha256(self.inv)
         text = gres.render_gres_conf(self.inv, opts, inventory_sha256=sha)
         line = gres.node_line(self.inv, opts)
@@ -473,9 +471,7 @@ def recover(opts: ApplyOptions, **kwargs: Any) -> Journal:
     journal = Journal.load(opts.journal)
     if journal.state != "running":
         return journal
-    runner = MigApply(
-        ApplyOptions(**{**asdict_shallow(opts), "config_name": journal.config_name}), **kwargs
-    )
+    runner = MigApply(replace(opts, config_name=journal.config_name), **kwargs)
     runner.journal = journal
     if "start_slurmd" in journal.done:
         return runner.run()
@@ -484,12 +480,6 @@ def recover(opts: ApplyOptions, **kwargs: Any) -> Journal:
     if problems:
         raise MigApplyFailed(f"{opts.node}: rollback incomplete: {'; '.join(problems)}")
     return journal
-
-
-def asdict_shallow(opts: ApplyOptions) -> dict[str, Any]:
-    import dataclasses
-
-    return {f.name: getattr(opts, f.name) for f in dataclasses.fields(opts)}
 
 
 def slurmd_check(gres_text: str, node_line: str) -> None:

@@ -53,12 +53,14 @@ class Layout:
     @property
     def label(self) -> str:
         """`3g.40gb + 2g.20gb + 1g.10gb x2` (biggest first), or `empty`."""
-        items = sorted(self.counts.items(), key=lambda kv: (-_size(kv[0]), kv[0]))
-        return " + ".join(n if c == 1 else f"{n} x{c}" for n, c in items) or "empty"
+        return counts_label(p.profile.name for p in self.placements) or "empty"
 
 
-def _size(profile_name: str) -> int:
-    return int(profile_name.split("g.", 1)[0])
+def counts_label(profile_names: Iterable[str]) -> str:
+    """Profile names as `3g.40gb + 1g.10gb x2`: biggest first, repeats counted."""
+    counts = Counter(profile_names)
+    items = sorted(counts.items(), key=lambda kv: (-int(kv[0].split("g.", 1)[0]), kv[0]))
+    return " + ".join(n if c == 1 else f"{n} x{c}" for n, c in items)
 
 
 def fits(model: GpuModel, placements: Iterable[Placement]) -> str | None:

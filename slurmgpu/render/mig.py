@@ -12,6 +12,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from slurmgpu import __version__
+from slurmgpu.mig.layout import counts_label
 from slurmgpu.mig.plan import GpuPlan, MigPlan, NodePlan
 from slurmgpu.render.templating import render
 
@@ -38,14 +39,6 @@ class GpuRow:
     now: str
     planned: str
     changes: bool
-
-
-def _counts_label(names: Iterable[str]) -> str:
-    counts: dict[str, int] = {}
-    for n in names:
-        counts[n] = counts.get(n, 0) + 1
-    items = sorted(counts.items(), key=lambda kv: (-int(kv[0].split("g.")[0]), kv[0]))
-    return " + ".join(n if c == 1 else f"{n} x{c}" for n, c in items)
 
 
 def _target(gp: GpuPlan) -> tuple[bool, tuple[tuple[str, int], ...]]:
@@ -88,7 +81,7 @@ def render_mig_parted(plan: MigPlan) -> str:
 def _row(gp: GpuPlan) -> GpuRow:
     now = "whole"
     if gp.gpu.mig_enabled:
-        now = _counts_label(gp.current) or "MIG on, no instances"
+        now = counts_label(gp.current) or "MIG on, no instances"
     planned = gp.layout.label if gp.layout is not None else "whole"
     model = gp.model.key if gp.model else gp.gpu.name
     return GpuRow(gp.gpu.index, model, now, planned, gp.changes)
