@@ -26,6 +26,7 @@ LAZY_COMMANDS: dict[str, str] = {
     "analyze": "slurmgpu.cli.accounting:analyze",
     "report": "slurmgpu.cli.report:report",
     "collect": "slurmgpu.cli.collect:collect",
+    "mig": "slurmgpu.cli.mig:mig",
 }
 
 

@@ -30,6 +30,60 @@ A100_40_PROFILES = {
 }
 
 
+# NVML GPU-instance profile tables the double serves (nvmlDeviceGetGpuInstanceProfileInfo,
+# ...PossiblePlacements): (name, nvidia-smi profile id, NVML profile enum, compute slices,
+# placement size in memory slices, max instances, placement starts), then memory MiB and SMs.
+# facts: mig-profiles.json (real -lgip/-lgipp ids and placements; memory as the catalogue)
+_G7 = [
+    (19, 0, 1, 1, 7, (0, 1, 2, 3, 4, 5, 6)),
+    (20, 7, 1, 1, 1, (0, 1, 2, 3, 4, 5, 6)),
+    (15, 9, 1, 2, 4, (0, 2, 4, 6)),
+    (14, 1, 2, 2, 3, (0, 2, 4)),
+    (9, 2, 3, 4, 2, (0, 4)),
+    (5, 3, 4, 4, 1, (0,)),
+    (0, 4, 7, 8, 1, (0,)),
+]
+
+
+def _profile_table(names_mib: list[tuple[str, int]], sms: tuple[int, ...]) -> list[dict]:
+    return [
+        {
+            "name": name,
+            "id": pid,
+            "enum": enum,
+            "slices": g,
+            "memory_slices": size,
+            "instances": most,
+            "memory_mib": mib,
+            "placements": list(starts),
+            "sm": sm,
+        }
+        for (name, mib), (pid, enum, g, size, most, starts), sm in zip(
+            names_mib, _G7, sms, strict=True
+        )
+    ]
+
+
+A100_40_TABLE = [
+    ("1g.5gb", 4864),
+    ("1g.5gb+me", 4864),
+    ("1g.10gb", 9856),
+    ("2g.10gb", 9856),
+    ("3g.20gb", 19968),
+    ("4g.20gb", 19968),
+    ("7g.40gb", 40192),
+]
+H100_80_TABLE = [
+    ("1g.10gb", 9984),
+    ("1g.10gb+me", 9984),
+    ("1g.20gb", 20091),
+    ("2g.20gb", 20091),
+    ("3g.40gb", 40448),
+    ("4g.40gb", 40448),
+    ("7g.80gb", 81152),
+]
+
+
 def _uuid(kind: str, *parts: object) -> str:
     return f"{kind}-{uuid.uuid5(NAMESPACE, '/'.join(map(str, parts)))}"
 
@@ -116,6 +170,7 @@ def dgx_a100() -> dict:
         "source": "facts/nvml/topo-dgx-a100.json, facts/nvml/mig-profiles.json",
         "driver_version": "535.129.03",
         "nvml_version": "12.535.129.03",
+        "mig_profiles": _profile_table(A100_40_TABLE, (14, 14, 14, 28, 42, 56, 98)),
         "gpus": gpus,
         "host": {
             "hostname": "dgxa100",
@@ -166,6 +221,8 @@ def dgx_h100() -> dict:
         "source": "facts/nvml/topo-dgx-h100.json",
         "driver_version": "550.54.15",
         "nvml_version": "12.550.54.15",
+        # SMs per profile as a real H100 80GB HBM3 -lgip prints them
+        "mig_profiles": _profile_table(H100_80_TABLE, (16, 16, 26, 32, 60, 64, 132)),
         "gpus": gpus,
         "host": {
             "hostname": "dgxh100",

@@ -9,6 +9,7 @@ named by the environment variable SLURMGPU_FAKE_NVML_MACHINE (read at nvmlInit) 
 
 from __future__ import annotations
 
+import ctypes
 import json
 import os
 from types import SimpleNamespace
@@ -35,12 +36,20 @@ NVML_ERROR_GPU_IS_LOST = 15
 NVML_ERROR_RESET_REQUIRED = 16
 NVML_ERROR_OPERATING_SYSTEM = 17
 NVML_ERROR_LIB_RM_VERSION_MISMATCH = 18
+NVML_ERROR_IN_USE = 19
+NVML_ERROR_MEMORY = 20
+NVML_ERROR_NO_DATA = 21
+NVML_ERROR_INSUFFICIENT_RESOURCES = 23
+NVML_ERROR_INVALID_STATE = 29
 NVML_ERROR_UNKNOWN = 999
 
 NVML_FEATURE_DISABLED = 0
 NVML_FEATURE_ENABLED = 1
 NVML_DEVICE_MIG_DISABLE = 0x0
 NVML_DEVICE_MIG_ENABLE = 0x1
+NVML_COMPUTE_INSTANCE_ENGINE_PROFILE_SHARED = 0x0
+# nvmlComputeInstanceProfile: the CI profile enum for a CI of N compute slices
+_CI_PROFILE_FOR_SLICES = {1: 0x0, 2: 0x1, 3: 0x2, 4: 0x3, 7: 0x4, 8: 0x5, 6: 0x6}
 NVML_NVLINK_MAX_LINKS = 36
 NVML_NVLINK_DEVICE_TYPE_GPU = 0x00
 NVML_NVLINK_DEVICE_TYPE_IBMNPU = 0x01
@@ -66,6 +75,7 @@ _MESSAGES = {
     NVML_ERROR_RESET_REQUIRED: "GPU requires restart",
     NVML_ERROR_OPERATING_SYSTEM: "The operating system has blocked the request.",
     NVML_ERROR_LIB_RM_VERSION_MISMATCH: "RM has detected an NVML/RM version mismatch.",
+    NVML_ERROR_MEMORY: "Insufficient Memory",
     NVML_ERROR_UNKNOWN: "Unknown Error",
 }
 
@@ -122,7 +132,7 @@ def nvmlExceptionClass(nvmlErrorCode):
 
 
 # -- the recorded machine -----------------------------------------------------------------------
-_state: dict[str, object] = {"machine": None, "path": None, "initialized": False}
+_state: dict[str, object] = {"machine": None, "path": None, "initialized": False, "dirty": None}
 
 
 def use_machine(path) -> None:
@@ -130,6 +140,7 @@ def use_machine(path) -> None:
     _state["path"] = str(path)
     _state["machine"] = None
     _state["initialized"] = False
+    _state["dirty"] = None
 
 
 def _machine() -> dict:
@@ -153,6 +164,10 @@ def _check(handle: _Handle, call: str) -> None:
         raise NVMLError(NVML_ERROR_GPU_IS_LOST)
     failing = handle.gpu.get("errors", {}).get(call)
     if failing:
+        if failing.startswith("once:"):  # a transient error: the next call succeeds
+            del handle.gpu["errors"][call]
+            failing = failing.removeprefix("once:")
+            _state["dirty"] = _state["path"] or os.environ.get(ENV_VAR)
         raise NVMLError(globals()[f"NVML_ERROR_{failing}"])
 
 
@@ -161,6 +176,9 @@ def nvmlInitWithFlags(flags):
     path = _state["path"] or os.environ.get(ENV_VAR)
     if not path:
         raise NVMLError(NVML_ERROR_LIBRARY_NOT_FOUND)
+    if _state.get("dirty") == path and _state["machine"] is not None:
+        _state["initialized"] = True  # a changed machine keeps its state, like a real GPU
+        return None
     with open(path, encoding="utf-8") as fh:
         machine = json.load(fh)
     if machine.get("init_error"):
@@ -413,3 +431,339 @@ def nvmlDeviceGetNvLinkRemotePciInfo(device, link):
 def nvmlDeviceGetNvLinkRemoteDeviceType(handle, link):
     info = _link(handle, link, "nvmlDeviceGetNvLinkRemoteDeviceType")
     return info["remote_type"]
+
+
+# -- MIG management ------------------------------------------------------------------------------
+# State changes live in the loaded machine (in memory): a later nvmlInit of the same machine
+# keeps them, as a real GPU keeps its instances across processes. With the environment
+# variable SLURMGPU_FAKE_NVML_WRITE=1 they are also written back to the machine file, so a
+# child process (slurmgpu mig apply, then slurmgpu inventory) sees what the parent created.
+# Semantics and return codes follow NVML's documentation (nvml.h, "Multi Instance GPU
+# Management"): creating needs MIG mode on (NOT_SUPPORTED otherwise) and free slices on the
+# placement grid (INSUFFICIENT_RESOURCES); destroying an instance that holds compute
+# instances or processes is IN_USE; nvmlDeviceSetMigMode reports IN_USE in its activation
+# status when the GPU is not idle. GPU-instance ids follow the driver's tree numbering over
+# the memory-slice grid (full GPU 0, halves 1-2, quarters 3-6, eighths 7-14).
+WRITE_VAR = "SLURMGPU_FAKE_NVML_WRITE"
+
+
+class c_nvmlGpuInstancePlacement_t(ctypes.Structure):
+    _fields_ = [("start", ctypes.c_uint), ("size", ctypes.c_uint)]
+
+
+class _GpuInstance:
+    def __init__(self, gpu: dict, gi: dict):
+        self.gpu = gpu
+        self.gi = gi
+
+
+class _ComputeInstance:
+    def __init__(self, gpu: dict, gi: dict, ci_id: int):
+        self.gpu = gpu
+        self.gi = gi
+        self.ci_id = ci_id
+
+
+def _save() -> None:
+    _state["dirty"] = _state["path"] or os.environ.get(ENV_VAR)
+    if os.environ.get(WRITE_VAR) == "1" and _state["dirty"]:
+        tmp = f"{_state['dirty']}.tmp"
+        with open(tmp, "w", encoding="utf-8") as fh:
+            json.dump(_machine(), fh, indent=1)
+        os.replace(tmp, _state["dirty"])
+
+
+def _profiles() -> list[dict]:
+    return _machine().get("mig_profiles", [])
+
+
+def _grid() -> int:
+    return max((p["memory_slices"] for p in _profiles()), default=8)
+
+
+def _gi_number(start: int, size: int) -> int:
+    return _grid() // size - 1 + start // size
+
+
+def _instances(gpu: dict) -> list[dict]:
+    """The GPU's GPU instances [{id, profile, start, size, cis: [ci ids]}], from its MIG devices."""
+    if "gpu_instances" not in gpu:
+        by_name = {p["name"]: p for p in _profiles()}
+        gis: dict[int, dict] = {}
+        for mig in gpu.get("mig_devices", []):
+            prof = by_name[mig["profile"]]
+            size = prof["memory_slices"]
+            start = (mig["gi_id"] - (_grid() // size - 1)) * size
+            gi = gis.setdefault(
+                mig["gi_id"],
+                {
+                    "id": mig["gi_id"],
+                    "profile": prof["id"],
+                    "start": start,
+                    "size": size,
+                    "cis": [],
+                },
+            )
+            gi["cis"].append(mig["ci_id"])
+        gpu["gpu_instances"] = sorted(gis.values(), key=lambda g: g["id"])
+    return gpu["gpu_instances"]
+
+
+def _profile_by_id(profile_id: int) -> dict:
+    for p in _profiles():
+        if p["id"] == profile_id:
+            return p
+    raise NVMLError(NVML_ERROR_INVALID_ARGUMENT)
+
+
+def _rebuild_mig_devices(gpu: dict) -> None:
+    """NVML's MIG device handles: one per compute instance, indexed in GI/CI order."""
+    import uuid as _uuid
+
+    devices = []
+    for gi in sorted(_instances(gpu), key=lambda g: g["id"]):
+        prof = _profile_by_id(gi["profile"])
+        for ci in sorted(gi["cis"]):
+            name = f"{gpu['uuid']}/{gi['id']}/{ci}"
+            devices.append(
+                {
+                    "index": len(devices),
+                    "gi_id": gi["id"],
+                    "ci_id": ci,
+                    "profile": prof["name"],
+                    "gpu_slices": prof["slices"],
+                    "memory_mib": prof["memory_mib"],
+                    "uuid": f"MIG-{_uuid.uuid5(_uuid.NAMESPACE_OID, name)}",
+                }
+            )
+    gpu["mig_devices"] = devices
+
+
+def _mig_on(device, call: str) -> dict:
+    _check(device, call)
+    gpu = device.gpu
+    if device.mig or gpu.get("mig_mode") is None:
+        raise NVMLError(NVML_ERROR_NOT_SUPPORTED)
+    return gpu
+
+
+def nvmlDeviceSetMigMode(device, mode):
+    gpu = _mig_on(device, "nvmlDeviceSetMigMode")
+    if mode not in (NVML_DEVICE_MIG_DISABLE, NVML_DEVICE_MIG_ENABLE):
+        raise NVMLError(NVML_ERROR_INVALID_ARGUMENT)
+    gpu["mig_mode"] = [gpu["mig_mode"][0], mode]
+    if gpu.get("processes") or (mode == NVML_DEVICE_MIG_DISABLE and _instances(gpu)):
+        _save()
+        return NVML_ERROR_IN_USE  # activation failed: the GPU is not idle; pending stays set
+    gpu["mig_mode"] = [mode, mode]
+    if mode == NVML_DEVICE_MIG_DISABLE:
+        gpu["gpu_instances"] = []
+        gpu["mig_devices"] = []
+    _save()
+    return NVML_SUCCESS
+
+
+def nvmlDeviceGetGpuInstanceProfileInfo(device, profile, version=2):
+    _mig_on(device, "nvmlDeviceGetGpuInstanceProfileInfo")
+    for p in _profiles():
+        if p["enum"] == profile:
+            return SimpleNamespace(
+                id=p["id"],
+                isP2pSupported=0,
+                sliceCount=p["slices"],
+                instanceCount=p["instances"],
+                multiprocessorCount=p["sm"],
+                copyEngineCount=p["slices"],
+                decoderCount=0,
+                encoderCount=0,
+                jpegCount=0,
+                ofaCount=0,
+                memorySizeMB=p["memory_mib"],
+                name=f"MIG {p['name']}",
+            )
+    if 0 <= profile < 0x12:
+        raise NVMLError(NVML_ERROR_NOT_SUPPORTED)  # a real profile this GPU does not offer
+    raise NVMLError(NVML_ERROR_INVALID_ARGUMENT)
+
+
+def nvmlDeviceGetGpuInstancePossiblePlacements(device, profileId, placementsRef, countRef):
+    _mig_on(device, "nvmlDeviceGetGpuInstancePossiblePlacements")
+    prof = _profile_by_id(profileId)
+    count = countRef._obj if hasattr(countRef, "_obj") else countRef
+    if placementsRef is not None:
+        for i, start in enumerate(prof["placements"]):
+            placementsRef[i].start = start
+            placementsRef[i].size = prof["memory_slices"]
+    count.value = len(prof["placements"])
+    return NVML_SUCCESS
+
+
+def nvmlDeviceGetGpuInstanceRemainingCapacity(device, profileId):
+    gpu = _mig_on(device, "nvmlDeviceGetGpuInstanceRemainingCapacity")
+    prof = _profile_by_id(profileId)
+    if not gpu["mig_mode"][0]:
+        raise NVMLError(NVML_ERROR_NOT_SUPPORTED)
+    free = 0
+    taken = _taken_slots(gpu)
+    for start in prof["placements"]:
+        slots = set(range(start, start + prof["memory_slices"]))
+        if not slots & taken:
+            taken |= slots
+            free += 1
+    same = sum(1 for gi in _instances(gpu) if gi["profile"] == profileId)
+    return max(0, min(free, prof["instances"] - same))
+
+
+def _taken_slots(gpu: dict) -> set[int]:
+    return {s for gi in _instances(gpu) for s in range(gi["start"], gi["start"] + gi["size"])}
+
+
+def _create_gi(device, profileId, start, call):
+    gpu = _mig_on(device, call)
+    if not gpu["mig_mode"][0]:
+        raise NVMLError(NVML_ERROR_NOT_SUPPORTED)
+    prof = _profile_by_id(profileId)
+    if start is None:  # NVML picks the first free placement
+        start = next(
+            (
+                s
+                for s in prof["placements"]
+                if not set(range(s, s + prof["memory_slices"])) & _taken_slots(gpu)
+            ),
+            None,
+        )
+        if start is None:
+            raise NVMLError(NVML_ERROR_INSUFFICIENT_RESOURCES)
+    if start not in prof["placements"]:
+        raise NVMLError(NVML_ERROR_INVALID_ARGUMENT)
+    slots = set(range(start, start + prof["memory_slices"]))
+    same = sum(1 for gi in _instances(gpu) if gi["profile"] == profileId)
+    used = sum(_profile_by_id(gi["profile"])["slices"] for gi in _instances(gpu))
+    compute = max((p["slices"] for p in _profiles()), default=7)
+    if slots & _taken_slots(gpu) or same >= prof["instances"] or used + prof["slices"] > compute:
+        raise NVMLError(NVML_ERROR_INSUFFICIENT_RESOURCES)
+    gi = {
+        "id": _gi_number(start, prof["memory_slices"]),
+        "profile": profileId,
+        "start": start,
+        "size": prof["memory_slices"],
+        "cis": [],
+    }
+    _instances(gpu).append(gi)
+    _save()
+    return _GpuInstance(gpu, gi)
+
+
+def nvmlDeviceCreateGpuInstance(device, profileId):
+    return _create_gi(device, profileId, None, "nvmlDeviceCreateGpuInstance")
+
+
+def nvmlDeviceCreateGpuInstanceWithPlacement(device, profileId, placement):
+    if placement.size != _profile_by_id(profileId)["memory_slices"]:
+        raise NVMLError(NVML_ERROR_INVALID_ARGUMENT)
+    return _create_gi(
+        device, profileId, placement.start, "nvmlDeviceCreateGpuInstanceWithPlacement"
+    )
+
+
+def nvmlDeviceGetGpuInstanceById(device, gpuInstanceId):
+    gpu = _mig_on(device, "nvmlDeviceGetGpuInstanceById")
+    if not gpu["mig_mode"][0]:
+        raise NVMLError(NVML_ERROR_NOT_SUPPORTED)
+    for gi in _instances(gpu):
+        if gi["id"] == gpuInstanceId:
+            return _GpuInstance(gpu, gi)
+    raise NVMLError(NVML_ERROR_NOT_FOUND)
+
+
+def _gi_handle(gpuInstance, call) -> dict:
+    if not isinstance(gpuInstance, _GpuInstance):
+        raise NVMLError(NVML_ERROR_INVALID_ARGUMENT)
+    failing = gpuInstance.gpu.get("errors", {}).get(call)
+    if failing:
+        raise NVMLError(globals()[f"NVML_ERROR_{failing}"])
+    if gpuInstance.gi not in _instances(gpuInstance.gpu):
+        raise NVMLError(NVML_ERROR_INVALID_ARGUMENT)  # destroyed: the handle is stale
+    return gpuInstance.gi
+
+
+def nvmlGpuInstanceGetInfo(gpuInstance):
+    gi = _gi_handle(gpuInstance, "nvmlGpuInstanceGetInfo")
+    return SimpleNamespace(
+        device=_Handle(gpuInstance.gpu),
+        id=gi["id"],
+        profileId=gi["profile"],
+        placement=SimpleNamespace(start=gi["start"], size=gi["size"]),
+    )
+
+
+def nvmlGpuInstanceDestroy(gpuInstance):
+    gi = _gi_handle(gpuInstance, "nvmlGpuInstanceDestroy")
+    if gi["cis"] or gi["id"] in gpuInstance.gpu.get("busy_gpu_instances", []):
+        raise NVMLError(NVML_ERROR_IN_USE)
+    _instances(gpuInstance.gpu).remove(gi)
+    _rebuild_mig_devices(gpuInstance.gpu)
+    _save()
+    return NVML_SUCCESS
+
+
+def nvmlGpuInstanceGetComputeInstanceProfileInfo(device, profile, engProfile, version=2):
+    gi = _gi_handle(device, "nvmlGpuInstanceGetComputeInstanceProfileInfo")
+    slices = next((n for n, enum in _CI_PROFILE_FOR_SLICES.items() if enum == profile), None)
+    if slices is None or engProfile != NVML_COMPUTE_INSTANCE_ENGINE_PROFILE_SHARED:
+        raise NVMLError(NVML_ERROR_INVALID_ARGUMENT)
+    gi_slices = _profile_by_id(gi["profile"])["slices"]
+    if slices > gi_slices:
+        raise NVMLError(NVML_ERROR_NOT_SUPPORTED)
+    return SimpleNamespace(
+        id=profile,
+        sliceCount=slices,
+        instanceCount=gi_slices // slices,
+        multiprocessorCount=0,
+        sharedCopyEngineCount=gi_slices,
+        sharedDecoderCount=0,
+        sharedEncoderCount=0,
+        sharedJpegCount=0,
+        sharedOfaCount=0,
+        name=f"MIG {slices}c",
+    )
+
+
+def nvmlGpuInstanceCreateComputeInstance(gpuInstance, profileId):
+    gi = _gi_handle(gpuInstance, "nvmlGpuInstanceCreateComputeInstance")
+    slices = next((n for n, enum in _CI_PROFILE_FOR_SLICES.items() if enum == profileId), None)
+    if slices is None:
+        raise NVMLError(NVML_ERROR_INVALID_ARGUMENT)
+    gi_slices = _profile_by_id(gi["profile"])["slices"]
+    used = len(gi["cis"]) * slices  # one CI size per GPU instance here
+    if slices > gi_slices or used + slices > gi_slices or len(gi["cis"]) >= 8:
+        raise NVMLError(NVML_ERROR_INSUFFICIENT_RESOURCES)
+    ci_id = next(i for i in range(8) if i not in gi["cis"])
+    gi["cis"].append(ci_id)
+    _rebuild_mig_devices(gpuInstance.gpu)
+    _save()
+    return _ComputeInstance(gpuInstance.gpu, gi, ci_id)
+
+
+def nvmlGpuInstanceGetComputeInstanceById(gpuInstance, computeInstanceId):
+    gi = _gi_handle(gpuInstance, "nvmlGpuInstanceGetComputeInstanceById")
+    if computeInstanceId not in gi["cis"]:
+        raise NVMLError(NVML_ERROR_NOT_FOUND)
+    return _ComputeInstance(gpuInstance.gpu, gi, computeInstanceId)
+
+
+def nvmlComputeInstanceDestroy(computeInstance):
+    if not isinstance(computeInstance, _ComputeInstance):
+        raise NVMLError(NVML_ERROR_INVALID_ARGUMENT)
+    gpu, gi = computeInstance.gpu, computeInstance.gi
+    failing = gpu.get("errors", {}).get("nvmlComputeInstanceDestroy")
+    if failing:
+        raise NVMLError(globals()[f"NVML_ERROR_{failing}"])
+    if computeInstance.ci_id not in gi["cis"]:
+        raise NVMLError(NVML_ERROR_INVALID_ARGUMENT)
+    if gi["id"] in gpu.get("busy_gpu_instances", []):
+        raise NVMLError(NVML_ERROR_IN_USE)  # processes run on it
+    gi["cis"].remove(computeInstance.ci_id)
+    _rebuild_mig_devices(gpu)
+    _save()
+    return NVML_SUCCESS

@@ -1,0 +1,323 @@
+"""`mig apply` through the pynvml double: the happy path, a failure injected at every step,
+requeue of preemptible jobs, and recovery from a crash midway.
+
+The GPU side is the pynvml double (NVML's MIG calls with real return codes); the node's
+Slurm side is `SlurmStub` below, which records scontrol/squeue calls and can be told to fail
+(the same calls run against real daemons in the integration tests of the harness). Site
+commands (stop/start slurmd) are real programs: `true` and `false`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from pathlib import Path
+
+import pytest
+
+from slurmgpu.errors import ConfigCheckError, SlurmCommandError, UsageError
+from slurmgpu.mig import apply as apply_mod
+from slurmgpu.mig.apply import STEPS, ApplyOptions, Journal, MigApply, MigApplyFailed
+from slurmgpu.mig.demand import parse_demand
+from slurmgpu.mig.plan import plan
+from slurmgpu.render.mig import render_mig_parted
+from slurmgpu.sources import nvml
+from slurmgpu.sources.slurm_node_control import NodeJob
+from tests.doubles.machines import install_double, setup_machine
+
+NODE = "dgxa100"
+OLD_LINE = f"NodeName={NODE} CPUs=256 Gres=gpu:1g.5gb:7,gpu:3g.20gb:2,gpu:4g.20gb:1,gpu:a100:5"
+
+
+class SlurmStub:
+    """scontrol/squeue for one node, in memory; Gres comes from the slurm.conf file."""
+
+    def __init__(self, slurm_conf: Path, *, fail: tuple[str, ...] = (), jobs=()):
+        self.slurm_conf = slurm_conf
+        self.fail = set(fail)
+        self.jobs = list(jobs)
+        self.calls: list[tuple] = []
+        self.state = "IDLE"
+        self.reason = ""
+        self.stuck = "stuck_jobs" in self.fail
+
+    def _maybe_fail(self, name: str) -> None:
+        if name in self.fail:
+            self.fail.discard(name)  # fail once, as a transient error would
+            raise SlurmCommandError(f"scontrol {name}: injected failure")
+
+    def drain(self, node, reason):
+        self.calls.append(("drain", node, reason))
+        self._maybe_fail("drain")
+        self.state, self.reason = "DRAIN", reason
+
+    def resume(self, node):
+        self.calls.append(("resume", node))
+        self._maybe_fail("resume")
+        self.state, self.reason = "IDLE", ""
+
+    def jobs_on(self, node):
+        self.calls.append(("jobs_on", node))
+        return list(self.jobs)
+
+    def requeue(self, job_id):
+        self.calls.append(("requeue", job_id))
+        self.jobs = [j for j in self.jobs if j.job_id != job_id]
+
+    def reconfigure(self):
+        self.calls.append(("reconfigure",))
+        self._maybe_fail("reconfigure")
+
+    def node_record(self, node):
+        self.calls.append(("show", node))
+        if "verify" in self.fail:
+            return {"Gres": OLD_LINE.split("Gres=")[1], "State": self.state}
+        line = next(x for x in self.slurm_conf.read_text().splitlines() if x.startswith("NodeName"))
+        gres = line.split("Gres=")[1].split()[0]
+        return {"NodeName": node, "Gres": gres, "State": self.state}
+
+    def run_command(self, argv, timeout=120.0):
+        from slurmgpu.util.proc import run
+
+        self.calls.append(("run", *argv))
+        run(argv, timeout=timeout)
+
+
+@pytest.fixture
+def node(tmp_path, monkeypatch):
+    """The DGX A100 double, its host tree, a slurm.conf and gres.conf, a planned config."""
+    double = install_double(monkeypatch)
+    # a copy of the recorded machine in tmp_path: tests may inject errors into it
+    root = setup_machine(double, tmp_path, "dgx-a100-mig", change=lambda machine: None)
+    inv = nvml.read_inventory(root)
+    result = plan([inv], parse_demand(["1g.5gb=14", "2g=2"]), keep_whole=5)
+    config = tmp_path / "mig-parted.yaml"
+    config.write_text(render_mig_parted(result))
+    etc = tmp_path / "etc"
+    etc.mkdir()
+    (etc / "gres.conf").write_text("# old gres.conf\n")
+    (etc / "slurm.conf").write_text(f"ClusterName=t\n{OLD_LINE}\nPartitionName=p Nodes=ALL\n")
+    opts = ApplyOptions(
+        node=NODE,
+        config_name=f"slurmgpu-{NODE}",
+        config_file=config,
+        gres_conf=etc / "gres.conf",
+        slurm_conf=etc / "slurm.conf",
+        journal_dir=tmp_path / "journal",
+        host_root=str(root),
+        drain_timeout_s=5,
+        poll_s=1,
+        stop_slurmd=("true",),
+        start_slurmd=("true",),
+        mig_parted="",  # the NVML path (mig-parted is not installed in CI either)
+    )
+    return double, root, opts, result
+
+
+def layout_now(root) -> dict[int, list[str]]:
+    inv = nvml.read_inventory(root)
+    return {g.index: sorted(m.profile for m in g.mig_devices) for g in inv.gpus if g.mig_enabled}
+
+
+def runner(opts, stub, **kw):
+    clock = iter(range(10_000))
+    return MigApply(opts, slurm=stub, sleep=lambda s: None, clock=lambda: next(clock), **kw)
+
+
+def test_happy_path_carves_rewrites_and_resumes(node) -> None:
+    _double, root, opts, result = node
+    stub = SlurmStub(opts.slurm_conf)
+    journal = runner(opts, stub).run()
+    assert journal.state == "done" and journal.done == list(STEPS)
+    planned = {
+        g.gpu.index: sorted(p.profile.name for p in g.layout.placements)
+        for g in result.nodes[0].gpus
+        if g.layout
+    }
+    assert layout_now(root) == planned
+    gres_text = opts.gres_conf.read_text()
+    assert "Type=1g.5gb MultipleFiles=/dev/nvidia" in gres_text
+    assert gres_text.count("Name=gpu Type=1g.5gb") >= 14
+    line = next(x for x in opts.slurm_conf.read_text().splitlines() if x.startswith("NodeName"))
+    assert "gpu:1g.5gb:" in line and "CPUs=256" in line  # only Gres= changed
+    names = [c[0] for c in stub.calls]
+    assert names.index("drain") < names.index("reconfigure") < names.index("resume")
+    assert stub.state == "IDLE"
+    assert Journal.load(opts.journal).state == "done"
+
+
+def _old_files(opts):
+    return opts.gres_conf.read_text(), opts.slurm_conf.read_text()
+
+
+def fail_inventory_after_apply(opts):
+    """A read_inventory that works before the layout change and fails after it."""
+    calls = {"n": 0}
+
+    def read():
+        calls["n"] += 1
+        if calls["n"] > 2:
+            raise nvml.InventoryError("GPU 3: NVML GPU_IS_LOST (injected)")
+        return nvml.read_inventory(opts.host_root)
+
+    return read
+
+
+def failing_check(text, line):
+    raise ConfigCheckError("slurmd -G rejected the new gres.conf: injected")
+
+
+CASES = {
+    "drain": dict(fail=("drain",)),
+    "wait_jobs": dict(jobs=[NodeJob("42", "normal")]),
+    "stop_slurmd": dict(stop=("false",)),
+    "apply_layout": dict(
+        nvml_error=("nvmlDeviceCreateGpuInstanceWithPlacement", "once:INSUFFICIENT_RESOURCES")
+    ),
+    "inventory": dict(inventory=True),
+    "write_config": dict(check=failing_check),
+    "start_slurmd": dict(start=("false",)),
+    "verify": dict(fail=("verify",)),
+    "resume": dict(fail=("resume",)),
+}
+
+
+@pytest.mark.parametrize("step", list(CASES))
+def test_a_failure_at_each_step_leaves_old_config_and_a_drained_node(node, step) -> None:
+    double, root, opts, _ = node
+    case = CASES[step]
+    before = layout_now(root)
+    old_gres, old_slurm = _old_files(opts)
+    if "stop" in case:
+        opts = dataclasses.replace(opts, stop_slurmd=case["stop"])
+    if "start" in case:
+        opts = dataclasses.replace(opts, start_slurmd=case["start"])
+    stub = SlurmStub(opts.slurm_conf, fail=case.get("fail", ()), jobs=case.get("jobs", ()))
+    kwargs = {}
+    if case.get("inventory"):
+        kwargs["read_inventory"] = fail_inventory_after_apply(opts)
+    if "check" in case:
+        kwargs["validate_gres"] = case["check"]
+    if "nvml_error" in case:
+        call, code = case["nvml_error"]
+        path = Path(double._state["path"])
+        assert path.is_relative_to(opts.journal_dir.parent)  # the tmp copy, never tests/data
+        machine = json.loads(path.read_text())
+        machine["gpus"][0].setdefault("errors", {})[call] = code  # GPU 0 is re-carved
+        path.write_text(json.dumps(machine))
+        double.use_machine(path)
+    with pytest.raises(MigApplyFailed, match=f"failed at {step}") as info:
+        runner(opts, stub, **kwargs).run()
+    assert "node left drained" in str(info.value)
+    journal = Journal.load(opts.journal)
+    assert journal.error.startswith(step)
+    if step == "drain":
+        assert stub.state == "IDLE"  # never drained: nothing else happened either
+        assert [c[0] for c in stub.calls] == ["drain"]
+    else:
+        assert stub.state == "DRAIN" and f"failed at {step}" in stub.reason
+    if step == "start_slurmd":
+        assert journal.state == "failed"  # slurmd would not start again either: said so
+        assert "start slurmd" in str(info.value)
+    else:
+        assert journal.state == "rolled-back"
+    assert layout_now(root) == before
+    assert _old_files(opts) == (old_gres, old_slurm)
+
+
+def test_preemptible_jobs_are_requeued_others_waited_for(node) -> None:
+    _double, _root, opts, _ = node
+    opts = dataclasses.replace(opts, requeue_qos=("p2",))
+    stub = SlurmStub(opts.slurm_conf, jobs=[NodeJob("7", "p2"), NodeJob("8", "p2")])
+    journal = runner(opts, stub).run()
+    assert ("requeue", "7") in stub.calls and ("requeue", "8") in stub.calls
+    assert journal.requeued == ["7", "8"] and journal.state == "done"
+
+
+def test_a_bad_config_name_changes_nothing(node) -> None:
+    _double, _root, opts, _ = node
+    stub = SlurmStub(opts.slurm_conf)
+    with pytest.raises(UsageError, match="--config nope: not in"):
+        runner(dataclasses.replace(opts, config_name="nope"), stub).run()
+    assert stub.calls == []
+
+
+def test_recover_rolls_back_a_run_that_crashed_midway(node) -> None:
+    _double, root, opts, _ = node
+    before = layout_now(root)
+    old = _old_files(opts)
+    stub = SlurmStub(opts.slurm_conf)
+    runner(opts, stub).run(steps=STEPS[:5])  # "crash" after apply_layout
+    assert layout_now(root) != before
+    with pytest.raises(UsageError, match="--recover"):
+        apply_mod.apply_config(opts, slurm=stub)
+    journal = apply_mod.recover(opts, slurm=stub, sleep=lambda s: None)
+    assert journal.state == "rolled-back"
+    assert layout_now(root) == before and _old_files(opts) == old
+    assert stub.state == "DRAIN" and "stopped midway" in stub.reason
+
+
+def test_recover_finishes_a_run_that_started_slurmd(node) -> None:
+    _double, _root, opts, _ = node
+    stub = SlurmStub(opts.slurm_conf)
+    runner(opts, stub).run(steps=STEPS[:8])  # crash after start_slurmd
+    journal = apply_mod.recover(opts, slurm=stub, sleep=lambda s: None)
+    assert journal.state == "done" and stub.state == "IDLE"
+
+
+def test_replace_node_gres_changes_only_that_nodes_gres() -> None:
+    conf = "NodeName=a CPUs=8 Gres=gpu:2\nNodeName=b Gres=gpu:a100:8 CPUs=8\n"
+    new, changed = apply_mod.replace_node_gres(conf, "b", "gpu:1g.5gb:7,gpu:a100:7")
+    assert changed and new.splitlines()[0] == "NodeName=a CPUs=8 Gres=gpu:2"
+    assert new.splitlines()[1] == "NodeName=b CPUs=8 Gres=gpu:1g.5gb:7,gpu:a100:7"
+    same, changed = apply_mod.replace_node_gres(conf, "a", "gpu:2")
+    assert not changed and same.split() == conf.split()
+    with pytest.raises(MigApplyFailed, match="no NodeName=c line"):
+        apply_mod.replace_node_gres(conf, "c", "gpu:1")
+
+
+def test_target_layouts_reads_mig_parted_configs(node, tmp_path) -> None:
+    _double, root, _opts, _ = node
+    inv = nvml.read_inventory(root)
+    config = tmp_path / "cfg.yaml"
+    config.write_text(
+        "version: v1\nmig-configs:\n"
+        "  mixed:\n"
+        "    - devices: all\n      mig-enabled: false\n"
+        "  filtered:\n"
+        '    - device-filter: ["0x233010DE"]\n      devices: all\n      mig-enabled: true\n'
+        '      mig-devices: {"1g.10gb": 7}\n'
+        '    - device-filter: "0x20B010DE"\n      devices: [0, 1]\n      mig-enabled: true\n'
+        '      mig-devices: {"3g.20gb": 2}\n'
+        "    - devices: [2, 3, 4, 5, 6, 7]\n      mig-enabled: false\n"
+        "  toobig:\n"
+        '    - devices: all\n      mig-enabled: true\n      mig-devices: {"4g.20gb": 2}\n'
+    )
+    assert set(apply_mod.target_layouts(config, "mixed", inv).values()) == {None}
+    layouts = apply_mod.target_layouts(config, "filtered", inv)
+    assert layouts[0].label == "3g.20gb x2" and layouts[1].label == "3g.20gb x2"
+    assert all(layouts[i] is None for i in range(2, 8))
+    with pytest.raises(UsageError, match="does not fit one a100-sxm4-40gb"):
+        apply_mod.target_layouts(config, "toobig", inv)
+
+
+def test_cli_apply_wiring(node, tmp_path) -> None:
+    from click.testing import CliRunner
+
+    from slurmgpu.cli import main
+
+    _double, root, opts, _ = node
+    runner = CliRunner()
+    common = [
+        *("mig", "apply", "--node", NODE, "--config-file", str(opts.config_file)),
+        *("--gres-conf", str(opts.gres_conf), "--slurm-conf", str(opts.slurm_conf)),
+        *("--journal-dir", str(tmp_path / "j"), "--host-root", str(root)),
+        *("--slurm-version", "22.05.8", "--restart-slurmctld", "true"),
+    ]
+    bad = runner.invoke(main, [*common, "--config", "nope"])
+    assert bad.exit_code == 2, bad.output
+    assert "slurmgpu: error: --config nope: not in" in bad.output
+    none = runner.invoke(main, [*common, "--recover"])
+    assert none.exit_code == 2 and "nothing to recover" in none.output
+    missing = runner.invoke(main, common)
+    assert missing.exit_code == 2 and "give --config NAME" in missing.output
