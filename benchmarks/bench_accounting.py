@@ -126,17 +126,19 @@ def _analyze(path: Path):
     sys.path.insert(0, str(HERE))
     import gen_sacct
 
-    from slurmgpu.accounting import analyze
+    from slurmgpu.accounting import AnalysisOptions, analyze
 
     gpus_per_node = {"gpu": 8, "mig": 8, "shard": 8}
     capacity = {
         p: n * gpus_per_node[p] for p, _, n, _ in gen_sacct.PARTITIONS if p in gpus_per_node
     }
     return analyze(
-        [path],
-        capacity=capacity,
-        gpu_types={"gpu": "h100", "mig": "a100_80gb", "shard": "rtx4090"},
-        shards_per_gpu={"shard": 8},
+        AnalysisOptions(
+            files=[path],
+            capacity=capacity,
+            gpu_types={"gpu": "h100", "mig": "a100_80gb", "shard": "rtx4090"},
+            shards_per_gpu={"shard": 8},
+        )
     )
 
 

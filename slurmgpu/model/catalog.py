@@ -418,3 +418,8 @@ def model_for_type(gres_type: str) -> GpuModel | None:
 def profiles_named(profile_name: str) -> list[tuple[GpuModel, MigProfile]]:
     """Every (model, profile) offering a MIG profile name such as `1g.10gb`."""
     return [(m, p) for m in GPU_MODELS for p in m.mig_profiles if p.name == profile_name]
+
+
+def resolve(name):  # shim until the catalogue data file (catalog-mig branch) lands
+    """Any name of a GPU model (GRES type, AutoDetect type, NVML name) -> its entry or None."""
+    return model_for_type(name) or model_for_type(name.lower()) or model_for_name(name)

@@ -36,6 +36,7 @@ def test_mix_reconciles_and_names_every_rejected_line(mix):
     assert mix.rows_analyzed == len(mix.frame) + mix.step_rows
     got = {(r.line, r.reason.split(" '")[0]) for r in mix.rejected}
     assert got == {
+        (21, "wrong column count: 21 fields, header has 20 (a"),  # `|`: ambiguous, see below
         (22, "AllocTRES: bad TRES element"),
         (23, "bad Start time"),
         (24, "wrong column count: 9 fields, header has 20"),
@@ -100,9 +101,26 @@ def test_tags_timelimits_and_free_text_with_pipe(mix):
     r = row(mix, "1001")
     assert r["kind"] == "finetune" and r["tag_tier"] == "P1" and r["tier"] == "p1"
     assert r["timelimit_s"] == 7200
-    r = row(mix, "1014")
-    assert pd.isna(r["timelimit_s"])  # Partition_Limit
-    assert r["job_name"] == "a|b"  # the extra `|` went back into the free-text column
+
+
+PIPE_HEADER = "JobIDRaw|Partition|QOS|User|Submit|Start|End|ElapsedRaw|State|AllocTRES|{}"
+PIPE_ROW = "7|gpu|p1|u|1764547200|1764547200|1764547260|60|COMPLETED|gres/gpu=1|{}"
+
+
+def test_pipe_in_the_only_free_text_column_is_repaired():
+    text = PIPE_HEADER.format("JobName") + "\n" + PIPE_ROW.format("a|b") + "\n"
+    res = load_text(text, name="d.txt")
+    assert res.rows_rejected == 0 and row(res, "7")["job_name"] == "a|b"
+
+
+def test_pipe_with_two_free_text_columns_is_rejected_with_its_line():
+    text = PIPE_HEADER.format("AdminComment|JobName") + "\n" + PIPE_ROW.format("|a|b") + "\n"
+    res = load_text(text, name="d.txt")
+    assert res.rows_rejected == 1 and len(res.frame) == 0
+    (r,) = res.rejected
+    assert (r.file, r.line) == ("d.txt", 2)
+    assert r.reason.startswith("wrong column count: 13 fields, header has 12")
+    assert "AdminComment, JobName: ambiguous" in r.reason
 
 
 def test_policy_tier_mapping():

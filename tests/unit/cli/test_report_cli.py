@@ -50,7 +50,7 @@ def test_json_output_file_is_the_analysis(tmp_path):
     assert result.exit_code == 0, result.stderr
     assert result.stdout == ""
     doc = json.loads(target.read_text())
-    assert doc["schema_version"] == 1
+    assert doc["schema_version"] == 2
     assert doc["totals"]["gpu_hours_allocated"] == pytest.approx(GPU_HOURS)
     assert doc["totals"]["rows_read"] == 16 and doc["totals"]["rows_rejected"] == 1
     parts = {g["partition"]: g for g in doc["by_partition"]}
