@@ -41,18 +41,19 @@ def time_reason(name: str, text: str | None, timezone: str) -> str:
         import pandas as pd
 
         try:
-            pd.Timestamp(value).tz_localize(timezone, ambiguous="raise", nonexistent="raise")
+            t = pd.Timestamp(value)
         except ValueError:
             return f"bad {name} time {value!r}"
-        except Exception as exc:  # pytz's NonExistentTimeError / AmbiguousTimeError
-            kind = type(exc).__name__
-            if "NonExistent" in kind:
+        # pandas raises ValueError (pytz: NonExistentTimeError / AmbiguousTimeError subclasses)
+        try:
+            t.tz_localize(timezone, ambiguous="raise", nonexistent="raise")
+        except ValueError as exc:
+            if "nonexistent" in str(exc).lower() or "NonExistent" in type(exc).__name__:
                 return f"{name} time {value!r} does not exist in {timezone} (DST change)"
-            if "Ambiguous" in kind:
-                return (
-                    f"{name} time {value!r} occurs twice in {timezone} (DST change); "
-                    "dump with TZ=UTC or SLURM_TIME_FORMAT=%s"
-                )
+            return (
+                f"{name} time {value!r} occurs twice in {timezone} (DST change); "
+                "dump with TZ=UTC or SLURM_TIME_FORMAT=%s"
+            )
     if re.match(_EPOCH, value) or re.match(_ISO, value):
         return f"{name} time {value!r} outside {TIME_MIN_YEAR}..{TIME_MAX_YEAR}"
     return f"bad {name} time {value!r}"

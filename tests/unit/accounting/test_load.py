@@ -352,3 +352,47 @@ def test_crlf_and_missing_final_newline(tmp_path, mix):
         res = load_files([path], options=Options(shards_per_gpu={"gpu": 8}))
         pd.testing.assert_frame_equal(_frame_key(res), _frame_key(mix))
         assert res.rows_read == mix.rows_read
+
+
+ISO_HEADER = "JobIDRaw|JobID|Partition|QOS|User|Submit|Start|End|ElapsedRaw|State|AllocTRES"
+
+
+def iso_row(raw, submit, start, end, state="COMPLETED", elapsed=3600):
+    return f"{raw}|{raw}|gpu|normal|u|{submit}|{start}|{end}|{elapsed}|{state}|gres/gpu=1,node=1"
+
+
+def test_unknown_state_and_impossible_orders_are_rejected_with_reasons():
+    text = "\n".join([
+        ISO_HEADER,
+        iso_row(1, "2026-11-01T08:00:00", "2026-11-01T09:00:00", "2026-11-01T10:00:00"),
+        iso_row(2, "2026-11-01T08:00:00", "2026-11-01T09:00:00", "2026-11-01T10:00:00",
+                state="HALF_DONE"),
+        iso_row(3, "2026-11-01T08:00:00", "2026-11-01T09:00:00", "2026-11-01T08:30:00"),
+        iso_row(4, "2026-11-01T08:00:00", "2026-11-01T07:00:00", "2026-11-01T10:00:00"),
+    ]) + "\n"  # fmt: skip
+    res = load_text(text, name="nov.txt")
+    got = {r.line: r.reason for r in res.rejected}
+    assert got == {
+        3: "unknown job state 'HALF_DONE'",
+        4: "End 2026-11-01T08:30:00 is before Start 2026-11-01T09:00:00",
+        5: "Start 2026-11-01T07:00:00 is before Submit 2026-11-01T08:00:00",
+    }
+    assert len(res.frame) == 1 and res.rows_read == 4
+
+
+def test_local_times_at_dst_changes_are_rejected_never_zero_gpu_hours():
+    # Europe/Berlin: 2026-03-29 02:00-03:00 does not exist; 2026-10-25 02:00-03:00 repeats
+    text = "\n".join([
+        ISO_HEADER,
+        iso_row(1, "2026-03-29T01:00:00", "2026-03-29T02:30:00", "2026-03-29T04:00:00"),
+        iso_row(2, "2026-10-25T01:00:00", "2026-10-25T02:30:00", "2026-10-25T04:00:00"),
+        iso_row(3, "2026-10-25T04:00:00", "2026-10-25T04:00:00", "2026-10-25T05:00:00"),
+    ]) + "\n"  # fmt: skip
+    res = load_text(text, name="dst.txt", options=Options(timezone="Europe/Berlin"))
+    got = {r.line: r.reason for r in res.rejected}
+    assert got[2] == (
+        "Start time '2026-03-29T02:30:00' does not exist in Europe/Berlin (DST change)"
+    )
+    assert got[3].startswith("Start time '2026-10-25T02:30:00' occurs twice in Europe/Berlin")
+    assert len(res.frame) == 1
+    assert res.frame["gpu_hours"].iloc[0] == pytest.approx(1.0)  # 04:00 -> 05:00 CET
