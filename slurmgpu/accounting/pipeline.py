@@ -114,6 +114,7 @@ def analyze(options: AnalysisOptions) -> AnalysisResult:
             partitions=frame["partition"].to_numpy(dtype=object, na_value=""),
         ),
         "rejected": [{"file": x.file, "line": x.line, "reason": x.reason} for x in loaded.rejected],
+        "notes": _option_notes(opts, frame, part_gpus),
     }
     doc["recommendations"] = recommend.recommend(
         frame,
@@ -128,6 +129,26 @@ def analyze(options: AnalysisOptions) -> AnalysisResult:
         gpus_per_node=dict(cap.gpus_per_node),
     )
     return AnalysisResult(document=doc, frame=frame, load=loaded)
+
+
+def _option_notes(opts: AnalysisOptions, frame: Any, part_gpus: dict[str, float]) -> list[str]:
+    """Options that had no effect, said out loud (never silently ignored)."""
+    from slurmgpu.model.catalog import resolve
+
+    seen = set(frame["partition"].to_numpy(dtype=object, na_value="")) | set(part_gpus)
+    notes = []
+    for part, gtype in sorted(opts.gpu_types.items()):
+        if part not in seen:
+            hint = ""
+            if resolve(part) is not None or part.lower() in {
+                k.lower() for k in opts.gpu_memory_mib
+            }:
+                hint = f" ({part!r} is a GPU type: for its memory give gpu_memory {part}=SIZE)"
+            notes.append(
+                f"GPU type {gtype!r} was given for partition {part!r}, which no run in the "
+                f"window used: it had no effect{hint}"
+            )
+    return notes
 
 
 def _live_facts(opts: AnalysisOptions, source: dict[str, Any]):

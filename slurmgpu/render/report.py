@@ -246,6 +246,18 @@ def _notes(analysis: Mapping[str, Any]) -> list[str]:
     outside = totals.get("rows_outside_window")
     if is_known(outside) and outside:
         notes.append(f"{fmt_int(outside)} allocation rows fall outside the window (not counted)")
+    latin1 = totals.get("rows_latin1_decoded")
+    if is_known(latin1) and latin1:
+        notes.append(f"{fmt_int(latin1)} lines were not UTF-8: decoded as Latin-1")
+    if source.get("usage_reading"):
+        notes.append(f"GPU usage: {source['usage_reading']}")
+    fit = analysis.get("fit_fraction") or {}
+    for entry in fit.get("unknown_gpu_types") or []:
+        notes.append(
+            f"GPU type {entry.get('type')}: memory size unknown for "
+            f"{fmt_int(entry.get('gpu_runs'))} GPU runs; {entry.get('fix')}"
+        )
+    notes += [str(n) for n in analysis.get("notes") or []]
     unknown_shards = totals.get("shard_runs_unknown_fraction")
     if is_known(unknown_shards) and unknown_shards:
         notes.append(
@@ -361,6 +373,12 @@ def render_text(analysis: Mapping[str, Any]) -> str:
     ]
     if fit.get("basis"):
         out.append(f"  basis: {printable(fit['basis'])}")
+    if fit.get("unknown_runs"):
+        out.append(
+            f"  shares are over the {fmt_int(fit.get('known_runs'))} GPU runs with a known need; "
+            f"{fmt_int(fit.get('unknown_runs'))} runs "
+            f"({fmt_gpu_hours(fit.get('unknown_gpu_hours'))} GPU-hours) have an unknown need"
+        )
 
     rejected = analysis.get("rejected") or []
     n_rejected = (analysis.get("totals") or {}).get("rows_rejected")
