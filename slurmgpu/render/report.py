@@ -335,6 +335,24 @@ def _fit_rows(fit: Mapping[str, Any]) -> list[list[str]]:
     return rows
 
 
+FIT_PARTITION_HEADERS = ["PARTITION", *(f"{n} GPU JOBS" for n in FIT_SLICES), "UNKNOWN NEED"]
+
+
+def _fit_partition_rows(analysis: Mapping[str, Any]) -> list[list[str]]:
+    """Per partition: share of its GPU runs (with a known need) fitting each slice."""
+    rows = []
+    for g in analysis.get("by_partition") or []:
+        fit = g.get("fit_fraction")
+        if not fit or not (fit.get("known_runs") or fit.get("unknown_runs")):
+            continue
+        rows.append(
+            [printable(g.get("partition"), 32)]
+            + [fmt_ratio((fit.get(n) or {}).get("jobs")) for n in FIT_SLICES]
+            + [f"{fmt_int(fit.get('unknown_runs'))} runs"]
+        )
+    return rows
+
+
 def render_text(analysis: Mapping[str, Any]) -> str:
     """Fixed-width tables for a person at a terminal."""
     window = analysis.get("window") or {}
@@ -373,6 +391,10 @@ def render_text(analysis: Mapping[str, Any]) -> str:
     ]
     if fit.get("basis"):
         out.append(f"  basis: {printable(fit['basis'])}")
+    part_rows = _fit_partition_rows(analysis)
+    if part_rows:
+        out += ["", "  By partition"]
+        out += ["  " + ln for ln in text_table(FIT_PARTITION_HEADERS, part_rows).splitlines()]
     if fit.get("unknown_runs"):
         out.append(
             f"  shares are over the {fmt_int(fit.get('known_runs'))} GPU runs with a known need; "
@@ -544,6 +566,8 @@ def _html_context(analysis: Mapping[str, Any]) -> dict[str, Any]:
         "plots": plots,
         "fit_rows": fit_rows,
         "fit_basis": str(fit.get("basis") or ""),
+        "fit_partition_headers": FIT_PARTITION_HEADERS,
+        "fit_partition_rows": _fit_partition_rows(analysis),
         "rejected": [
             (str(r.get("file")), str(r.get("line")), str(r.get("reason")))
             for r in rejected[:REJECTED_SHOWN]
