@@ -91,7 +91,24 @@ def parse_times(values: pa.Array, *, timezone: str = "UTC") -> tuple[np.ndarray,
         out[is_epoch] = (
             pc.cast(s.filter(pa.array(is_epoch)), pa.int64()).to_numpy().astype("datetime64[s]")
         )
-    if is_iso.any():
+    if is_iso.any() and timezone in ("UTC", "Z", "+00:00"):
+        # fast path: Arrow's ISO-8601 cast is strict (2026-02-30 fails the whole cast)
+        try:
+            iso = s.filter(pa.array(is_iso))
+            out[is_iso] = (
+                pc.cast(iso, pa.timestamp("s"))
+                .cast(pa.int64())
+                .to_numpy(zero_copy_only=False)
+                .astype("datetime64[s]")
+            )
+            is_iso_done = True
+        except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+            is_iso_done = False
+    else:
+        is_iso_done = False
+    if is_iso_done:
+        bad_iso = np.zeros(n, dtype=bool)
+    elif is_iso.any():
         iso = s.filter(pa.array(is_iso))
         ts = pc.strptime(iso, format="%Y-%m-%dT%H:%M:%S", unit="s", error_is_null=True)
         # strptime rolls 2026-02-30 over to March 2: the parsed day must be the written one

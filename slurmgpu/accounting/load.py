@@ -30,6 +30,7 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from slurmgpu.accounting import columns as columns_mod
 from slurmgpu.accounting import fields, tres
 from slurmgpu.errors import SacctParseError
 
@@ -654,7 +655,7 @@ def _finish(acc: _Accumulator, files: list[str]) -> LoadResult:
     # -D returns every run of a requeued job and overlapping dumps repeat rows: the key of a run
     # is (Cluster, JobIDRaw, Submit) (+Start, for versions that keep Submit on requeue).
     key = ["cluster", "job_id_raw", "job_id", "submit", "start"]
-    dup = frame.duplicated(key, keep="first").to_numpy(dtype=bool)
+    dup = columns_mod.duplicated(frame, key, keep="first")
     if dup.any():
         d = frame[dup]
         for name, group in d.groupby("file", sort=False):

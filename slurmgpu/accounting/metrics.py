@@ -18,6 +18,7 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 import pandas as pd
 
+from slurmgpu.accounting.columns import codes as column_codes
 from slurmgpu.accounting.runs import NEED_BASES
 from slurmgpu.accounting.window import Window
 
@@ -30,14 +31,22 @@ HOURLY_MAX_DAYS = 3
 
 
 def _group_percentiles(
-    codes: np.ndarray, values: np.ndarray, n: int, qs: Sequence[float]
+    codes: np.ndarray,
+    values: np.ndarray,
+    n: int,
+    qs: Sequence[float],
+    value_order: np.ndarray | None = None,
 ) -> list[np.ndarray]:
     """Per-group percentiles (numpy's default linear interpolation) of non-NaN values, all groups
-    at once: sort by (group, value), then index each group's run of sorted values."""
-    ok = ~np.isnan(values)
-    c, v = codes[ok], values[ok]
-    order = np.lexsort((v, c))
-    c, v = c[order], v[order]
+    at once: sort by (group, value), then index each group's run of sorted values.
+
+    `value_order` (argsort of `values`, shared by every grouping) turns the sort into a
+    stable radix sort of the small group codes."""
+    if value_order is None:
+        value_order = np.argsort(values, kind="stable")
+    vo = value_order[~np.isnan(values[value_order])]
+    order = vo[np.argsort(codes[vo], kind="stable")]
+    c, v = codes[order], values[order]
     count = np.bincount(c, minlength=n)
     start = np.concatenate([[0], np.cumsum(count)[:-1]])
     out = []
@@ -98,7 +107,8 @@ def summarize_groups(
     lost_pre = total(gh, pre)
     lost_req = total(gh, req & ~pre)
     wait = w["wait_s"].to_numpy()
-    p50, p95, pmax = _group_percentiles(codes, wait, n, (0.5, 0.95, 1.0))
+    order = w["wait_order"].to_numpy() if "wait_order" in w else None
+    p50, p95, pmax = _group_percentiles(codes, wait, n, (0.5, 0.95, 1.0), order)
     out = []
     for i in range(n):
         cap = capacity_gpus[i]
@@ -148,9 +158,8 @@ def by_group(
     Partitions with known capacity and no run in the window are listed too (idle is news).
     With `need` (per-run share of a GPU), each entry gets its own `fit_fraction`.
     """
-    keys = frame[column].to_numpy(dtype=object, na_value="")
-    codes, uniques = pd.factorize(keys)
-    names = [str(u) for u in uniques]
+    codes, uniques = column_codes(frame, column)
+    names = list(uniques)
     names += sorted(set(capacity or {}) - set(names))
     n = len(names)
     caps = [capacity.get(v) if capacity is not None else None for v in names]
@@ -166,7 +175,8 @@ def by_group(
             )
         for col in extra:
             if i < len(uniques):
-                vals = pd.unique(frame[col].to_numpy(dtype=object, na_value="")[codes == i])
+                extra_vals = frame[col].to_numpy(dtype=object, na_value="")
+                vals = pd.unique(extra_vals[codes == i])
                 entry[col] = vals[0] if len(vals) == 1 else ",".join(sorted(map(str, vals)))
             else:
                 entry[col] = ""

@@ -21,6 +21,7 @@ from datetime import datetime
 import numpy as np
 import pandas as pd
 
+from slurmgpu.accounting.columns import duplicated
 from slurmgpu.accounting.window import Window, dt_column
 from slurmgpu.model.catalog import resolve
 from slurmgpu.model.measure import JobGpuMeasure, MeasureSource, RunRef
@@ -109,8 +110,8 @@ def prepare(frame: pd.DataFrame, window: Window, gpu_mem_mib: np.ndarray) -> pd.
     f["mem_used_mib"] = num(frame, "gpu_mem_used_mib")
     state = frame["state"].to_numpy(dtype=object, na_value="")
     key = ["cluster", "job_id_raw", "job_id"]
-    later_run = frame.duplicated(key, keep="last").to_numpy(dtype=bool)
-    rerun = frame.duplicated(key, keep="first").to_numpy(dtype=bool)
+    later_run = duplicated(frame, key, keep="last")
+    rerun = duplicated(frame, key, keep="first")
     f["preempted"] = state == "PREEMPTED"
     f["requeued"] = (state == "REQUEUED") | later_run
     pending_tasks = num(frame, "array_pending_tasks")
@@ -122,6 +123,8 @@ def prepare(frame: pd.DataFrame, window: Window, gpu_mem_mib: np.ndarray) -> pd.
     f["pending_gpu_hours"] = _pending_gpu_hours(frame, window, state, req * weight)
     f["gpu_job"] = frame["gpu_job"].to_numpy(dtype=bool, na_value=False)
     f["wait_s"] = np.where(np.isnat(start), np.nan, num(frame, "wait_s"))
+    # one sort of the waits serves every group's percentiles (metrics._group_percentiles)
+    f["wait_order"] = np.argsort(f["wait_s"].to_numpy(), kind="stable")
     f["start"] = start
     f["end"] = end
     f["gpus"] = gpus
