@@ -151,3 +151,18 @@ def test_bad_gpu_memory_value_is_a_usage_error(tmp_path):
     path = dump(tmp_path, [line(1)])
     msg = one_error_line(analyze("--sacct-file", path, "--gpu-memory", "t4=lots"), 2)
     assert "--gpu-memory t4=lots" in msg
+
+
+def test_live_sacct_bytes_that_are_not_utf8_keep_names_distinct():
+    # what sources.sacct.sacct_text returns when sacct prints Latin-1 bytes
+    # (subprocess output decoded with errors="surrogateescape")
+    from datetime import UTC, datetime
+
+    from slurmgpu.accounting.load import load_windows
+
+    raw = HEADER + "\n" + line(1, user="m\xfcller") + "\n" + line(2, user="m\xf6ller") + "\n"
+    text = raw.encode("latin-1").decode("utf-8", "surrogateescape")
+    t = datetime(2025, 12, 1, tzinfo=UTC)
+    res = load_windows([(t, t)], lambda a, b: text, name="sacct")
+    assert sorted(res.frame["user"].astype(str)) == ["möller", "müller"]
+    assert res.latin1_lines == 2
