@@ -160,12 +160,13 @@ def apply_measures(
     util = work["util"].to_numpy().copy()
     mem = work["mem_used_mib"].to_numpy().copy()
     size = work["gpu_mem_mib"].to_numpy().copy()
-    basis = np.where(np.isnan(util), "", "slurm_gpuutil").astype(object)
+    # who measured each run: 0 = nobody, 1 = Slurm's gres/gpuutil, 2.. = sources[i - 2]
+    basis = np.where(np.isnan(util), 0, 1).astype(np.int8)
     counts: dict[str, int] = {}
     if sources:
         refs, index = run_refs(frame, work)
         done = np.zeros(len(frame), dtype=bool)
-        for source in sources:
+        for k, source in enumerate(sources):
             counts[source.name] = 0
             for m in source.measures(refs):
                 row = _row_for(m, index)
@@ -173,7 +174,7 @@ def apply_measures(
                     continue
                 done[row] = True
                 counts[source.name] += 1
-                basis[row] = source.name
+                basis[row] = k + 2
                 if m.util_mean_pct is not None:
                     util[row] = min(float(m.util_mean_pct), 100.0)
                 if m.mem_used_max_mib is not None:
@@ -181,7 +182,7 @@ def apply_measures(
                 if m.gpu_memory_mib:
                     size[row] = float(m.gpu_memory_mib)
     work["util"], work["mem_used_mib"], work["gpu_mem_mib"] = util, mem, size
-    counts["slurm_gpuutil"] = int((basis == "slurm_gpuutil").sum())
+    counts["slurm_gpuutil"] = int((basis == 1).sum())
     return counts
 
 
