@@ -46,7 +46,7 @@ def stage_pyarrow(path: Path, _args: argparse.Namespace) -> dict:
     import pyarrow.csv as pacsv
 
     base = _peak_rss_mib()
-    start = time.perf_counter()
+    start, cpu0 = time.perf_counter(), time.process_time()
     table = pacsv.read_csv(
         path,
         read_options=pacsv.ReadOptions(block_size=1 << 24),
@@ -55,8 +55,13 @@ def stage_pyarrow(path: Path, _args: argparse.Namespace) -> dict:
             delimiter="|", quote_char=False, invalid_row_handler=lambda _row: "skip"
         ),
     )
-    seconds = time.perf_counter() - start
-    return {"rows": table.num_rows, "seconds": seconds, "rss_after_import_mib": base}
+    seconds, cpu = time.perf_counter() - start, time.process_time() - cpu0
+    return {
+        "rows": table.num_rows,
+        "seconds": seconds,
+        "cpu_seconds": cpu,
+        "rss_after_import_mib": base,
+    }
 
 
 def _baseline_rows(path: Path, limit: int) -> tuple[int, float]:
@@ -149,13 +154,14 @@ def stage_analyze(path: Path, _args: argparse.Namespace) -> dict:
     import slurmgpu.accounting  # noqa: F401
 
     base = _peak_rss_mib()
-    start = time.perf_counter()
+    start, cpu0 = time.perf_counter(), time.process_time()
     result = _analyze(path)
-    seconds = time.perf_counter() - start
+    seconds, cpu = time.perf_counter() - start, time.process_time() - cpu0
     totals = result.to_dict()["totals"]
     return {
         "rows": totals["rows_read"],
         "seconds": seconds,
+        "cpu_seconds": cpu,
         "rss_after_import_mib": base,
         "jobs": totals["jobs"],
         "rows_rejected": totals["rows_rejected"],
@@ -171,14 +177,15 @@ def stage_report(path: Path, _args: argparse.Namespace) -> dict:
     from slurmgpu.render.report import FORMATS, render_report
 
     base = _peak_rss_mib()
-    start = time.perf_counter()
+    start, cpu0 = time.perf_counter(), time.process_time()
     analysis = _analyze(path).to_dict()
     analyzed = time.perf_counter()
     sizes = {fmt: len(render_report(analysis, fmt)) for fmt in FORMATS}
-    seconds = time.perf_counter() - start
+    seconds, cpu = time.perf_counter() - start, time.process_time() - cpu0
     return {
         "rows": analysis["totals"]["rows_read"],
         "seconds": seconds,
+        "cpu_seconds": cpu,
         "render_seconds": seconds - (analyzed - start),
         "rss_after_import_mib": base,
         "report_chars": sizes,
@@ -238,6 +245,8 @@ def _print_table(results: list[dict], file_info: dict) -> None:
             continue
         ratio = f"{r['seconds'] / floor:.1f}" if floor else "-"
         note = "extrapolated" if r.get("extrapolated") else ""
+        if "cpu_seconds" in r:
+            note += f" cpu {r['cpu_seconds']:.1f} s"
         if len(r.get("tries_seconds", [])) > 1:
             note += f" best of {r['tries_seconds']}"
         print(

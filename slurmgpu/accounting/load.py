@@ -479,12 +479,19 @@ def _normalize_chunk(
         return pc.fill_null(arr.filter(alloc_m).filter(km), default)
 
     admin, comment = text("AdminComment"), text("Comment")
-    tag_tier = pc.if_else(
-        pc.not_equal(_tag(admin, "tier"), ""), _tag(admin, "tier"), _tag(comment, "tier")
-    )
-    tag_kind = pc.if_else(
-        pc.not_equal(_tag(admin, "kind"), ""), _tag(admin, "kind"), _tag(comment, "kind")
-    )
+
+    def tag(key: str) -> pa.Array:
+        """A `key=value` tag from AdminComment, else Comment (absent columns cost nothing)."""
+        found = [
+            _tag(c, key) for n, c in (("AdminComment", admin), ("Comment", comment)) if n in columns
+        ]
+        if not found:
+            return pa.repeat(pa.scalar("", pa.string()), k)
+        if len(found) == 1:
+            return found[0]
+        return pc.if_else(pc.not_equal(found[0], ""), found[0], found[1])
+
+    tag_tier, tag_kind = tag("tier"), tag("kind")
     rows = alloc_rows[keep]
     no_array = np.isnan(ids.array_task[rows]) & ~ids.array_range[rows].astype(bool)
     table = pa.table(
