@@ -20,8 +20,9 @@ import gzip
 import io
 import os
 import zlib
-from collections import Counter
+from collections import Counter, deque
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
@@ -71,6 +72,8 @@ DICTIONARY_COLUMNS = (
 # text per chunk: 8 MiB is ~25k sacct lines; peak memory is a small multiple of it, and
 # larger chunks measured slower (1M lines: 8 MiB 7.2 s / 0.39 GiB, 32 MiB 8.2 s / 0.65 GiB)
 DEFAULT_CHUNK_BYTES = 8 * 1024 * 1024
+# chunks normalized at once (pyarrow compute releases the GIL); at least 1
+WORKERS = max(1, min(4, os.cpu_count() or 1))
 # job_submit.lua writes `slurmgpu tier=P1 kind=finetune` into AdminComment (the wrapper into
 # Comment); tokens are separated by whitespace, `;` or `,`.
 _TAG = r"(?:^|[\s;,]){}=(?P<v>[A-Za-z0-9_.-]+)"
@@ -276,6 +279,25 @@ class _Accumulator:
         if file not in self.files:
             self.files.append(file)
         return self.files.index(file)
+
+    def child(self) -> _Accumulator:
+        """An empty accumulator for one chunk (filled on a worker thread, merged in order)."""
+        kid = _Accumulator(self.options)
+        kid.files = self.files  # read-only on workers: file_index() is called first here
+        kid.end_window = self.end_window
+        return kid
+
+    def merge(self, kid: _Accumulator) -> None:
+        """Add one chunk's results (chunks are merged in file order)."""
+        self.allocs += kid.allocs
+        self.steps += kid.steps
+        for name in ("rows_read", "rows_rejected", "step_rows", "blank_lines", "rows_overlap",
+                     "usage_over_100"):  # fmt: skip
+            setattr(self, name, getattr(self, name) + getattr(kid, name))
+        self.reasons.update(kid.reasons)
+        self.has_usage |= kid.has_usage
+        room = MAX_REJECTED_KEPT - len(self.rejected)
+        self.rejected += kid.rejected[: max(room, 0)]
 
     def reject(self, file: str, lines: np.ndarray, reasons: Sequence[str]) -> None:
         self.rows_rejected += len(lines)
@@ -631,22 +653,43 @@ def _read_stream(
     chunk_bytes: int,
     delimiter: str = "|",
 ) -> None:
+    """Read one stream: the header, then chunks of lines, each split and normalized.
+
+    pyarrow compute releases the GIL, so chunks are normalized on WORKERS threads while the
+    next block is read; each chunk fills its own accumulator and they are merged in file
+    order, so results (and the first rejections kept) are those of a sequential read. At
+    most 2 x WORKERS chunks are in flight, which bounds memory.
+    """
     header: _Header | None = None
-    for first, lines in _line_chunks(stream, chunk_bytes, file, acc):
-        if header is None:
-            nonblank = pc.not_equal(pc.utf8_trim_whitespace(lines), "")
-            idx = pc.index(nonblank, True).as_py()
-            if idx < 0:
-                acc.blank_lines += len(lines)
-                continue
-            header = _parse_header(lines[idx].as_py(), first + idx, file, delimiter)
-            acc.blank_lines += idx
-            lines = lines.slice(idx + 1)
-            first += idx + 1
-        if len(lines):
-            _split_lines(acc, header, first, lines, file)
+    acc.file_index(file)
+    pending: deque[Future[_Accumulator]] = deque()
+    with ThreadPoolExecutor(max_workers=WORKERS) as pool:
+        for first, lines in _line_chunks(stream, chunk_bytes, file, acc):
+            if header is None:
+                nonblank = pc.not_equal(pc.utf8_trim_whitespace(lines), "")
+                idx = pc.index(nonblank, True).as_py()
+                if idx < 0:
+                    acc.blank_lines += len(lines)
+                    continue
+                header = _parse_header(lines[idx].as_py(), first + idx, file, delimiter)
+                acc.blank_lines += idx
+                lines = lines.slice(idx + 1)
+                first += idx + 1
+            if len(lines):
+                pending.append(pool.submit(_chunk, acc.child(), header, first, lines, file))
+            while len(pending) > 2 * WORKERS:
+                acc.merge(pending.popleft().result())
+        while pending:
+            acc.merge(pending.popleft().result())
     if header is None:
         raise SacctParseError(f"{file}: no header line (empty input)")
+
+
+def _chunk(
+    kid: _Accumulator, header: _Header, first: int, lines: pa.Array, file: str
+) -> _Accumulator:
+    _split_lines(kid, header, first, lines, file)
+    return kid
 
 
 # --------------------------------------------------------------------------------- finishing
