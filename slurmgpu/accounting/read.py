@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from functools import partial
 from typing import ClassVar, Protocol
 
 from slurmgpu.accounting import load as load_mod
@@ -95,7 +96,7 @@ class SacctTextSource:
         if span_h / hours > MAX_SACCT_CALLS:  # a years-long window: fewer, larger calls
             hours = span_h / MAX_SACCT_CALLS
         bounds = sub_windows(request.since, request.until, hours)
-        fetch: Callable[[datetime, datetime], str] = lambda a, b: sacct.sacct_text(a, b, env=env)  # noqa: E731
+        fetch: Callable[[datetime, datetime], str] = partial(sacct.sacct_text, env=env)
         loaded = load_mod.load_windows(
             bounds, fetch, name="sacct", options=request.normalize, delimiter=sacct.DELIMITER
         )

@@ -168,8 +168,9 @@ def apply_measures(
         done = np.zeros(len(frame), dtype=bool)
         for k, source in enumerate(sources):
             counts[source.name] = 0
+            starts = work["start"].to_numpy()
             for m in source.measures(refs):
-                row = _row_for(m, index)
+                row = _row_for(m, index, starts)
                 if row is None or done[row]:
                     continue
                 done[row] = True
@@ -224,11 +225,20 @@ def _py(t: np.datetime64) -> datetime | None:
     return None if np.isnat(t) else pd.Timestamp(t).to_pydatetime()
 
 
-def _row_for(m: JobGpuMeasure, index: dict[tuple[str, str], list[int]]) -> int | None:
+def _row_for(
+    m: JobGpuMeasure, index: dict[tuple[str, str], list[int]], starts: np.ndarray
+) -> int | None:
+    """The run a measure belongs to: by (cluster, job id); for a requeued job the run whose
+    start the measure names, else the latest run."""
     rows = index.get((m.cluster or "", m.job_id))
     if not rows:
         return None
-    return rows[-1]  # the latest run of a requeued job, unless the start says otherwise
+    if m.start is not None and len(rows) > 1:
+        want = np.datetime64(m.start.replace(tzinfo=None), "s")
+        for row in rows:
+            if starts[row] == want:
+                return row
+    return rows[-1]
 
 
 def need_of_runs(work: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:

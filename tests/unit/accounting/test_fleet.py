@@ -145,3 +145,23 @@ def test_node_move_fires_on_the_month_of_issue_8(tmp_path):
     # the donor stays under its target after all moves
     assert 13.44 / (32 - moved) <= 0.70 + 1e-9
     assert all(m["estimated_effect"]["demand_gpu_hours_served"] > 0 for m in moves)
+
+
+def test_measure_with_a_start_lands_on_that_run_of_a_requeued_job(tmp_path):
+    rows = [
+        job(7, "gpu", 0, 0, 3600, "gres/gpu:h100=1,gres/gpu=1", state="PREEMPTED"),
+        job(7, "gpu", 3700, 3700, 7300, "gres/gpu:h100=1,gres/gpu=1"),
+    ]
+    first_start = datetime.fromtimestamp(B, UTC)
+
+    class FirstRun:
+        name = "collector"
+
+        def measures(self, runs):
+            return [JobGpuMeasure("7", self.name, 1, 10.0, None, None, start=first_start)]
+
+    doc = run(tmp_path, rows, measure_sources=[FirstRun()])
+    assert doc["utilization_basis"]["collector"] == 1
+    # the preempted first run got the 10%; the later run has none: mean over known = 10
+    assert doc["totals"]["gpu_util_mean"] == pytest.approx(10.0)
+    assert doc["totals"]["util_known_gpu_hours"] == pytest.approx(1.0)
