@@ -145,3 +145,14 @@ def test_dump_without_a_required_column(tmp_path):
     assert result.stderr.startswith("slurmgpu: error: ")
     assert "required column" in result.stderr
     assert len(result.stderr.strip().splitlines()) == 1
+
+
+def test_dump_without_window_covers_its_whole_span_like_analyze():
+    runner = CliRunner()
+    rep = runner.invoke(main, ["report", "--sacct-file", str(DUMP), "--format", "json"])
+    ana = runner.invoke(main, ["analyze", "--sacct-file", str(DUMP), "--format", "json"])
+    assert rep.exit_code == 0 and ana.exit_code == 0, rep.output + ana.output
+    r, a = json.loads(rep.stdout), json.loads(ana.stdout)
+    assert r["window"] == a["window"]
+    assert r["totals"]["jobs"] == a["totals"]["jobs"]
+    assert r["totals"]["rows_outside_window"] == 0  # nothing of the dump is left out
