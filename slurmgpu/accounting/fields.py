@@ -268,7 +268,8 @@ class JobIds:
         self.array_task = np.full(n, np.nan)
         self.array_range = np.full(n, None, dtype=object)
         self.het_offset = np.full(n, np.nan)
-        self.step = np.full(n, None, dtype=object)
+        # step names stay a pyarrow array ("" = no step): object arrays per row hold the GIL
+        self._steps: pa.Array = pa.repeat(pa.scalar("", pa.string()), n)
         self.raw = np.full(n, np.nan)
         if job_id is not None:
             m = pc.extract_regex(_strings(job_id), _JOBID)
@@ -279,21 +280,21 @@ class JobIds:
             self.array_task = _num(pc.struct_field(mf, "task"))
             self.het_offset = _num(pc.struct_field(mf, "het"))
             rng = pc.struct_field(mf, "range")
-            self.array_range = np.where(
-                pc.equal(rng, "").to_numpy(zero_copy_only=False),
-                None,
-                rng.to_numpy(zero_copy_only=False),
-            )
-            self.step = _opt_str(pc.struct_field(mf, "step"))
+            if pc.any(pc.not_equal(rng, "")).as_py():  # pending array ranges are rare
+                self.array_range = np.where(
+                    pc.equal(rng, "").to_numpy(zero_copy_only=False),
+                    None,
+                    rng.to_numpy(zero_copy_only=False),
+                )
+            self._steps = pc.struct_field(mf, "step")
         if job_id_raw is not None:
             m = pc.extract_regex(_strings(job_id_raw), _JOBIDRAW)
             ok = m.is_valid().to_numpy(zero_copy_only=False)
             self.bad |= ~ok
             mf = fill_struct(m, {"raw": "", "step": ""})
             self.raw = _num(pc.struct_field(mf, "raw"))
-            raw_step = _opt_str(pc.struct_field(mf, "step"))
             if job_id is None:
-                self.step = raw_step
+                self._steps = pc.struct_field(mf, "step")
                 self.base_job = self.raw.copy()
         else:
             # Without JobIDRaw, the displayed id is the key; array tasks then share the array
@@ -304,7 +305,14 @@ class JobIds:
             np.nan_to_num(self.base_job) > MAX_JOB_ID
         )
         self.bad |= self.too_big
-        self.is_step = self.step.astype(bool)  # None -> False, a step name -> True
+        self.is_step = pc.not_equal(self._steps, "").to_numpy(zero_copy_only=False)
+        # `.extern` steps (adopted processes) never count for usage
+        self.is_extern = pc.equal(self._steps, "extern").to_numpy(zero_copy_only=False)
+
+    @property
+    def step(self) -> np.ndarray:
+        """Step names as an object array (None where the row is no step)."""
+        return _opt_str(self._steps)
 
 
 def _num(col: pa.Array) -> np.ndarray:

@@ -403,7 +403,7 @@ def _normalize_chunk(
                 step_gpus[has] = st.gpu_count
         ok = ~np.isin(step_rows, np.fromiter(errors, dtype=np.int64, count=len(errors)))
         acc.step_rows += int(ok.sum())
-        keep = ok & (ids.step[step_rows] != "extern") & ~(np.isnan(util) & np.isnan(mem))
+        keep = ok & ~ids.is_extern[step_rows] & ~(np.isnan(util) & np.isnan(mem))
         if keep.any():
             km = pa.array(keep)
             acc.steps.append(
