@@ -7,6 +7,8 @@ rejected row with its reason. Formats: `src/common/parse_time.c`, `src/sacct/pri
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -20,6 +22,41 @@ _ISO = r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}$"
 _DURATION = r"^(?:(?P<d>\d+)-)?(?:(?P<h>\d+):)?(?P<m>\d+):(?P<s>\d+)(?:\.(?P<f>\d+))?$"
 _DURATION_D_H = r"^(?P<d>\d+)-(?P<h>\d+)$"  # `1-12` (days-hours) is legal for Timelimit
 _UNLIMITED = ("UNLIMITED", "Partition_Limit", "INVALID")
+# Slurm job ids are 32-bit (JobIDRaw is a uint32_t in slurmdb_job_rec_t)
+MAX_JOB_ID = 2**32 - 1
+JOB_ID_RANGE_REASON = f"job id beyond Slurm's 32-bit range (at most {MAX_JOB_ID})"
+# MaxArraySize may be at most 4000001 (slurm.conf(5)), so task ids are at most 4000000
+MAX_ARRAY_TASK_ID = 4_000_000
+# Times outside these years are not accounting data (a 9999 End is a placeholder or damage;
+# accepting it would stretch the window over millennia)
+TIME_MIN_YEAR, TIME_MAX_YEAR = 1970, 2200
+_T_MIN = np.datetime64(f"{TIME_MIN_YEAR}-01-01T00:00:00", "s")
+_T_MAX = np.datetime64(f"{TIME_MAX_YEAR}-01-01T00:00:00", "s")
+
+
+def time_reason(name: str, text: str | None, timezone: str) -> str:
+    """Why a Submit/Start/End value was rejected (called for bad values only)."""
+    value = (text or "").strip()
+    if re.match(_ISO, value) and timezone not in ("UTC", "Z", "+00:00"):
+        import pandas as pd
+
+        try:
+            t = pd.Timestamp(value)
+        except ValueError:
+            return f"bad {name} time {value!r}"
+        # pandas raises ValueError (pytz: NonExistentTimeError / AmbiguousTimeError subclasses)
+        try:
+            t.tz_localize(timezone, ambiguous="raise", nonexistent="raise")
+        except ValueError as exc:
+            if "nonexistent" in str(exc).lower() or "NonExistent" in type(exc).__name__:
+                return f"{name} time {value!r} does not exist in {timezone} (DST change)"
+            return (
+                f"{name} time {value!r} occurs twice in {timezone} (DST change); "
+                "dump with TZ=UTC or SLURM_TIME_FORMAT=%s"
+            )
+    if re.match(_EPOCH, value) or re.match(_ISO, value):
+        return f"{name} time {value!r} outside {TIME_MIN_YEAR}..{TIME_MAX_YEAR}"
+    return f"bad {name} time {value!r}"
 
 
 def fill_struct(m: pa.Array, defaults: dict[str, str]) -> pa.StructArray:
@@ -54,7 +91,24 @@ def parse_times(values: pa.Array, *, timezone: str = "UTC") -> tuple[np.ndarray,
         out[is_epoch] = (
             pc.cast(s.filter(pa.array(is_epoch)), pa.int64()).to_numpy().astype("datetime64[s]")
         )
-    if is_iso.any():
+    if is_iso.any() and timezone in ("UTC", "Z", "+00:00"):
+        # fast path: Arrow's ISO-8601 cast is strict (2026-02-30 fails the whole cast)
+        try:
+            iso = s.filter(pa.array(is_iso))
+            out[is_iso] = (
+                pc.cast(iso, pa.timestamp("s"))
+                .cast(pa.int64())
+                .to_numpy(zero_copy_only=False)
+                .astype("datetime64[s]")
+            )
+            is_iso_done = True
+        except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+            is_iso_done = False
+    else:
+        is_iso_done = False
+    if is_iso_done:
+        bad_iso = np.zeros(n, dtype=bool)
+    elif is_iso.any():
         iso = s.filter(pa.array(is_iso))
         ts = pc.strptime(iso, format="%Y-%m-%dT%H:%M:%S", unit="s", error_is_null=True)
         # strptime rolls 2026-02-30 over to March 2: the parsed day must be the written one
@@ -73,6 +127,10 @@ def parse_times(values: pa.Array, *, timezone: str = "UTC") -> tuple[np.ndarray,
     else:
         bad_iso = np.zeros(n, dtype=bool)
     bad = ~(missing | is_epoch | is_iso) | bad_iso
+    bad |= ~np.isnat(out) & ((out < _T_MIN) | (out >= _T_MAX))
+    if timezone not in ("UTC", "Z", "+00:00") and is_iso.any():
+        bad |= is_iso & np.isnat(out)  # a local time that does not exist or repeats (DST)
+    out[bad] = np.datetime64("NaT")
     return out, bad
 
 
@@ -126,6 +184,47 @@ def parse_int(values: pa.Array, *, unlimited_ok: bool = False) -> tuple[np.ndarr
 
 
 _STATE = r"^(?P<state>[A-Z_]+)\+?(?: by (?P<uid>\d+))?$"
+# What sacct prints as a job's State (`job_state_string()` in src/common/slurm_protocol_defs.c:
+# base states, and the flags sacct shows instead of the base state). Anything else is not
+# sacct output (a hand edit, a shifted column) and rejects the row.
+JOB_STATES = (
+    "PENDING", "RUNNING", "SUSPENDED", "COMPLETED", "CANCELLED", "FAILED", "TIMEOUT",
+    "NODE_FAIL", "PREEMPTED", "BOOT_FAIL", "DEADLINE", "OUT_OF_MEMORY", "REQUEUED",
+    "REQUEUE_FED", "REQUEUE_HOLD", "RESIZING", "REVOKED", "SPECIAL_EXIT", "STOPPED",
+    "SIGNALING", "STAGE_OUT", "COMPLETING", "CONFIGURING", "LAUNCH_FAILED",
+)  # fmt: skip
+JOB_STATES_ARRAY = pa.array(JOB_STATES)
+
+
+def array_range_size(text: str) -> int | None:
+    """Tasks in a pending array range (`5-9,11`, `1-10:2`, `%4` throttle) without expanding."""
+    body = re.sub(r"%\d+$", "", text)
+    total = 0
+    for part in body.split(","):
+        m = re.fullmatch(r"(\d+)(?:-(\d+)(?::(\d+))?)?", part)
+        if not m:
+            return None
+        lo = int(m.group(1))
+        hi = int(m.group(2)) if m.group(2) else lo
+        step = int(m.group(3)) if m.group(3) else 1
+        if hi < lo or step < 1:
+            return None
+        total += (hi - lo) // step + 1
+    return total
+
+
+def array_range_problem(text: str) -> str | None:
+    """Why a pending array range cannot be Slurm's (None when it can)."""
+    size = array_range_size(text)
+    if size is None:
+        return f"bad array task range [{text}]"
+    top = max(int(x) for x in re.findall(r"\d+", re.sub(r"%\d+$", "", text)))
+    if top > MAX_ARRAY_TASK_ID:
+        return (
+            f"array task range [{text}] goes beyond Slurm's largest task id "
+            f"({MAX_ARRAY_TASK_ID}; MaxArraySize is at most 4000001)"
+        )
+    return None
 
 
 def parse_states(values: pa.Array) -> tuple[pa.Array, np.ndarray, np.ndarray]:
@@ -169,7 +268,8 @@ class JobIds:
         self.array_task = np.full(n, np.nan)
         self.array_range = np.full(n, None, dtype=object)
         self.het_offset = np.full(n, np.nan)
-        self.step = np.full(n, None, dtype=object)
+        # step names stay a pyarrow array ("" = no step): object arrays per row hold the GIL
+        self._steps: pa.Array = pa.repeat(pa.scalar("", pa.string()), n)
         self.raw = np.full(n, np.nan)
         if job_id is not None:
             m = pc.extract_regex(_strings(job_id), _JOBID)
@@ -180,27 +280,39 @@ class JobIds:
             self.array_task = _num(pc.struct_field(mf, "task"))
             self.het_offset = _num(pc.struct_field(mf, "het"))
             rng = pc.struct_field(mf, "range")
-            self.array_range = np.where(
-                pc.equal(rng, "").to_numpy(zero_copy_only=False),
-                None,
-                rng.to_numpy(zero_copy_only=False),
-            )
-            self.step = _opt_str(pc.struct_field(mf, "step"))
+            if pc.any(pc.not_equal(rng, "")).as_py():  # pending array ranges are rare
+                self.array_range = np.where(
+                    pc.equal(rng, "").to_numpy(zero_copy_only=False),
+                    None,
+                    rng.to_numpy(zero_copy_only=False),
+                )
+            self._steps = pc.struct_field(mf, "step")
         if job_id_raw is not None:
             m = pc.extract_regex(_strings(job_id_raw), _JOBIDRAW)
             ok = m.is_valid().to_numpy(zero_copy_only=False)
             self.bad |= ~ok
             mf = fill_struct(m, {"raw": "", "step": ""})
             self.raw = _num(pc.struct_field(mf, "raw"))
-            raw_step = _opt_str(pc.struct_field(mf, "step"))
             if job_id is None:
-                self.step = raw_step
+                self._steps = pc.struct_field(mf, "step")
                 self.base_job = self.raw.copy()
         else:
             # Without JobIDRaw, the displayed id is the key; array tasks then share the array
             # job's number, so keep them apart by task id (documented limitation).
             self.raw = self.base_job.copy()
-        self.is_step = self.step.astype(bool)  # None -> False, a step name -> True
+        # beyond uint32 (or so long that float64 could not hold it exactly)
+        self.too_big = (np.nan_to_num(self.raw) > MAX_JOB_ID) | (
+            np.nan_to_num(self.base_job) > MAX_JOB_ID
+        )
+        self.bad |= self.too_big
+        self.is_step = pc.not_equal(self._steps, "").to_numpy(zero_copy_only=False)
+        # `.extern` steps (adopted processes) never count for usage
+        self.is_extern = pc.equal(self._steps, "extern").to_numpy(zero_copy_only=False)
+
+    @property
+    def step(self) -> np.ndarray:
+        """Step names as an object array (None where the row is no step)."""
+        return _opt_str(self._steps)
 
 
 def _num(col: pa.Array) -> np.ndarray:

@@ -19,9 +19,10 @@ from __future__ import annotations
 import gzip
 import io
 import os
-import re
-from collections import Counter
+import zlib
+from collections import Counter, deque
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
@@ -30,9 +31,9 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from slurmgpu.accounting import columns as columns_mod
 from slurmgpu.accounting import fields, tres
 from slurmgpu.errors import SacctParseError
-from slurmgpu.util.hostlist import parse_id_list
 
 # Canonical sacct column names (as sacct prints them in the header); lookup is case-insensitive.
 KNOWN_COLUMNS = (
@@ -56,9 +57,10 @@ REQUIRED_COLUMNS: tuple[tuple[str, ...], ...] = (
     ("AllocTRES",),
     ("ElapsedRaw", "Elapsed"),
 )
-# Free text that may itself contain `|`: extra fields of a too-long line are joined back into
-# the LAST of these present in the header (fields left of it taken from the left, right of it
-# from the right). With none present, a too-long line is rejected.
+# Free text that may itself contain `|`. When exactly ONE of these is in the header, the extra
+# fields of a too-long line are joined back into it (fields left of it taken from the left,
+# right of it from the right): unambiguous. With none or several present, a too-long line is
+# rejected (which column held the extra delimiter cannot be known).
 FREE_TEXT_COLUMNS = ("JobName", "AdminComment", "Comment", "SystemComment", "Reason")
 MAX_REJECTED_KEPT = 100
 # Few distinct values over millions of rows: stored dictionary-encoded (pyarrow dictionary
@@ -70,6 +72,8 @@ DICTIONARY_COLUMNS = (
 # text per chunk: 8 MiB is ~25k sacct lines; peak memory is a small multiple of it, and
 # larger chunks measured slower (1M lines: 8 MiB 7.2 s / 0.39 GiB, 32 MiB 8.2 s / 0.65 GiB)
 DEFAULT_CHUNK_BYTES = 8 * 1024 * 1024
+# chunks normalized at once (pyarrow compute releases the GIL); at least 1
+WORKERS = max(1, min(4, os.cpu_count() or 1))
 # job_submit.lua writes `slurmgpu tier=P1 kind=finetune` into AdminComment (the wrapper into
 # Comment); tokens are separated by whitespace, `;` or `,`.
 _TAG = r"(?:^|[\s;,]){}=(?P<v>[A-Za-z0-9_.-]+)"
@@ -100,6 +104,8 @@ class LoadResult:
     rejected_reasons: Counter = field(default_factory=Counter)
     has_usage: bool = False
     rows_overlap: int = 0  # live sub-window repeats (not rows read; see load_windows)
+    latin1_lines: int = 0  # lines that were not UTF-8, decoded as Latin-1
+    usage_over_100: int = 0  # steps whose gres/gpuutil was above 100
 
     def check(self) -> None:
         """Assert the row accounting reconciles (a bug in slurmgpu if it does not)."""
@@ -113,16 +119,29 @@ class LoadResult:
 # ------------------------------------------------------------------------------- reading text
 
 
-def open_text(path: str | os.PathLike[str]) -> io.TextIOBase:
-    """Open a sacct dump, gunzipping when the file starts with the gzip magic bytes."""
+def open_binary(path: str | os.PathLike[str]) -> io.BufferedIOBase:
+    """Open a sacct dump as bytes, gunzipping when it starts with the gzip magic bytes."""
     try:
         with open(path, "rb") as probe:
             magic = probe.read(2)
         if magic == _GZIP_MAGIC:
-            return gzip.open(path, "rt", encoding="utf-8", errors="replace", newline="")
-        return open(path, encoding="utf-8", errors="replace", newline="")
+            return gzip.open(path, "rb")  # type: ignore[return-value]
+        return open(path, "rb")
     except OSError as exc:
         raise SacctParseError(f"{path}: cannot read: {exc.strerror or exc}") from exc
+
+
+def _read_block(stream: io.BufferedIOBase, size: int, file: str, offset: int) -> bytes:
+    """One block of bytes; a damaged or truncated gzip stream is one clear error."""
+    try:
+        return stream.read(size)
+    except (EOFError, gzip.BadGzipFile, zlib.error) as exc:
+        raise SacctParseError(
+            f"{file}: gzip data is truncated or corrupt after {offset} bytes of text "
+            f"({exc}); re-copy or re-create the dump"
+        ) from None
+    except OSError as exc:
+        raise SacctParseError(f"{file}: cannot read: {exc.strerror or exc}") from None
 
 
 def _canonical(name: str) -> str:
@@ -137,6 +156,7 @@ class _Header:
     line: int
     free_text_index: int | None
     delimiter: str = "|"
+    free_text: list[int] = field(default_factory=list)
 
 
 def _parse_header(text: str, line: int, source: str, delimiter: str = "|") -> _Header:
@@ -155,32 +175,61 @@ def _parse_header(text: str, line: int, source: str, delimiter: str = "|") -> _H
     if dup:
         raise SacctParseError(f"{source}: line {line}: column {dup[0]} appears twice in the header")
     free = [i for i, c in enumerate(names) if c in FREE_TEXT_COLUMNS]
-    return _Header(names, trailing, line, free[-1] if free else None, delimiter)
+    # a too-long line is repaired only when ONE free-text column could hold the extra `|`
+    return _Header(names, trailing, line, free[0] if len(free) == 1 else None, delimiter, free)
 
 
-def _line_chunks(stream: io.TextIOBase, chunk_bytes: int) -> Iterator[tuple[int, pa.Array]]:
+def _decode_lines(raw: pa.Array, acc: _Accumulator | None) -> pa.Array:
+    """Binary lines -> UTF-8 strings. Lines that are not valid UTF-8 are decoded as Latin-1.
+
+    Latin-1 maps every byte to one character, so distinct names stay distinct (`m\xfcller` and
+    `m\xf6ller` become `müller` and `möller`), which replacing bad bytes by U+FFFD would merge.
+    The number of such lines is reported (`rows_latin1_decoded`).
+    """
+    try:
+        return raw.cast(pa.string())
+    except pa.ArrowInvalid:
+        pass
+    out, fallback = [], 0
+    for b in raw.to_pylist():  # rare path: only blocks holding a non-UTF-8 line
+        try:
+            out.append(b.decode("utf-8"))
+        except UnicodeDecodeError:
+            out.append(b.decode("latin-1"))
+            fallback += 1
+    if acc is not None:
+        acc.latin1_lines += fallback
+    return pa.array(out, pa.string())
+
+
+def _line_chunks(
+    stream: io.BufferedIOBase, chunk_bytes: int, file: str = "", acc: _Accumulator | None = None
+) -> Iterator[tuple[int, pa.Array]]:
     """Yield (number of the chunk's first line, its lines as a pyarrow string array).
 
-    Reads blocks of about `chunk_bytes` characters and splits them into lines with pyarrow
+    Reads blocks of about `chunk_bytes` bytes and splits them into lines with pyarrow
     (no Python loop per line); a partial last line is carried into the next block.
     """
     first = 1
-    carry = ""
+    carry = b""
+    offset = 0
     while True:
-        block = stream.read(chunk_bytes)
+        block = _read_block(stream, chunk_bytes, file, offset)
+        offset += len(block)
         if not block:
             if carry:
-                yield first, pc.utf8_rtrim(pa.array([carry], pa.string()), characters="\r")
+                last = _decode_lines(pa.array([carry], pa.binary()), acc)
+                yield first, pc.utf8_rtrim(last, characters="\r")
             return
-        text = carry + block
-        cut = text.rfind("\n")
+        data = carry + block if carry else block
+        cut = data.rfind(b"\n")
         if cut < 0:
-            carry = text
+            carry = data
             continue
-        carry = text[cut + 1 :]
-        lines = pc.list_flatten(pc.split_pattern(pa.array([text[:cut]], pa.string()), "\n"))
-        del text
-        lines = pc.utf8_rtrim(lines, characters="\r")
+        carry = data[cut + 1 :]
+        raw = pc.list_flatten(pc.split_pattern(pa.array([data[:cut]], pa.binary()), b"\n"))
+        del data
+        lines = pc.utf8_rtrim(_decode_lines(raw, acc), characters="\r")
         yield first, lines
         first += len(lines)
 
@@ -197,6 +246,10 @@ class Options:
     shards_per_gpu: Mapping[str, float] = field(default_factory=dict)  # partition or "*" -> N
     cluster: str = ""  # used when the input has no Cluster column
     bare_gpumem_unit: str = "B"  # sacct --noconvert prints bytes; otherwise `38888M`
+    # Slurm >= 24.05: a step's gres/gpuutil and gres/gpumem are sums over its GPUs; they are
+    # divided by the step's GPU count (its AllocTRES, else its run's) when folded
+    usage_sums_gpus: bool = False
+    keep_admin_comment: bool = False  # measure sources read jobstats summaries there
 
 
 class _Accumulator:
@@ -218,12 +271,33 @@ class _Accumulator:
         # without one, the last sub-window) falls in; see load_windows
         self.end_window: tuple[np.datetime64, np.datetime64] | None = None
         self.rows_overlap = 0
+        self.latin1_lines = 0
+        self.usage_over_100 = 0  # step gpuutil values above 100 (a sum over GPUs)
 
     def file_index(self, file: str) -> int:
         """Small integer for a file name (the frame stores it dictionary-encoded)."""
         if file not in self.files:
             self.files.append(file)
         return self.files.index(file)
+
+    def child(self) -> _Accumulator:
+        """An empty accumulator for one chunk (filled on a worker thread, merged in order)."""
+        kid = _Accumulator(self.options)
+        kid.files = self.files  # read-only on workers: file_index() is called first here
+        kid.end_window = self.end_window
+        return kid
+
+    def merge(self, kid: _Accumulator) -> None:
+        """Add one chunk's results (chunks are merged in file order)."""
+        self.allocs += kid.allocs
+        self.steps += kid.steps
+        for name in ("rows_read", "rows_rejected", "step_rows", "blank_lines", "rows_overlap",
+                     "usage_over_100"):  # fmt: skip
+            setattr(self, name, getattr(self, name) + getattr(kid, name))
+        self.reasons.update(kid.reasons)
+        self.has_usage |= kid.has_usage
+        room = MAX_REJECTED_KEPT - len(self.rejected)
+        self.rejected += kid.rejected[: max(room, 0)]
 
     def reject(self, file: str, lines: np.ndarray, reasons: Sequence[str]) -> None:
         self.rows_rejected += len(lines)
@@ -273,6 +347,8 @@ def _normalize_chunk(
     everything = np.arange(n)
     jid, jraw = columns.get("JobID"), columns.get("JobIDRaw")
     ids = fields.JobIds(jid, jraw)
+    for i in np.flatnonzero(ids.too_big).tolist():
+        errors.setdefault(int(everything[i]), fields.JOB_ID_RANGE_REASON)
     flag(ids.bad, "JobID/JobIDRaw", jid if jid is not None else jraw, everything)
     is_step = ids.is_step & ~ids.bad
     alloc = ~ids.is_step & ~ids.bad
@@ -298,6 +374,7 @@ def _normalize_chunk(
         k = len(step_rows)
         util = np.full(k, np.nan)
         mem = np.full(k, np.nan)
+        step_gpus = np.full(k, np.nan)
         if have_usage:
             acc.has_usage = True
             for name in ("TRESUsageInAve", "TRESUsageInMax"):  # Max overrides Ave
@@ -318,9 +395,15 @@ def _normalize_chunk(
                 mem[sel] = np.where(np.isnan(u.gpu_mem_mib), mem[sel], u.gpu_mem_mib)
                 for i, reason in u.errors.items():
                     errors.setdefault(int(step_rows[sel[i]]), reason)
+            acc.usage_over_100 += int((np.nan_to_num(util) > 100).sum())
+            has = np.flatnonzero(~(np.isnan(util) & np.isnan(mem)))
+            if opts.usage_sums_gpus and len(has) and "AllocTRES" in columns:
+                # the step's own GPU count (Slurm prints AllocTRES on step rows)
+                st = tres.parse_alloc_tres(sub("AllocTRES", step_m).take(pa.array(has)))
+                step_gpus[has] = st.gpu_count
         ok = ~np.isin(step_rows, np.fromiter(errors, dtype=np.int64, count=len(errors)))
         acc.step_rows += int(ok.sum())
-        keep = ok & (ids.step[step_rows] != "extern") & ~(np.isnan(util) & np.isnan(mem))
+        keep = ok & ~ids.is_extern[step_rows] & ~(np.isnan(util) & np.isnan(mem))
         if keep.any():
             km = pa.array(keep)
             acc.steps.append(
@@ -331,6 +414,7 @@ def _normalize_chunk(
                         "step_start": pa.array(s_start[keep]),
                         "step_gpu_util_pct": pa.array(util[keep]),
                         "step_gpu_mem_mib": pa.array(mem[keep]),
+                        "step_gpus": pa.array(step_gpus[keep]),
                     }
                 )
             )
@@ -341,10 +425,31 @@ def _normalize_chunk(
         a = alloc_rows
         state, cancelled_by, bad = fields.parse_states(sub("State", alloc_m))
         flag(bad, "State", sub("State", alloc_m), a)
+        unknown_state = ~bad & ~pc.is_in(state, fields.JOB_STATES_ARRAY).to_numpy(
+            zero_copy_only=False
+        )
+        for i in np.flatnonzero(unknown_state).tolist():
+            raw_state = sub("State", alloc_m)[i].as_py()
+            errors.setdefault(int(a[i]), f"unknown job state {raw_state!r}")
         times = {}
         for name in ("Submit", "Start", "End"):
-            times[name], bad = fields.parse_times(sub(name, alloc_m), timezone=opts.timezone)
-            flag(bad, f"{name} time", sub(name, alloc_m), a)
+            raw_t = sub(name, alloc_m)
+            times[name], bad = fields.parse_times(raw_t, timezone=opts.timezone)
+            for i in np.flatnonzero(bad).tolist():
+                reason = fields.time_reason(name, raw_t[i].as_py(), opts.timezone)
+                errors.setdefault(int(a[i]), reason)
+        for later, earlier in (("End", "Start"), ("Start", "Submit")):
+            t1, t0 = times[later], times[earlier]
+            wrong = ~np.isnat(t1) & ~np.isnat(t0) & (t1 < t0)
+            for i in np.flatnonzero(wrong).tolist():
+                errors.setdefault(
+                    int(a[i]), f"{later} {_iso(t1[i])} is before {earlier} {_iso(t0[i])}"
+                )
+        ranges = ids.array_range[a]
+        for i in np.flatnonzero(pd.notna(ranges)).tolist():
+            problem = fields.array_range_problem(ranges[i])
+            if problem:
+                errors.setdefault(int(a[i]), problem)
         if "ElapsedRaw" in columns:
             elapsed, bad = fields.parse_int(sub("ElapsedRaw", alloc_m))
             flag(bad, "ElapsedRaw", sub("ElapsedRaw", alloc_m), a)
@@ -396,12 +501,19 @@ def _normalize_chunk(
         return pc.fill_null(arr.filter(alloc_m).filter(km), default)
 
     admin, comment = text("AdminComment"), text("Comment")
-    tag_tier = pc.if_else(
-        pc.not_equal(_tag(admin, "tier"), ""), _tag(admin, "tier"), _tag(comment, "tier")
-    )
-    tag_kind = pc.if_else(
-        pc.not_equal(_tag(admin, "kind"), ""), _tag(admin, "kind"), _tag(comment, "kind")
-    )
+
+    def tag(key: str) -> pa.Array:
+        """A `key=value` tag from AdminComment, else Comment (absent columns cost nothing)."""
+        found = [
+            _tag(c, key) for n, c in (("AdminComment", admin), ("Comment", comment)) if n in columns
+        ]
+        if not found:
+            return pa.repeat(pa.scalar("", pa.string()), k)
+        if len(found) == 1:
+            return found[0]
+        return pc.if_else(pc.not_equal(found[0], ""), found[0], found[1])
+
+    tag_tier, tag_kind = tag("tier"), tag("kind")
     rows = alloc_rows[keep]
     no_array = np.isnan(ids.array_task[rows]) & ~ids.array_range[rows].astype(bool)
     table = pa.table(
@@ -439,6 +551,7 @@ def _normalize_chunk(
             "node_list": text("NodeList"),
             "tag_tier": tag_tier,
             "kind": pc.if_else(pc.equal(tag_kind, ""), "unknown", tag_kind),
+            **({"admin_comment": admin} if opts.keep_admin_comment else {}),
             "file_index": pa.repeat(pa.scalar(acc.file_index(file), pa.int32()), k),
             "line": _fa(lines[rows]),
         }
@@ -463,6 +576,10 @@ def _own_window_rows(
         return dict(columns), lines
     mask = pa.array(keep)
     return {k: v.filter(mask) for k, v in columns.items()}, lines[keep]
+
+
+def _iso(t: np.datetime64) -> str:
+    return str(t.astype("datetime64[s]")).replace(" ", "T")
 
 
 def _fa(values, type: pa.DataType | None = None) -> pa.Array:
@@ -506,7 +623,11 @@ def _split_lines(
                 fixed_lines.append(int(nums[i]))
             else:
                 rej_lines.append(int(nums[i]))
-                rej_reasons.append(f"wrong column count: {len(tokens)} fields, header has {ncols}")
+                why = f"wrong column count: {len(tokens)} fields, header has {ncols}"
+                if extra > 0 and len(header.free_text) > 1:
+                    names = ", ".join(header.columns[j] for j in header.free_text)
+                    why += f" (a '{header.delimiter}' in one of {names}: ambiguous, not repaired)"
+                rej_reasons.append(why)
         if rej_lines:
             acc.rows_read += len(rej_lines)
             acc.reject(file, np.array(rej_lines), rej_reasons)
@@ -527,27 +648,48 @@ def _split_lines(
 
 def _read_stream(
     acc: _Accumulator,
-    stream: io.TextIOBase,
+    stream: io.BufferedIOBase,
     file: str,
     chunk_bytes: int,
     delimiter: str = "|",
 ) -> None:
+    """Read one stream: the header, then chunks of lines, each split and normalized.
+
+    pyarrow compute releases the GIL, so chunks are normalized on WORKERS threads while the
+    next block is read; each chunk fills its own accumulator and they are merged in file
+    order, so results (and the first rejections kept) are those of a sequential read. At
+    most 2 x WORKERS chunks are in flight, which bounds memory.
+    """
     header: _Header | None = None
-    for first, lines in _line_chunks(stream, chunk_bytes):
-        if header is None:
-            nonblank = pc.not_equal(pc.utf8_trim_whitespace(lines), "")
-            idx = pc.index(nonblank, True).as_py()
-            if idx < 0:
-                acc.blank_lines += len(lines)
-                continue
-            header = _parse_header(lines[idx].as_py(), first + idx, file, delimiter)
-            acc.blank_lines += idx
-            lines = lines.slice(idx + 1)
-            first += idx + 1
-        if len(lines):
-            _split_lines(acc, header, first, lines, file)
+    acc.file_index(file)
+    pending: deque[Future[_Accumulator]] = deque()
+    with ThreadPoolExecutor(max_workers=WORKERS) as pool:
+        for first, lines in _line_chunks(stream, chunk_bytes, file, acc):
+            if header is None:
+                nonblank = pc.not_equal(pc.utf8_trim_whitespace(lines), "")
+                idx = pc.index(nonblank, True).as_py()
+                if idx < 0:
+                    acc.blank_lines += len(lines)
+                    continue
+                header = _parse_header(lines[idx].as_py(), first + idx, file, delimiter)
+                acc.blank_lines += idx
+                lines = lines.slice(idx + 1)
+                first += idx + 1
+            if len(lines):
+                pending.append(pool.submit(_chunk, acc.child(), header, first, lines, file))
+            while len(pending) > 2 * WORKERS:
+                acc.merge(pending.popleft().result())
+        while pending:
+            acc.merge(pending.popleft().result())
     if header is None:
         raise SacctParseError(f"{file}: no header line (empty input)")
+
+
+def _chunk(
+    kid: _Accumulator, header: _Header, first: int, lines: pa.Array, file: str
+) -> _Accumulator:
+    _split_lines(kid, header, first, lines, file)
+    return kid
 
 
 # --------------------------------------------------------------------------------- finishing
@@ -563,7 +705,7 @@ def _finish(acc: _Accumulator, files: list[str]) -> LoadResult:
     # -D returns every run of a requeued job and overlapping dumps repeat rows: the key of a run
     # is (Cluster, JobIDRaw, Submit) (+Start, for versions that keep Submit on requeue).
     key = ["cluster", "job_id_raw", "job_id", "submit", "start"]
-    dup = frame.duplicated(key, keep="first").to_numpy(dtype=bool)
+    dup = columns_mod.duplicated(frame, key, keep="first")
     if dup.any():
         d = frame[dup]
         for name, group in d.groupby("file", sort=False):
@@ -576,7 +718,7 @@ def _finish(acc: _Accumulator, files: list[str]) -> LoadResult:
                 ],
             )
         frame = frame[~dup].reset_index(drop=True)
-    frame = _fold_steps(frame, acc.steps)
+    frame = _fold_steps(frame, acc.steps, acc.options.usage_sums_gpus)
     frame = _derive(frame, acc.options)
     result = LoadResult(
         frame=frame,
@@ -589,6 +731,8 @@ def _finish(acc: _Accumulator, files: list[str]) -> LoadResult:
         rejected=sorted(acc.rejected, key=lambda r: (r.file, r.line))[:MAX_REJECTED_KEPT],
         rejected_reasons=acc.reasons,
         has_usage=acc.has_usage,
+        latin1_lines=acc.latin1_lines,
+        usage_over_100=acc.usage_over_100,
     )
     assert len(frame) + result.step_rows == result.rows_analyzed, (
         len(frame),
@@ -617,7 +761,7 @@ def _with_file_names(table: pa.Table, files: list[str]) -> pa.Table:
     return table.set_column(pos, "file", file_col)
 
 
-def _fold_steps(frame: pd.DataFrame, steps: list[pa.Table]) -> pd.DataFrame:
+def _fold_steps(frame: pd.DataFrame, steps: list[pa.Table], sums: bool = False) -> pd.DataFrame:
     """Attach each step's usage to the run (allocation row) it belongs to.
 
     A requeued job has several runs under one JobIDRaw, so a step belongs to the latest run of
@@ -651,6 +795,7 @@ def _fold_steps(frame: pd.DataFrame, steps: list[pa.Table]) -> pd.DataFrame:
             .to_numpy(dtype="datetime64[s]", na_value=np.datetime64("NaT"))
             .astype("datetime64[ns]"),
             "row": np.arange(len(frame)),
+            "run_gpus": frame["gpu_count"].to_numpy(dtype=float, na_value=np.nan),
         }
     )
     runs["run_start"] = runs["run_start"].fillna(pd.Timestamp(never))
@@ -660,6 +805,7 @@ def _fold_steps(frame: pd.DataFrame, steps: list[pa.Table]) -> pd.DataFrame:
             "step_start": st["step_start"].to_numpy(dtype="datetime64[ns]"),
             "util": st["step_gpu_util_pct"].to_numpy(float),
             "mem": st["step_gpu_mem_mib"].to_numpy(float),
+            "step_gpus": st["step_gpus"].to_numpy(float),
         }
     )
     # a step without a start time belongs to the latest run of its job
@@ -673,6 +819,11 @@ def _fold_steps(frame: pd.DataFrame, steps: list[pa.Table]) -> pd.DataFrame:
         direction="backward",
     )
     joined = joined.dropna(subset=["row"])
+    if sums:  # Slurm >= 24.05: sums over the step's GPUs -> per-GPU means
+        gpus = joined["step_gpus"].fillna(joined["run_gpus"]).to_numpy(float)
+        gpus = np.where(np.nan_to_num(gpus) >= 1, gpus, 1.0)
+        joined["util"] = joined["util"].to_numpy(float) / gpus
+        joined["mem"] = joined["mem"].to_numpy(float) / gpus
     agg = joined.groupby("row").agg(util=("util", "max"), mem=("mem", "max"))
     rows = agg.index.to_numpy(dtype=np.int64)
     util = np.full(len(frame), np.nan)
@@ -755,11 +906,8 @@ def _derive(frame: pd.DataFrame, opts: Options) -> pd.DataFrame:
 
 
 def _range_size(text: str) -> float:
-    body = re.sub(r"%\d+$", "", text)
-    try:
-        return float(len(parse_id_list(body)))
-    except ValueError:
-        return np.nan
+    size = fields.array_range_size(text)
+    return np.nan if size is None else float(size)
 
 
 # ------------------------------------------------------------------------------- entry points
@@ -775,7 +923,7 @@ def load_files(
     acc = _Accumulator(options or Options())
     names = [os.fspath(p) for p in paths]
     for name in names:
-        with open_text(name) as stream:
+        with open_binary(name) as stream:
             _read_stream(acc, stream, name, chunk_bytes)
     return _finish(acc, names)
 
@@ -790,7 +938,7 @@ def load_text(
 ) -> LoadResult:
     """Load sacct output held in memory (e.g. a live call; `delimiter` as given to sacct)."""
     acc = _Accumulator(options or Options())
-    _read_stream(acc, io.StringIO(text, newline=None), name, chunk_bytes, delimiter)
+    _read_stream(acc, io.BytesIO(text.encode("utf-8")), name, chunk_bytes, delimiter)
     return _finish(acc, [name])
 
 
@@ -816,9 +964,9 @@ def load_windows(
         last = i == len(bounds) - 1
         hi = np.datetime64("9999-12-31", "s") if last else np.datetime64(_naive_utc(until), "s")
         acc.end_window = (lo, hi)
-        text = fetch(since, until)
-        _read_stream(acc, io.StringIO(text, newline=None), name, chunk_bytes, delimiter)
-        del text
+        data = fetch(since, until).encode("utf-8", "surrogateescape")
+        _read_stream(acc, io.BytesIO(data), name, chunk_bytes, delimiter)
+        del data
     acc.end_window = None
     result = _finish(acc, [name])
     result.rows_overlap = acc.rows_overlap

@@ -14,13 +14,13 @@ Definitions (docs/accounting.md is the reference):
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
-from datetime import UTC, datetime
 
 import numpy as np
 import pandas as pd
 
-from slurmgpu.model.catalog import model_for_type
+from slurmgpu.accounting.columns import codes as column_codes
+from slurmgpu.accounting.runs import NEED_BASES
+from slurmgpu.accounting.window import Window
 
 FIT_FRACTIONS = {"1/7": 1 / 7, "1/4": 1 / 4, "1/2": 1 / 2}
 # a job whose measured GPU memory is below this share of what it was given counts as
@@ -30,104 +30,23 @@ LOW_MEMORY_SHARE = 0.25
 HOURLY_MAX_DAYS = 3
 
 
-@dataclass(frozen=True)
-class Window:
-    """The analysis window [since, until) as naive-UTC numpy datetimes."""
-
-    since: np.datetime64
-    until: np.datetime64
-
-    @property
-    def hours(self) -> float:
-        return float((self.until - self.since) / np.timedelta64(1, "s")) / 3600.0
-
-    def iso(self) -> dict[str, str]:
-        def fmt(t: np.datetime64) -> str:
-            ts = pd.Timestamp(t).to_pydatetime().replace(tzinfo=UTC)
-            return ts.isoformat().replace("+00:00", "Z")
-
-        return {"since": fmt(self.since), "until": fmt(self.until)}
-
-
-def window_for(frame: pd.DataFrame, since: datetime | None, until: datetime | None) -> Window:
-    """The given window, or (for files) the span the data covers."""
-
-    def to64(t: datetime) -> np.datetime64:
-        if t.tzinfo is not None:
-            t = t.astimezone(UTC).replace(tzinfo=None)
-        return np.datetime64(t, "s")
-
-    starts = _dt(frame, "start")
-    ends = _dt(frame, "run_end")
-    submits = _dt(frame, "submit")
-    known = np.concatenate([starts[~np.isnat(starts)], submits[~np.isnat(submits)]])
-    lo = to64(since) if since else (known.min() if len(known) else np.datetime64(0, "s"))
-    ends_known = ends[~np.isnat(ends)]
-    hi = to64(until) if until else (ends_known.max() if len(ends_known) else lo)
-    if hi <= lo:
-        hi = lo + np.timedelta64(1, "s")
-    return Window(lo, hi)
-
-
-def _dt(frame: pd.DataFrame, col: str) -> np.ndarray:
-    return frame[col].to_numpy(dtype="datetime64[s]", na_value=np.datetime64("NaT"))
-
-
-def _num(frame: pd.DataFrame, col: str) -> np.ndarray:
-    return frame[col].to_numpy(dtype=float, na_value=np.nan)
-
-
-def prepare(
-    frame: pd.DataFrame, window: Window, gpu_mem_mib: np.ndarray | None = None
-) -> pd.DataFrame:
-    """Per-run working columns: window-clipped GPU-hours, normalized utilization, flags.
-
-    `gpu_mem_mib` (memory of one GPU of each run's type) gives `mem_share`, the measured GPU
-    memory over the memory the run was given (NaN when either is unknown).
-    """
-    f = pd.DataFrame(index=frame.index)
-    start, end = _dt(frame, "start"), _dt(frame, "run_end")
-    s = np.maximum(start, window.since)
-    e = np.minimum(end, window.until)
-    overlap = (e - s) / np.timedelta64(1, "s")
-    overlap = np.where(np.isnat(start) | np.isnat(end), 0.0, np.maximum(overlap.astype(float), 0))
-    gpus = np.nan_to_num(_num(frame, "gpu_equiv"))
-    f["gpu_hours"] = gpus * overlap / 3600.0
-    util = _num(frame, "gpu_util_pct")
-    count = np.maximum(np.nan_to_num(_num(frame, "gpu_count")), 1)
-    f["util"] = np.minimum(np.where(util > 100, util / count, util), 100.0)
-    state = frame["state"].to_numpy(dtype=object, na_value="")
-    key = ["cluster", "job_id_raw", "job_id"]
-    later_run = frame.duplicated(key, keep="last").to_numpy(dtype=bool)
-    rerun = frame.duplicated(key, keep="first").to_numpy(dtype=bool)
-    f["preempted"] = state == "PREEMPTED"
-    f["requeued"] = (state == "REQUEUED") | later_run
-    pending_tasks = _num(frame, "array_pending_tasks")
-    weight = np.where(np.isnan(pending_tasks), 1.0, pending_tasks)
-    counts = frame["counts_as_job"].to_numpy(dtype=bool, na_value=True) & ~rerun
-    f["job_weight"] = np.where(counts, weight, 0.0)
-    f["pending"] = np.where(state == "PENDING", weight, 0.0)
-    f["gpu_job"] = frame["gpu_job"].to_numpy(dtype=bool, na_value=False)
-    f["wait_s"] = np.where(np.isnat(start), np.nan, _num(frame, "wait_s"))
-    f["start"] = start
-    f["end"] = end
-    f["gpus"] = gpus
-    if gpu_mem_mib is None:
-        gpu_mem_mib = np.full(len(frame), np.nan)
-    given = gpu_mem_mib * np.where(gpus > 0, gpus, np.nan)
-    f["mem_share"] = _num(frame, "gpu_mem_used_mib") / given
-    return f
-
-
 def _group_percentiles(
-    codes: np.ndarray, values: np.ndarray, n: int, qs: Sequence[float]
+    codes: np.ndarray,
+    values: np.ndarray,
+    n: int,
+    qs: Sequence[float],
+    value_order: np.ndarray | None = None,
 ) -> list[np.ndarray]:
     """Per-group percentiles (numpy's default linear interpolation) of non-NaN values, all groups
-    at once: sort by (group, value), then index each group's run of sorted values."""
-    ok = ~np.isnan(values)
-    c, v = codes[ok], values[ok]
-    order = np.lexsort((v, c))
-    c, v = c[order], v[order]
+    at once: sort by (group, value), then index each group's run of sorted values.
+
+    `value_order` (argsort of `values`, shared by every grouping) turns the sort into a
+    stable radix sort of the small group codes."""
+    if value_order is None:
+        value_order = np.argsort(values, kind="stable")
+    vo = value_order[~np.isnan(values[value_order])]
+    order = vo[np.argsort(codes[vo], kind="stable")]
+    c, v = codes[order], values[order]
     count = np.bincount(c, minlength=n)
     start = np.concatenate([[0], np.cumsum(count)[:-1]])
     out = []
@@ -181,13 +100,15 @@ def summarize_groups(
     gpu_jobs = total(w["job_weight"].to_numpy(), w["gpu_job"].to_numpy())
     pending = total(w["pending"].to_numpy())
     alloc = total(gh)
+    pending_gh = total(w["pending_gpu_hours"].to_numpy())
     pre = w["preempted"].to_numpy()
     req = w["requeued"].to_numpy()
     pre_n, req_n = total(pre.astype(float)), total(req.astype(float))
     lost_pre = total(gh, pre)
     lost_req = total(gh, req & ~pre)
     wait = w["wait_s"].to_numpy()
-    p50, p95, pmax = _group_percentiles(codes, wait, n, (0.5, 0.95, 1.0))
+    order = w["wait_order"].to_numpy() if "wait_order" in w else None
+    p50, p95, pmax = _group_percentiles(codes, wait, n, (0.5, 0.95, 1.0), order)
     out = []
     for i in range(n):
         cap = capacity_gpus[i]
@@ -202,6 +123,8 @@ def summarize_groups(
                 "gpu_hours_used": float(used[i]) if has_util else None,
                 "capacity_gpu_hours": cap_h,
                 "allocation_ratio": float(alloc[i] / cap_h) if cap_h else None,
+                "idle_gpu_hours": float(max(cap_h - alloc[i], 0.0)) if cap_h else None,
+                "pending_gpu_hours": float(pending_gh[i]),
                 "gpu_util_mean": float(100 * used[i] / known_h[i]) if has_util else None,
                 "util_known_gpu_hours": float(known_h[i]),
                 "waste_gpu_hours": float(known_h[i] - used[i]) if has_util else None,
@@ -228,14 +151,15 @@ def by_group(
     window: Window,
     capacity: Mapping[str, float] | None = None,
     extra: Sequence[str] = (),
+    need: np.ndarray | None = None,
 ) -> list[dict]:
     """The numbers per value of `column` (sorted by GPU-hours, then name).
 
     Partitions with known capacity and no run in the window are listed too (idle is news).
+    With `need` (per-run share of a GPU), each entry gets its own `fit_fraction`.
     """
-    keys = frame[column].to_numpy(dtype=object, na_value="")
-    codes, uniques = pd.factorize(keys)
-    names = [str(u) for u in uniques]
+    codes, uniques = column_codes(frame, column)
+    names = list(uniques)
     names += sorted(set(capacity or {}) - set(names))
     n = len(names)
     caps = [capacity.get(v) if capacity is not None else None for v in names]
@@ -243,9 +167,16 @@ def by_group(
     out = []
     for i, (name, entry) in enumerate(zip(names, stats, strict=True)):
         entry = {column: name, **entry}
+        if need is not None:
+            sel = codes == i
+            gpu_job = sel & work["gpu_job"].to_numpy() & (work["gpus"].to_numpy() > 0)
+            entry["fit_fraction"] = fit_shares(
+                gpu_job, need, work["gpu_hours"].to_numpy(), work["job_weight"].to_numpy()
+            )
         for col in extra:
             if i < len(uniques):
-                vals = pd.unique(frame[col].to_numpy(dtype=object, na_value="")[codes == i])
+                extra_vals = frame[col].to_numpy(dtype=object, na_value="")
+                vals = pd.unique(extra_vals[codes == i])
                 entry[col] = vals[0] if len(vals) == 1 else ",".join(sorted(map(str, vals)))
             else:
                 entry[col] = ""
@@ -321,77 +252,55 @@ def timeseries(
     return {"freq": freq, "points": points}
 
 
-def gpu_memory_mib(
-    frame: pd.DataFrame,
-    partition_types: Mapping[str, str],
-    type_memory_mib: Mapping[str, float] | None = None,
-) -> np.ndarray:
-    """Memory of ONE GPU of each run's type (typed TRES, else the partition's type); NaN unknown.
+def fit_shares(gpu_job: np.ndarray, need: np.ndarray, gh: np.ndarray, weight: np.ndarray) -> dict:
+    """Share of GPU runs (jobs, GPU-hours) whose need fits 1/7, 1/4, 1/2 of one GPU.
 
-    `type_memory_mib` (from inventory snapshots: what NVML reported) wins over the catalogue.
+    Shares are over runs whose need is KNOWN; runs with an unknown need (still running, no
+    usage recorded, GPU size unknown) are counted apart, never as "does not fit".
     """
-    types = frame["gpu_type"].to_numpy(dtype=object, na_value=None)
-    parts = frame["partition"].to_numpy(dtype=object, na_value="")
-    out = np.full(len(frame), np.nan)
-    cache: dict[str, float] = {}
-    measured = type_memory_mib or {}
-    for i_type in pd.unique(np.concatenate([types, list(partition_types.values())])):
-        if isinstance(i_type, str) and i_type not in cache:
-            model = model_for_type(i_type)
-            if i_type in measured:
-                cache[i_type] = float(measured[i_type])
-            else:
-                cache[i_type] = float(model.memory_mib) if model else np.nan
-    for t, mem in cache.items():
-        out[types == t] = mem
-    for p, t in partition_types.items():
-        out[(parts == p) & np.isnan(out)] = cache.get(t, np.nan)
+    known = gpu_job & ~np.isnan(need)
+    unknown = gpu_job & np.isnan(need)
+    w, h = np.maximum(weight, 0), gh
+    n_jobs, total_h = w[known].sum(), h[known].sum()
+    out: dict = {}
+    for label, frac in FIT_FRACTIONS.items():
+        fits = known & (np.nan_to_num(need, nan=np.inf) <= frac + 1e-9)
+        out[label] = {
+            "jobs": float(w[fits].sum() / n_jobs) if n_jobs else None,
+            "gpu_hours": float(h[fits].sum() / total_h) if total_h else None,
+        }
+    out["known_runs"] = int(known.sum())
+    out["unknown_runs"] = int(unknown.sum())
+    out["unknown_gpu_hours"] = float(h[unknown].sum())
     return out
 
 
-def run_need(
-    frame: pd.DataFrame, work: pd.DataFrame, gpu_mem_mib: np.ndarray
-) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Per run: (share of one GPU it needs, measured-basis mask, slice-basis mask).
-
-    Need = measured gres/gpumem / GPU memory when known (runs of at most one GPU; MIG never
-    reports gpumem), else the requested slice (MIG profile or shard share), else the whole-GPU
-    request (1.0 or more: fits no fraction).
-    """
-    equiv = work["gpus"].to_numpy()
-    mem = _num(frame, "gpu_mem_used_mib")
-    cap = gpu_mem_mib
-    measured = (equiv > 0) & (equiv <= 1.0) & ~np.isnan(mem) & ~np.isnan(cap) & (cap > 0)
-    sliced = ~measured & (equiv > 0) & (equiv < 1.0)
-    need = np.where(measured, mem / np.where(cap > 0, cap, 1), equiv)
-    return need, measured, sliced
-
-
-def fit_fraction(work: pd.DataFrame, need: np.ndarray, measured: np.ndarray,
-                 sliced: np.ndarray) -> dict:  # fmt: skip
-    """Share of GPU jobs and GPU-hours whose need fits 1/7, 1/4, 1/2 of one GPU."""
-    sel = work["gpu_job"].to_numpy() & (work["gpus"].to_numpy() > 0)
-    need, measured, sliced = need[sel], measured[sel], sliced[sel]
-    gh = work["gpu_hours"].to_numpy()[sel]
-    weight = np.maximum(work["job_weight"].to_numpy()[sel], 0)
-    n_jobs = weight.sum()
-    total_h = gh.sum()
-    out: dict = {}
-    for label, frac in FIT_FRACTIONS.items():
-        fits = need <= frac + 1e-9
-        out[label] = {
-            "jobs": float(weight[fits].sum() / n_jobs) if n_jobs else None,
-            "gpu_hours": float(gh[fits].sum() / total_h) if total_h else None,
-        }
-    n_meas, n_slice = int(measured.sum()), int(sliced.sum())
-    n_whole = int(len(need) - n_meas - n_slice)
+def fit_fraction(
+    work: pd.DataFrame,
+    need: np.ndarray,
+    basis: np.ndarray,
+    unknown_types: Mapping[str, int] | None = None,
+) -> dict:
+    """Cluster-wide fit shares, the basis of each run's need, and what would fix unknowns."""
+    gpu_job = work["gpu_job"].to_numpy() & (work["gpus"].to_numpy() > 0)
+    out = fit_shares(gpu_job, need, work["gpu_hours"].to_numpy(), work["job_weight"].to_numpy())
+    counts = {name: int((basis[gpu_job] == i).sum()) for i, name in enumerate(NEED_BASES)}
+    out["basis_counts"] = counts
     out["basis"] = (
-        f"measured gres/gpumem for {n_meas} of {len(need)} GPU runs; requested MIG/shard slice "
-        f"for {n_slice}; whole-GPU request (counted as not fitting) for {n_whole}"
+        f"of {int(gpu_job.sum())} GPU runs: {counts['measured_gpumem']} measured GPU memory; "
+        f"{counts['requested_slice']} requested a MIG/shard slice; "
+        f"{counts['multi_gpu_request']} held more than one GPU (fit no fraction); "
+        f"{counts['unknown_not_measured']} unknown (nothing measured); "
+        f"{counts['unknown_gpu_size']} unknown (memory measured, GPU size unknown)"
     )
-    out["basis_counts"] = {
-        "measured_gpumem": n_meas,
-        "requested_slice": n_slice,
-        "whole_gpu_request": n_whole,
-    }
+    missing = {t: n for t, n in (unknown_types or {}).items() if n}
+    out["unknown_gpu_types"] = [
+        {
+            "type": t,
+            "gpu_runs": n,
+            "fix": f"give its size: --gpu-memory {t}=SIZE (or gpu_memory in the site policy, "
+            "or an --inventory snapshot)",
+        }
+        for t, n in sorted(missing.items())
+    ]
     return out

@@ -14,7 +14,8 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 import pandas as pd
 
-from slurmgpu.model.catalog import GpuModel, MigProfile, model_for_type
+from slurmgpu.accounting.window import Window
+from slurmgpu.model.catalog import GpuModel, MigProfile, resolve
 
 # Too few GPU runs make every share noise; 20 is the smallest sample where a 20% share means
 # at least 4 jobs.
@@ -42,19 +43,21 @@ MIN_TIER_JOBS = 5
 DEFAULT_GPUS_PER_NODE = 8
 # A slice must hold the p95 measured GPU memory of its jobs with 10% to spare.
 MEMORY_MARGIN = 1.10
+# gres/shard counts per GPU beyond 8 buy little and multiply context switching
+MAX_SHARDS_PER_GPU = 8
 
 
 def _partition_model(
     frame: pd.DataFrame, partition: str, types: Mapping[str, str]
 ) -> GpuModel | None:
     if partition in types:
-        model = model_for_type(types[partition])
+        model = resolve(types[partition])
         if model:
             return model
     sel = frame["partition"].to_numpy(dtype=object, na_value="") == partition
     seen = frame["gpu_type"].to_numpy(dtype=object, na_value=None)[sel]
     for t in pd.Series(seen).dropna().value_counts().index:
-        model = model_for_type(str(t))
+        model = resolve(str(t))
         if model:
             return model
     return None
@@ -79,203 +82,298 @@ def valid_layout(profile: MigProfile, count: int) -> bool:
     )
 
 
-def _concurrency_p95(work: pd.DataFrame, mask: np.ndarray, hours: float) -> float:
-    """p95 over hourly buckets of the number of `mask` runs running at once."""
-    from slurmgpu.accounting.metrics import Window, timeseries
+def hourly(work: pd.DataFrame, mask: np.ndarray, window: Window, per_run: np.ndarray) -> np.ndarray:
+    """Time-averaged sum of `per_run` over the `mask` runs running in each hour of the window
+    (per_run = 1: runs at once; = GPUs: GPUs held)."""
+    from slurmgpu.accounting.metrics import timeseries
 
-    if not mask.any():
-        return 0.0
-    w = work[mask].copy()
-    w["gpus"] = 1.0  # count runs, not GPUs
-    s = w["start"].min()
-    e = w["end"].max()
-    if pd.isna(s) or pd.isna(e) or e <= s:
-        return 0.0
-    ts = timeseries(w, Window(np.datetime64(s, "s"), np.datetime64(e, "s")), None, "1h")
-    vals = [p["gpu_hours_allocated"] for p in ts["points"]]
-    return float(np.percentile(vals, 95)) if vals else 0.0
+    w = pd.DataFrame(
+        {
+            "start": work["start"].to_numpy()[mask],
+            "end": work["end"].to_numpy()[mask],
+            "gpus": per_run[mask],
+        }
+    )
+    ts = timeseries(w, window, None, "1h")
+    hours = np.array([p["gpu_hours_allocated"] for p in ts["points"]], dtype=float)
+    return hours  # GPU-hours in a 1 h bucket = mean concurrency in that hour
+
+
+def _concurrency_effect(
+    held: np.ndarray, needed_slices: list[tuple[np.ndarray, int]], gpus: int
+) -> dict:
+    """Effect of dedicating `gpus` GPUs to slices, hour by hour.
+
+    held: whole GPUs the small runs held each hour; needed_slices: (slices needed each hour,
+    slices per GPU) per profile. Freed each hour = held - carved GPUs; the slices would not
+    have sufficed in hours where the GPUs their profiles need exceed the carved ones.
+    """
+    if not len(held):
+        return {"whole_gpus_freed_p50": 0.0, "hours_slices_short": 0, "hours": 0}
+    need_gpus = np.zeros(len(held))
+    for slices, per_gpu in needed_slices:
+        need_gpus += np.ceil(np.round(slices, 6) / per_gpu)
+    freed = held - gpus
+    return {
+        "whole_gpus_freed_p50": float(np.percentile(freed, 50)),
+        "hours_slices_short": int((need_gpus > gpus).sum()),
+        "hours": len(held),
+    }
 
 
 def _carve(
     frame: pd.DataFrame,
     work: pd.DataFrame,
     need: np.ndarray,
-    measured: np.ndarray,
+    need_basis: np.ndarray,
     partitions: Sequence[dict],
     types: Mapping[str, str],
-    hours: float,
+    window: Window,
     checks: list[str],
 ) -> list[dict]:
     recs = []
     parts = frame["partition"].to_numpy(dtype=object, na_value="")
     equiv = work["gpus"].to_numpy()
     gh = work["gpu_hours"].to_numpy()
+    mem = work["mem_used_mib"].to_numpy()
+    measured = need_basis == 0
+    ones = np.ones(len(work))
     for entry in partitions:
         p = entry["partition"]
         sel = (parts == p) & work["gpu_job"].to_numpy() & (equiv > 0)
-        n = int(sel.sum())
-        if n < MIN_GPU_RUNS:
-            checks.append(f"{p}: {n} GPU runs, fewer than {MIN_GPU_RUNS}: no slice advice")
+        known = sel & ~np.isnan(need)
+        n, n_known = int(sel.sum()), int(known.sum())
+        if n_known < MIN_GPU_RUNS:
+            checks.append(
+                f"{p}: need known for {n_known} of {n} GPU runs, fewer than {MIN_GPU_RUNS}: "
+                "no slice advice"
+            )
             continue
-        whole = sel & (equiv >= 1.0) & (equiv <= 1.0) & measured
+        whole = sel & (equiv == 1.0) & measured
         small = whole & (need <= 0.5)
-        share = small.sum() / n
+        share = small.sum() / n_known
         if share < MIN_SMALL_SHARE:
             checks.append(
-                f"{p}: {small.sum()} of {n} GPU runs measured to fit 1/2 GPU "
-                f"({share:.0%} < {MIN_SMALL_SHARE:.0%}); measured gres/gpumem for {whole.sum()}"
+                f"{p}: {small.sum()} of {n_known} GPU runs with a known need fit 1/2 GPU "
+                f"({share:.1%}, below the {MIN_SMALL_SHARE:.0%} threshold)"
             )
             continue
         model = _partition_model(frame, p, types)
         tiny = small & (need <= 1 / 7)
         medium = small & ~tiny
-        conc_tiny = _concurrency_p95(work, tiny, hours) * SLICE_HEADROOM
-        conc_med = _concurrency_p95(work, medium, hours) * SLICE_HEADROOM
-        held = float(gh[small].sum() / hours) if hours else 0.0
+        held = hourly(work, small, window, equiv)
+        conc = {"1/7": hourly(work, tiny, window, ones), "1/2": hourly(work, medium, window, ones)}
         evidence = {
             "partition": p,
             "gpu_runs": n,
+            "gpu_runs_need_known": n_known,
             "runs_fitting_half_gpu": int(small.sum()),
             "runs_fitting_seventh_gpu": int(tiny.sum()),
             "share_fitting_half_gpu": float(share),
             "small_job_gpu_hours": float(gh[small].sum()),
-            "p95_concurrent_small_runs": {"1/7": conc_tiny, "1/2": conc_med},
-            "basis": "measured gres/gpumem",
+            "p95_concurrent_small_runs": {
+                k: float(np.percentile(v, 95)) if len(v) else 0.0 for k, v in conc.items()
+            },
+            "basis": "measured GPU memory",
         }
         if model is not None and model.supports_mig:
-            layouts = []
-            gpus = 0
-            mem = frame["gpu_mem_used_mib"].to_numpy(dtype=float, na_value=np.nan)
-            for cls, conc in ((tiny, conc_tiny), (medium, conc_med)):
-                if conc <= 0:
-                    continue
-                prof = _smallest_profile(model, float(np.percentile(mem[cls], 95)))
-                if prof is None:
-                    continue
-                per_gpu = max(c for c in range(1, 8) if valid_layout(prof, c))
-                n_gpu = math.ceil(conc / per_gpu)
-                layouts.append({"profile": prof.name, "per_gpu": per_gpu, "gpus": n_gpu})
-                gpus += n_gpu
-            cap = entry.get("capacity_gpu_hours")
-            cap_gpus = cap / hours if cap and hours else None
-            if cap_gpus is not None:
-                gpus = min(gpus, int(cap_gpus))
-            freed = held - gpus
-            if gpus <= 0 or freed <= 0:
-                checks.append(
-                    f"{p}: small jobs hold {held:.2f} GPUs on average: carving frees none"
-                )
-                continue
-            layout_text = " + ".join(
-                f"{x['gpus']} GPU(s) as {x['per_gpu']}x {x['profile']}" for x in layouts
-            )
-            recs.append(
-                {
-                    "kind": "mig_carve",
-                    "title": f"Carve {gpus} {model.short_type} GPU(s) of partition {p} into MIG",
-                    "detail": (
-                        f"{share:.0%} of {n} GPU runs in {p} used at most half a GPU's memory; "
-                        f"layout: {layout_text} (valid {model.key} MIG profiles)."
-                    ),
-                    "evidence": {**evidence, "gpu_model": model.key, "layouts": layouts},
-                    "estimated_effect": {
-                        "gpus_carved": gpus,
-                        "whole_gpus_freed_avg": float(freed),
-                        "gpu_hours_freed": float(freed * hours),
-                    },
-                }
-            )
+            rec = _mig_rec(p, model, entry, window, tiny, medium, mem, conc, held, evidence, checks)
         else:
-            shards = 4 if conc_med > 0 else 7
-            gpus = max(1, math.ceil((conc_tiny + conc_med) / shards))
-            freed = held - gpus
-            if freed <= 0:
-                checks.append(f"{p}: small jobs hold {held:.2f} GPUs: sharding frees none")
-                continue
-            recs.append(
-                {
-                    "kind": "shard",
-                    "title": f"Offer {gpus} GPU(s) of partition {p} as shards",
-                    "detail": (
-                        f"{share:.0%} of {n} GPU runs in {p} fit half a GPU and the GPU model "
-                        f"({model.key if model else 'unknown'}) has no MIG: share GPUs with "
-                        f"gres/shard ({shards} shards per GPU)."
-                    ),
-                    "evidence": evidence,
-                    "estimated_effect": {
-                        "gpus_shared": gpus,
-                        "shards_per_gpu": shards,
-                        "whole_gpus_freed_avg": float(freed),
-                        "gpu_hours_freed": float(freed * hours),
-                    },
-                }
-            )
+            gpu_mem = work["gpu_mem_mib"].to_numpy()[sel]
+            rec = _shard_rec(p, model, gpu_mem, small, mem, conc, held, evidence, checks)
+        if rec:
+            recs.append(rec)
     return recs
+
+
+def _mig_rec(p, model, entry, window, tiny, medium, mem, conc, held, evidence, checks):
+    layouts, slices, gpus = [], [], 0
+    for cls, key in ((tiny, "1/7"), (medium, "1/2")):
+        if not cls.any():
+            continue
+        prof = _smallest_profile(model, float(np.percentile(mem[cls], 95)))
+        if prof is None:
+            continue
+        per_gpu = max(c for c in range(1, 8) if valid_layout(prof, c))
+        peak = float(np.percentile(conc[key], 95)) * SLICE_HEADROOM if len(conc[key]) else 0.0
+        n_gpu = math.ceil(round(peak, 6) / per_gpu)
+        if n_gpu <= 0:
+            continue
+        layouts.append({"profile": prof.name, "per_gpu": per_gpu, "gpus": n_gpu})
+        slices.append((conc[key], per_gpu))
+        gpus += n_gpu
+    cap = entry.get("capacity_gpu_hours")
+    if cap and window.hours:
+        gpus = min(gpus, int(cap / window.hours))
+    effect = _concurrency_effect(held, slices, gpus)
+    if gpus <= 0 or effect["whole_gpus_freed_p50"] <= 0:
+        checks.append(
+            f"{p}: small jobs held {np.percentile(held, 50) if len(held) else 0:.1f} whole "
+            f"GPUs in a median hour: carving {gpus} frees none"
+        )
+        return None
+    layout_text = " + ".join(
+        f"{x['gpus']} GPU(s) as {x['per_gpu']}x {x['profile']}" for x in layouts
+    )
+    return {
+        "kind": "mig_carve",
+        "title": f"Carve {gpus} {model.short_type} GPU(s) of partition {p} into MIG",
+        "detail": (
+            f"{evidence['share_fitting_half_gpu']:.0%} of {evidence['gpu_runs_need_known']} GPU "
+            f"runs in {p} with a known need used at most half a GPU's memory; layout: "
+            f"{layout_text} (valid {model.key} MIG profiles). Hour by hour, the small jobs "
+            f"would have freed {effect['whole_gpus_freed_p50']:.1f} whole GPUs in a median "
+            f"hour; the slices would not have sufficed in {effect['hours_slices_short']} of "
+            f"{effect['hours']} hours."
+        ),
+        "evidence": {**evidence, "gpu_model": model.key, "layouts": layouts},
+        "estimated_effect": {"gpus_carved": gpus, **effect},
+    }
+
+
+def _shard_rec(p, model, gpu_mem, small, mem, conc, held, evidence, checks):
+    sizes = gpu_mem[~np.isnan(gpu_mem)]
+    if not len(sizes):
+        checks.append(f"{p}: GPU memory size unknown: no shard advice (give the GPU's size)")
+        return None
+    size = float(np.min(sizes))
+    p95 = float(np.percentile(mem[small], 95))
+    # a shard has no memory limit of its own: N shards per GPU only fit when N jobs at their
+    # p95 memory (+ margin) fit the GPU together
+    shards = min(MAX_SHARDS_PER_GPU, int(size // (p95 * MEMORY_MARGIN))) if p95 > 0 else 0
+    if shards < 2:
+        checks.append(
+            f"{p}: small jobs' p95 GPU memory {p95:.0f} MiB (+{MEMORY_MARGIN - 1:.0%}) leaves "
+            f"room for {shards} per {size:.0f} MiB GPU: sharing would overcommit memory"
+        )
+        return None
+    total = conc["1/7"] + conc["1/2"] if len(conc["1/7"]) else conc["1/2"]
+    peak = float(np.percentile(total, 95)) * SLICE_HEADROOM if len(total) else 0.0
+    gpus = max(1, math.ceil(round(peak, 6) / shards))
+    effect = _concurrency_effect(held, [(total, shards)], gpus)
+    if effect["whole_gpus_freed_p50"] <= 0:
+        checks.append(f"{p}: sharing {gpus} GPU(s) frees none in a median hour")
+        return None
+    return {
+        "kind": "shard",
+        "title": f"Offer {gpus} GPU(s) of partition {p} as shards",
+        "detail": (
+            f"{evidence['share_fitting_half_gpu']:.0%} of {evidence['gpu_runs_need_known']} GPU "
+            f"runs in {p} with a known need fit half a GPU and the GPU model "
+            f"({model.key if model else 'not in the catalogue'}) has no MIG: share GPUs with "
+            f"gres/shard ({shards} shards per GPU, each holding the p95 {p95:.0f} MiB + "
+            f"{MEMORY_MARGIN - 1:.0%})."
+        ),
+        "evidence": {**evidence, "gpu_memory_mib": size, "p95_gpu_memory_mib": p95},
+        "estimated_effect": {"gpus_shared": gpus, "shards_per_gpu": shards, **effect},
+    }
 
 
 def _move_nodes(
     partitions: Sequence[dict], hours: float, gpus_per_node: Mapping[str, float], checks: list[str]
 ) -> list[dict]:
+    """Graded node moves: whole nodes from the most idle partitions to the most starved.
+
+    Donors rank by idle GPU-hours (capacity - allocated), takers by unmet demand (pending
+    GPU-hours); nodes move while the donor stays at or under DONOR_TARGET_RATIO allocated.
+    """
     known = [e for e in partitions if e.get("allocation_ratio") is not None]
     if len(known) < 2:
         checks.append("move_nodes: capacity known for fewer than 2 partitions")
         return []
-    starved = [
-        e
-        for e in known
-        if (e["wait_s"]["p95"] or 0) >= STARVED_WAIT_P95_S
-        and e["allocation_ratio"] >= STARVED_MIN_RATIO
-    ]
-    idle = [
-        e
-        for e in known
-        if e["allocation_ratio"] <= IDLE_MAX_RATIO
-        and (e["wait_s"]["p95"] or 0) <= IDLE_MAX_WAIT_P95_S
-    ]
-    if not starved or not idle:
+    takers = sorted(
+        (
+            e
+            for e in known
+            if e["pending_gpu_hours"] > 0 and (e["wait_s"]["p95"] or 0) >= STARVED_WAIT_P95_S
+        ),
+        key=lambda e: -e["pending_gpu_hours"],
+    )
+    donors = sorted(
+        (
+            e
+            for e in known
+            if e["allocation_ratio"] < DONOR_TARGET_RATIO
+            and (e["wait_s"]["p95"] or 0) < STARVED_WAIT_P95_S
+        ),
+        key=lambda e: -(e["idle_gpu_hours"] or 0),
+    )
+    if not takers or not donors:
         checks.append(
-            f"move_nodes: starved partitions {[e['partition'] for e in starved]}, "
-            f"idle partitions {[e['partition'] for e in idle]}: no pair"
+            f"move_nodes: partitions with unmet demand and p95 wait >= "
+            f"{_dur(STARVED_WAIT_P95_S)}: {[e['partition'] for e in takers]}; partitions under "
+            f"{DONOR_TARGET_RATIO:.0%} allocated without long waits: "
+            f"{[e['partition'] for e in donors]}: no pair"
         )
         return []
     recs = []
-    taker = max(starved, key=lambda e: e["wait_s"]["p95"] or 0)
-    donor = min(idle, key=lambda e: e["allocation_ratio"])
-    cap_gpus = donor["capacity_gpu_hours"] / hours
-    used_gpus = donor["gpu_hours_allocated"] / hours
-    spare = cap_gpus - used_gpus / DONOR_TARGET_RATIO
-    per_node = gpus_per_node.get(donor["partition"], DEFAULT_GPUS_PER_NODE) or DEFAULT_GPUS_PER_NODE
-    nodes = int(spare // per_node)
-    if nodes < 1:
-        checks.append(f"move_nodes: {donor['partition']} has {spare:.1f} spare GPUs, under a node")
-        return []
-    moved = nodes * per_node
-    recs.append(
-        {
-            "kind": "move_nodes",
-            "title": f"Move {nodes} node(s) ({moved:g} GPUs) from {donor['partition']} "
-            f"to {taker['partition']}",
-            "detail": (
-                f"{taker['partition']}: p95 wait {taker['wait_s']['p95'] / 3600:.1f} h at "
-                f"{taker['allocation_ratio']:.0%} allocated; {donor['partition']}: "
-                f"{donor['allocation_ratio']:.0%} allocated with p95 wait "
-                f"{(donor['wait_s']['p95'] or 0) / 60:.0f} min."
-            ),
-            "evidence": {
-                "from": {k: donor[k] for k in ("partition", "allocation_ratio", "wait_s")},
-                "to": {k: taker[k] for k in ("partition", "allocation_ratio", "wait_s")},
-                "gpus_per_node": per_node,
-            },
-            "estimated_effect": {
-                "gpus_moved": moved,
-                "donor_allocation_ratio_after": float(used_gpus / (cap_gpus - moved))
-                if cap_gpus > moved
-                else None,
-                "capacity_gpu_hours_added_to_taker": float(moved * hours),
-            },
-        }
-    )
+    spare = {}
+    for d in donors:
+        cap_gpus, used = d["capacity_gpu_hours"] / hours, d["gpu_hours_allocated"] / hours
+        spare[d["partition"]] = cap_gpus - used / DONOR_TARGET_RATIO
+    for taker in takers:
+        demand_gpus = taker["pending_gpu_hours"] / hours  # GPUs that would have served it
+        for donor in donors:
+            name = donor["partition"]
+            per_node = gpus_per_node.get(name) or DEFAULT_GPUS_PER_NODE
+            nodes = int(min(spare[name], math.ceil(demand_gpus / per_node) * per_node) // per_node)
+            if nodes < 1:
+                continue
+            moved = nodes * per_node
+            spare[name] -= moved
+            demand_gpus -= moved
+            cap_gpus = donor["capacity_gpu_hours"] / hours
+            used = donor["gpu_hours_allocated"] / hours
+            served = min(moved * hours, taker["pending_gpu_hours"])
+            recs.append(
+                {
+                    "kind": "move_nodes",
+                    "title": f"Move {nodes} node(s) ({moved:g} GPUs) from {name} "
+                    f"to {taker['partition']}",
+                    "detail": (
+                        f"{taker['partition']}: p95 wait {_dur(taker['wait_s']['p95'])} at "
+                        f"{taker['allocation_ratio']:.0%} allocated, "
+                        f"{taker['pending_gpu_hours']:.0f} GPU-hours of demand waited; "
+                        f"{name}: {donor['allocation_ratio']:.0%} allocated "
+                        f"({donor['idle_gpu_hours']:.0f} idle GPU-hours), p95 wait "
+                        f"{_dur(donor['wait_s']['p95'] or 0)}. After the move {name} would be "
+                        f"{used / (cap_gpus - moved):.0%} allocated; up to {served:.0f} "
+                        "GPU-hours of the waiting demand could have been served."
+                    ),
+                    "evidence": {
+                        "from": {k: donor[k] for k in MOVE_KEYS},
+                        "to": {k: taker[k] for k in MOVE_KEYS},
+                        "gpus_per_node": per_node,
+                    },
+                    "estimated_effect": {
+                        "gpus_moved": moved,
+                        "donor_allocation_ratio_after": float(used / (cap_gpus - moved)),
+                        "capacity_gpu_hours_added_to_taker": float(moved * hours),
+                        "demand_gpu_hours_served": float(served),
+                    },
+                }
+            )
+            if demand_gpus <= 0:
+                break
+    if not recs:
+        checks.append("move_nodes: no donor has a whole node to spare under its target ratio")
     return recs
+
+
+MOVE_KEYS = (
+    "partition", "allocation_ratio", "wait_s", "idle_gpu_hours", "pending_gpu_hours",
+)  # fmt: skip
+
+
+def _dur(seconds: float) -> str:
+    """A rounded duration: 45 s, 12 min, 6.2 h, 3.1 d."""
+    if seconds < 90:
+        return f"{seconds:.0f} s"
+    if seconds < 5400:
+        return f"{seconds / 60:.0f} min"
+    if seconds < 2 * 86400:
+        return f"{seconds / 3600:.1f} h"
+    return f"{seconds / 86400:.1f} d"
 
 
 def _top_tier(tiers: Sequence[str]) -> str | None:
@@ -361,18 +459,18 @@ def recommend(
     work: pd.DataFrame,
     *,
     need: np.ndarray,
-    measured: np.ndarray,
+    need_basis: np.ndarray,
     by_partition: Sequence[dict],
     by_tier: Sequence[dict],
     totals: dict,
-    hours: float,
+    window: Window,
     partition_types: Mapping[str, str],
     gpus_per_node: Mapping[str, float],
 ) -> list[dict]:
     """All recommendations, or one honest `none` entry listing the checks made."""
     checks: list[str] = []
-    recs = _carve(frame, work, need, measured, by_partition, partition_types, hours, checks)
-    recs += _move_nodes(by_partition, hours, gpus_per_node, checks)
+    recs = _carve(frame, work, need, need_basis, by_partition, partition_types, window, checks)
+    recs += _move_nodes(by_partition, window.hours, gpus_per_node, checks)
     recs += _tiers(frame, work, by_tier, totals, checks)
     if not recs:
         recs.append(

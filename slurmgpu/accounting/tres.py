@@ -18,6 +18,7 @@ Rules (see docs/accounting.md and the Slurm TRES docs, `tres.shtml`):
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 import numpy as np
@@ -101,7 +102,33 @@ def _sizes_mib(vals: pa.Array, bare_unit: str) -> tuple[np.ndarray, np.ndarray]:
 
 
 def parse_alloc_tres(values: pa.Array) -> AllocTres:
-    """Parse an AllocTRES/ReqTRES column (pyarrow string array; null/"" = no TRES)."""
+    """Parse an AllocTRES/ReqTRES column (pyarrow string array; null/"" = no TRES).
+
+    A site has few distinct AllocTRES strings (CPU, memory and GPU counts repeat), so each
+    distinct string is parsed once and the results are spread to the rows by index.
+    """
+    enc = pc.dictionary_encode(pc.fill_null(values.cast(pa.string()), ""))
+    if isinstance(enc, pa.ChunkedArray):
+        enc = enc.combine_chunks()
+    if 2 * len(enc.dictionary) > len(values):
+        return _parse_alloc_tres(values)
+    idx = enc.indices.to_numpy(zero_copy_only=False)
+    uniq = _parse_alloc_tres(enc.dictionary)
+    errors: dict[int, str] = {}
+    for u, reason in uniq.errors.items():
+        for row in np.flatnonzero(idx == u).tolist():
+            errors[row] = reason
+    return AllocTres(
+        **{
+            f.name: getattr(uniq, f.name)[idx]
+            for f in dataclasses.fields(AllocTres)
+            if f.name != "errors"
+        },
+        errors=errors,
+    )
+
+
+def _parse_alloc_tres(values: pa.Array) -> AllocTres:
     parents, keys, vals, bad, n = _long_table(values)
     errors: dict[int, str] = {}
     if bad.any():

@@ -9,6 +9,8 @@ from slurmgpu.errors import UsageError
 
 _RELATIVE = re.compile(r"^(?P<n>\d+(?:\.\d+)?)(?P<unit>[smhdw])$")
 _UNIT_S = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
+EARLIEST = datetime(1970, 1, 1, tzinfo=UTC)
+LATEST = datetime(2200, 1, 1, tzinfo=UTC)
 
 
 def parse_when(text: str, *, now: datetime, option: str = "--since") -> datetime:
@@ -16,7 +18,16 @@ def parse_when(text: str, *, now: datetime, option: str = "--since") -> datetime
     value = text.strip()
     m = _RELATIVE.match(value)
     if m:
-        return now - timedelta(seconds=float(m.group("n")) * _UNIT_S[m.group("unit")])
+        seconds = float(m.group("n")) * _UNIT_S[m.group("unit")]
+        try:
+            t = now - timedelta(seconds=seconds)
+        except OverflowError:
+            t = None
+        if t is None or t < EARLIEST:
+            raise UsageError(
+                f"{option} {text!r}: reaches back before 1970, where no Slurm job can be"
+            )
+        return t
     if value == "now":
         return now
     try:
@@ -26,4 +37,7 @@ def parse_when(text: str, *, now: datetime, option: str = "--since") -> datetime
             f"{option} {text!r}: use an ISO date/time (2026-12-01, 2026-12-01T08:00) "
             "or a relative age (30m, 12h, 7d, 2w)"
         ) from None
-    return t.replace(tzinfo=UTC) if t.tzinfo is None else t.astimezone(UTC)
+    t = t.replace(tzinfo=UTC) if t.tzinfo is None else t.astimezone(UTC)
+    if not EARLIEST <= t < LATEST:
+        raise UsageError(f"{option} {text!r}: outside 1970..2200")
+    return t

@@ -6,7 +6,7 @@ from datetime import UTC
 
 import click
 
-from slurmgpu.cli.analysis_options import analysis_kwargs, analysis_options
+from slurmgpu.cli.analysis_options import analysis_options, analysis_options_from
 
 
 @click.command("analyze")
@@ -17,9 +17,6 @@ from slurmgpu.cli.analysis_options import analysis_kwargs, analysis_options
 @click.option("--until", help="Window end (default now for live queries).")
 @click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text",
               show_default=True)  # fmt: skip
-@click.option("--chunk-hours", type=click.FloatRange(min=0, min_open=True), default=24.0,
-              show_default=True,
-              help="Live text query: one sacct call per this many hours.")  # fmt: skip
 @analysis_options
 @click.option("--output", "-o", default="-", show_default=True, help="File to write, or -.")
 def analyze(
@@ -27,7 +24,6 @@ def analyze(
     since: str | None,
     until: str | None,
     fmt: str,
-    chunk_hours: float,
     output: str,
     **analysis: object,
 ) -> None:
@@ -42,17 +38,10 @@ def analyze(
     now = datetime.now(UTC).replace(microsecond=0)
     t_since = parse_when(since, now=now, option="--since") if since else None
     t_until = parse_when(until, now=now, option="--until") if until else None
-    kwargs = analysis_kwargs(analysis)
-    result = run_analysis(
-        list(sacct_files),
-        since=t_since,
-        until=t_until,
-        now=now,
-        live_chunk_hours=chunk_hours,
-        **kwargs,
+    options = analysis_options_from(
+        analysis, files=list(sacct_files), since=t_since, until=t_until, now=now
     )
-    doc = result.to_dict()
-    text = render_report(doc, fmt)
+    text = render_report(run_analysis(options).to_dict(), fmt)
     if output == "-":
         click.echo(text, nl=False)
     else:

@@ -1,5 +1,5 @@
-"""The options `slurmgpu analyze` and `slurmgpu report` share, and their translation into
-keyword arguments of `slurmgpu.accounting.analyze` (one place, so the two never drift)."""
+"""The options `slurmgpu analyze` and `slurmgpu report` share, and their translation into one
+`AnalysisOptions` (one place, so the two commands never drift)."""
 
 from __future__ import annotations
 
@@ -43,6 +43,26 @@ _OPTIONS = [
         help="GPU type of a partition (e.g. gpu=h100) for GPU memory.",
     ),
     click.option(
+        "--gpu-memory",
+        "gpu_memory",
+        multiple=True,
+        metavar="TYPE=SIZE",
+        help="Memory of one GPU of a type the catalogue does not know (e.g. t4=16G); "
+        "repeatable; also `[gpu_memory]` in the site policy.",
+    ),
+    click.option(
+        "--slurm-version",
+        metavar="X.Y",
+        help="Slurm version that wrote the dump (24.05+ sums gres/gpuutil over a step's GPUs).",
+    ),
+    click.option(
+        "--chunk-hours",
+        type=click.FloatRange(min=0, min_open=True),
+        default=24.0,
+        show_default=True,
+        help="Live text query: one sacct call per this many hours (bounds memory).",
+    ),
+    click.option(
         "--shards-per-gpu",
         "shards",
         multiple=True,
@@ -72,6 +92,9 @@ ANALYSIS_PARAMS = (
     "tier_pairs",
     "capacity",
     "gpu_types",
+    "gpu_memory",
+    "slurm_version",
+    "chunk_hours",
     "shards",
     "backend",
     "tz",
@@ -98,17 +121,20 @@ def _pairs(values: tuple[str, ...], option: str) -> dict[str, str]:
     return out
 
 
-def analysis_kwargs(params: dict[str, Any]) -> dict[str, Any]:
-    """The shared options (popped from `params`) as keyword arguments of `analyze()`."""
+def analysis_options_from(params: dict[str, Any], **fields: Any) -> Any:
+    """The shared options (popped from `params`) plus `fields` as one `AnalysisOptions`."""
     from slurmgpu.accounting.capacity import parse_capacity_options
+    from slurmgpu.accounting.options import AnalysisOptions
     from slurmgpu.errors import UsageError
+    from slurmgpu.util.units import parse_size_mib
 
     opts = {name: params.pop(name) for name in ANALYSIS_PARAMS}
     tiers: Any = None
+    policy = None
     if opts["policy"]:
         from slurmgpu.sources.policy_file import load_policy
 
-        tiers = load_policy(opts["policy"])
+        tiers = policy = load_policy(opts["policy"])
     if opts["tier_pairs"]:
         mapping, base = _pairs(opts["tier_pairs"], "--tier"), tiers
 
@@ -124,13 +150,23 @@ def analysis_kwargs(params: dict[str, Any]) -> dict[str, Any]:
             shard_map[key if sep else "*"] = float(value)
         except ValueError:
             raise UsageError(f"--shards-per-gpu {text!r}: use N or PARTITION=N") from None
-    return {
-        "backend": opts["backend"],
-        "tiers": tiers,
-        "capacity": parse_capacity_options(opts["capacity"]) or None,
-        "shards_per_gpu": shard_map,
-        "gpu_types": _pairs(opts["gpu_types"], "--gpu-type"),
-        "inventories": list(opts["inventories"]),
-        "timezone_name": opts["tz"],
-        "freq": opts["freq"],
-    }
+    memory = dict(getattr(policy, "gpu_memory_mib", ()) or ())
+    for name, size in _pairs(opts["gpu_memory"], "--gpu-memory").items():
+        try:
+            memory[name] = parse_size_mib(size)
+        except ValueError:
+            raise UsageError(f"--gpu-memory {name}={size}: use a size such as 16G") from None
+    return AnalysisOptions(
+        backend=opts["backend"],
+        tiers=tiers,
+        capacity=parse_capacity_options(opts["capacity"]) or None,
+        shards_per_gpu=shard_map,
+        gpu_types=_pairs(opts["gpu_types"], "--gpu-type"),
+        gpu_memory_mib=memory,
+        inventories=list(opts["inventories"]),
+        timezone=opts["tz"],
+        freq=opts["freq"],
+        chunk_hours=opts["chunk_hours"],
+        slurm_version=opts["slurm_version"],
+        **fields,
+    )

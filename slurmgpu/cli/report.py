@@ -13,7 +13,7 @@ from pathlib import Path
 
 import click
 
-from slurmgpu.cli.analysis_options import analysis_kwargs, analysis_options
+from slurmgpu.cli.analysis_options import analysis_options, analysis_options_from
 
 FORMATS = ("text", "json", "html", "prom")
 
@@ -59,12 +59,11 @@ def write_report(path: str | os.PathLike[str], text: str, fmt: str) -> Path:
 @click.command("report")
 @click.option(
     "--since",
-    default="7d",
-    show_default=True,
     help="Window start: an age back from --until (30m, 12h, 7d, 2w) or an ISO date/time "
-    "(2026-11-01, 2026-11-01T08:00; UTC unless an offset is given).",
+    "(2026-11-01, 2026-11-01T08:00; UTC unless an offset is given). Default: 7d live; "
+    "the dumps' whole span with --sacct-file.",
 )
-@click.option("--until", default="now", show_default=True, help="Window end, same forms.")
+@click.option("--until", help="Window end, same forms (default: now live; the dumps' end).")
 @click.option(
     "--sacct-file",
     "sacct_files",
@@ -92,8 +91,8 @@ def write_report(path: str | os.PathLike[str], text: str, fmt: str) -> Path:
 )
 @analysis_options
 def report(
-    since: str,
-    until: str,
+    since: str | None,
+    until: str | None,
     sacct_files: tuple[str, ...],
     fmt: str,
     output: str,
@@ -116,14 +115,18 @@ def report(
     from slurmgpu.render.report import render_report
 
     now = dt.datetime.now(dt.UTC).replace(microsecond=0)
-    until_t = parse_when(until, now=now, option="--until")
-    since_t = parse_when(since, now=until_t, option="--since")
-    if since_t >= until_t:
+    if not sacct_files:  # live: the last 7 days unless told otherwise
+        until, since = until or "now", since or "7d"
+    until_t = parse_when(until, now=now, option="--until") if until else None
+    since_t = parse_when(since, now=until_t or now, option="--since") if since else None
+    if since_t and until_t and since_t >= until_t:
         raise UsageError(f"--since {since} is not before --until {until}")
-    kwargs = analysis_kwargs(analysis)
+    options = analysis_options_from(
+        analysis, files=list(sacct_files), since=since_t, until=until_t, now=now
+    )
     label = "reading sacct dumps" if sacct_files else "querying sacct"
     with LoadProgress(label, sacct_files):
-        result = analyze(list(sacct_files), since=since_t, until=until_t, now=now, **kwargs)
+        result = analyze(options)
     text = render_report(result.to_dict(), fmt)
     if output == "-":
         click.echo(text, nl=False)

@@ -119,6 +119,8 @@ class Policy:
     shards_per_gpu: int | None = None
     priority_weight_qos: int = 10000
     source: str = ""
+    # GPU type -> memory MiB for types the catalogue does not know (`[gpu_memory]`)
+    gpu_memory_mib: tuple[tuple[str, float], ...] = ()
 
     def tier(self, name: str) -> Tier | None:
         """The tier called `name` (exact), or None."""

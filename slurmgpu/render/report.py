@@ -246,6 +246,18 @@ def _notes(analysis: Mapping[str, Any]) -> list[str]:
     outside = totals.get("rows_outside_window")
     if is_known(outside) and outside:
         notes.append(f"{fmt_int(outside)} allocation rows fall outside the window (not counted)")
+    latin1 = totals.get("rows_latin1_decoded")
+    if is_known(latin1) and latin1:
+        notes.append(f"{fmt_int(latin1)} lines were not UTF-8: decoded as Latin-1")
+    if source.get("usage_reading"):
+        notes.append(f"GPU usage: {source['usage_reading']}")
+    fit = analysis.get("fit_fraction") or {}
+    for entry in fit.get("unknown_gpu_types") or []:
+        notes.append(
+            f"GPU type {entry.get('type')}: memory size unknown for "
+            f"{fmt_int(entry.get('gpu_runs'))} GPU runs; {entry.get('fix')}"
+        )
+    notes += [str(n) for n in analysis.get("notes") or []]
     unknown_shards = totals.get("shard_runs_unknown_fraction")
     if is_known(unknown_shards) and unknown_shards:
         notes.append(
@@ -323,6 +335,24 @@ def _fit_rows(fit: Mapping[str, Any]) -> list[list[str]]:
     return rows
 
 
+FIT_PARTITION_HEADERS = ["PARTITION", *(f"{n} GPU JOBS" for n in FIT_SLICES), "UNKNOWN NEED"]
+
+
+def _fit_partition_rows(analysis: Mapping[str, Any]) -> list[list[str]]:
+    """Per partition: share of its GPU runs (with a known need) fitting each slice."""
+    rows = []
+    for g in analysis.get("by_partition") or []:
+        fit = g.get("fit_fraction")
+        if not fit or not (fit.get("known_runs") or fit.get("unknown_runs")):
+            continue
+        rows.append(
+            [printable(g.get("partition"), 32)]
+            + [fmt_ratio((fit.get(n) or {}).get("jobs")) for n in FIT_SLICES]
+            + [f"{fmt_int(fit.get('unknown_runs'))} runs"]
+        )
+    return rows
+
+
 def render_text(analysis: Mapping[str, Any]) -> str:
     """Fixed-width tables for a person at a terminal."""
     window = analysis.get("window") or {}
@@ -361,6 +391,16 @@ def render_text(analysis: Mapping[str, Any]) -> str:
     ]
     if fit.get("basis"):
         out.append(f"  basis: {printable(fit['basis'])}")
+    part_rows = _fit_partition_rows(analysis)
+    if part_rows:
+        out += ["", "  By partition"]
+        out += ["  " + ln for ln in text_table(FIT_PARTITION_HEADERS, part_rows).splitlines()]
+    if fit.get("unknown_runs"):
+        out.append(
+            f"  shares are over the {fmt_int(fit.get('known_runs'))} GPU runs with a known need; "
+            f"{fmt_int(fit.get('unknown_runs'))} runs "
+            f"({fmt_gpu_hours(fit.get('unknown_gpu_hours'))} GPU-hours) have an unknown need"
+        )
 
     rejected = analysis.get("rejected") or []
     n_rejected = (analysis.get("totals") or {}).get("rows_rejected")
@@ -526,6 +566,8 @@ def _html_context(analysis: Mapping[str, Any]) -> dict[str, Any]:
         "plots": plots,
         "fit_rows": fit_rows,
         "fit_basis": str(fit.get("basis") or ""),
+        "fit_partition_headers": FIT_PARTITION_HEADERS,
+        "fit_partition_rows": _fit_partition_rows(analysis),
         "rejected": [
             (str(r.get("file")), str(r.get("line")), str(r.get("reason")))
             for r in rejected[:REJECTED_SHOWN]

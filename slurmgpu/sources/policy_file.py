@@ -49,6 +49,7 @@ MAX_GRACE_S = 65533
 MAX_NESTING = 64
 
 _TOP_KEYS = {
+    "gpu_memory",
     "default_tier",
     "default_kind",
     "shards_per_gpu",
@@ -350,9 +351,11 @@ def parse_policy(source: str, path: str = "<policy>") -> Policy:
     if default_kind is not None and default_kind not in {k.name for k in kinds}:
         check.error(("default_kind",), f"unknown job kind '{default_kind}'")
 
+    gpu_memory = _gpu_memory(check, data.get("gpu_memory", {}))
     if check.errors:
         raise PolicyError("\n".join(check.errors))
     return Policy(
+        gpu_memory_mib=gpu_memory,
         tiers=tiers,
         kinds=kinds,
         partitions=partitions,
@@ -362,6 +365,20 @@ def parse_policy(source: str, path: str = "<policy>") -> Policy:
         priority_weight_qos=weight or 10000,
         source=path,
     )
+
+
+def _gpu_memory(check: _Checker, raw: object) -> tuple[tuple[str, float], ...]:
+    """`[gpu_memory]` `t4 = "16G"`: sizes of GPU types the catalogue does not know (for
+    `slurmgpu analyze`); the same as `--gpu-memory TYPE=SIZE`."""
+    from slurmgpu.util.units import parse_size_mib
+
+    out = []
+    for name, value in check.table(("gpu_memory",), raw).items():
+        try:
+            out.append((name, parse_size_mib(str(value))))
+        except ValueError as exc:
+            check.error(("gpu_memory", name), str(exc))
+    return tuple(out)
 
 
 def _partitions(check: _Checker, raw: object) -> tuple[Partition, ...]:

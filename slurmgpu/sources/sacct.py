@@ -66,7 +66,10 @@ def sacct_text(
     """Run sacct for the window and return its parsable text (header first)."""
     full_env = dict(env or {})
     full_env.update(SACCT_ENV)
-    return run(sacct_argv(since, until, clusters=clusters), env=full_env, timeout=timeout).stdout
+    # sacct prints names in the bytes slurmdbd stored: not always UTF-8. surrogateescape keeps
+    # every byte, and the loader re-encodes them and decodes non-UTF-8 lines as Latin-1.
+    argv = sacct_argv(since, until, clusters=clusters)
+    return run(argv, env=full_env, timeout=timeout, errors="surrogateescape").stdout
 
 
 def sacct_json(

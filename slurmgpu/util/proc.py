@@ -16,11 +16,13 @@ def run(
     env: Mapping[str, str] | None = None,
     input_text: str | None = None,
     check: bool = True,
+    errors: str = "strict",
 ) -> subprocess.CompletedProcess[str]:
     """Run `argv` and return the completed process (text mode).
 
     Raises `SlurmCommandError` naming the program when it is missing, times out, or (with
-    `check`) exits non-zero; the message carries the tail of its stderr.
+    `check`) exits non-zero; the message carries the tail of its stderr. `errors` is how
+    undecodable output bytes are handled ("surrogateescape" keeps them recoverable).
     """
     argv = [str(a) for a in argv]
     full_env = None
@@ -32,6 +34,7 @@ def run(
             argv,
             capture_output=True,
             text=True,
+            errors=errors,
             timeout=timeout,
             env=full_env,
             input=input_text,

@@ -17,7 +17,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from slurmgpu.accounting import analyze
+from slurmgpu.accounting import AnalysisOptions, analyze
 from tests.harness import SlurmCluster
 
 pytestmark = pytest.mark.integration
@@ -121,7 +121,7 @@ def _run_jobs(c: SlurmCluster) -> dict:
 
 def _analysis(c: SlurmCluster, ran: dict, backend: str = "sacct"):
     until = datetime.now(UTC) + timedelta(seconds=5)
-    return analyze(since=ran["since"], until=until, env=c.env, backend=backend)
+    return analyze(AnalysisOptions(since=ran["since"], until=until, env=c.env, backend=backend))
 
 
 def _rows(frame, job_id: str):
@@ -213,8 +213,8 @@ def test_sacct_json_backend_agrees_with_text(slurm_cluster: SlurmCluster, ran: d
 def test_split_live_query_matches_one_call(slurm_cluster: SlurmCluster, ran: dict) -> None:
     until = datetime.now(UTC) + timedelta(seconds=5)
     kw = {"since": ran["since"], "until": until, "env": slurm_cluster.env, "backend": "sacct"}
-    one = analyze(**kw, live_chunk_hours=24)
-    split = analyze(**kw, live_chunk_hours=10 / 3600)  # a sacct call per 10 s of the window
+    one = analyze(AnalysisOptions(**kw, chunk_hours=24))
+    split = analyze(AnalysisOptions(**kw, chunk_hours=10 / 3600))  # a call per 10 s
     cols = ["job_id", "state", "gpu_count", "elapsed_s", "gpu_hours", "wait_s"]
 
     def mine(f):
@@ -271,7 +271,7 @@ def sliced(slurm_cluster: SlurmCluster):
             c.wait_job_state(jobid, "COMPLETED", timeout=90)
             c.wait_sacct(jobid, lambda rows: any(r["End"] != "Unknown" for r in rows))
         until = datetime.now(UTC) + timedelta(seconds=5)
-        result = analyze(since=since, until=until, env=c.env, backend="sacct")
+        result = analyze(AnalysisOptions(since=since, until=until, env=c.env, backend="sacct"))
         yield {"mig": mig, "shard": shard, "result": result}
     finally:
         c.reset()

@@ -2,10 +2,15 @@
 
 import pytest
 
-from slurmgpu.accounting import _tier_function
+from slurmgpu.accounting import AnalysisOptions
 from slurmgpu.accounting.capacity import capacity_from_scontrol, parse_capacity_options
 from slurmgpu.errors import UsageError
 from slurmgpu.sources.slurm import parse_scontrol_record
+
+
+def _tier_function(tiers):
+    return AnalysisOptions(tiers=tiers).tier_function()
+
 
 NODES = [
     "NodeName=dgx01 Arch=x86_64 CoresPerSocket=56 Gres=gpu:h100:8(S:0-1) State=IDLE",

@@ -36,6 +36,7 @@ def test_mix_reconciles_and_names_every_rejected_line(mix):
     assert mix.rows_analyzed == len(mix.frame) + mix.step_rows
     got = {(r.line, r.reason.split(" '")[0]) for r in mix.rejected}
     assert got == {
+        (21, "wrong column count: 21 fields, header has 20 (a"),  # `|`: ambiguous, see below
         (22, "AllocTRES: bad TRES element"),
         (23, "bad Start time"),
         (24, "wrong column count: 9 fields, header has 20"),
@@ -100,9 +101,26 @@ def test_tags_timelimits_and_free_text_with_pipe(mix):
     r = row(mix, "1001")
     assert r["kind"] == "finetune" and r["tag_tier"] == "P1" and r["tier"] == "p1"
     assert r["timelimit_s"] == 7200
-    r = row(mix, "1014")
-    assert pd.isna(r["timelimit_s"])  # Partition_Limit
-    assert r["job_name"] == "a|b"  # the extra `|` went back into the free-text column
+
+
+PIPE_HEADER = "JobIDRaw|Partition|QOS|User|Submit|Start|End|ElapsedRaw|State|AllocTRES|{}"
+PIPE_ROW = "7|gpu|p1|u|1764547200|1764547200|1764547260|60|COMPLETED|gres/gpu=1|{}"
+
+
+def test_pipe_in_the_only_free_text_column_is_repaired():
+    text = PIPE_HEADER.format("JobName") + "\n" + PIPE_ROW.format("a|b") + "\n"
+    res = load_text(text, name="d.txt")
+    assert res.rows_rejected == 0 and row(res, "7")["job_name"] == "a|b"
+
+
+def test_pipe_with_two_free_text_columns_is_rejected_with_its_line():
+    text = PIPE_HEADER.format("AdminComment|JobName") + "\n" + PIPE_ROW.format("|a|b") + "\n"
+    res = load_text(text, name="d.txt")
+    assert res.rows_rejected == 1 and len(res.frame) == 0
+    (r,) = res.rejected
+    assert (r.file, r.line) == ("d.txt", 2)
+    assert r.reason.startswith("wrong column count: 13 fields, header has 12")
+    assert "AdminComment, JobName: ambiguous" in r.reason
 
 
 def test_policy_tier_mapping():
@@ -334,3 +352,47 @@ def test_crlf_and_missing_final_newline(tmp_path, mix):
         res = load_files([path], options=Options(shards_per_gpu={"gpu": 8}))
         pd.testing.assert_frame_equal(_frame_key(res), _frame_key(mix))
         assert res.rows_read == mix.rows_read
+
+
+ISO_HEADER = "JobIDRaw|JobID|Partition|QOS|User|Submit|Start|End|ElapsedRaw|State|AllocTRES"
+
+
+def iso_row(raw, submit, start, end, state="COMPLETED", elapsed=3600):
+    return f"{raw}|{raw}|gpu|normal|u|{submit}|{start}|{end}|{elapsed}|{state}|gres/gpu=1,node=1"
+
+
+def test_unknown_state_and_impossible_orders_are_rejected_with_reasons():
+    text = "\n".join([
+        ISO_HEADER,
+        iso_row(1, "2026-11-01T08:00:00", "2026-11-01T09:00:00", "2026-11-01T10:00:00"),
+        iso_row(2, "2026-11-01T08:00:00", "2026-11-01T09:00:00", "2026-11-01T10:00:00",
+                state="HALF_DONE"),
+        iso_row(3, "2026-11-01T08:00:00", "2026-11-01T09:00:00", "2026-11-01T08:30:00"),
+        iso_row(4, "2026-11-01T08:00:00", "2026-11-01T07:00:00", "2026-11-01T10:00:00"),
+    ]) + "\n"  # fmt: skip
+    res = load_text(text, name="nov.txt")
+    got = {r.line: r.reason for r in res.rejected}
+    assert got == {
+        3: "unknown job state 'HALF_DONE'",
+        4: "End 2026-11-01T08:30:00 is before Start 2026-11-01T09:00:00",
+        5: "Start 2026-11-01T07:00:00 is before Submit 2026-11-01T08:00:00",
+    }
+    assert len(res.frame) == 1 and res.rows_read == 4
+
+
+def test_local_times_at_dst_changes_are_rejected_never_zero_gpu_hours():
+    # Europe/Berlin: 2026-03-29 02:00-03:00 does not exist; 2026-10-25 02:00-03:00 repeats
+    text = "\n".join([
+        ISO_HEADER,
+        iso_row(1, "2026-03-29T01:00:00", "2026-03-29T02:30:00", "2026-03-29T04:00:00"),
+        iso_row(2, "2026-10-25T01:00:00", "2026-10-25T02:30:00", "2026-10-25T04:00:00"),
+        iso_row(3, "2026-10-25T04:00:00", "2026-10-25T04:00:00", "2026-10-25T05:00:00"),
+    ]) + "\n"  # fmt: skip
+    res = load_text(text, name="dst.txt", options=Options(timezone="Europe/Berlin"))
+    got = {r.line: r.reason for r in res.rejected}
+    assert got[2] == (
+        "Start time '2026-03-29T02:30:00' does not exist in Europe/Berlin (DST change)"
+    )
+    assert got[3].startswith("Start time '2026-10-25T02:30:00' occurs twice in Europe/Berlin")
+    assert len(res.frame) == 1
+    assert res.frame["gpu_hours"].iloc[0] == pytest.approx(1.0)  # 04:00 -> 05:00 CET

@@ -4,7 +4,7 @@ from datetime import UTC, datetime
 
 import pytest
 
-from slurmgpu.accounting import analyze
+from slurmgpu.accounting import AnalysisOptions, analyze
 
 from .sacct_text import job, text
 
@@ -12,7 +12,7 @@ from .sacct_text import job, text
 def run(tmp_path, rows, **kw):
     path = tmp_path / "dump.txt"
     path.write_text(text(rows))
-    return analyze([path], **kw).to_dict()
+    return analyze(AnalysisOptions(files=[path], **kw)).to_dict()
 
 
 def at(h, m=0):
@@ -75,10 +75,19 @@ def test_utilization_null_not_zero_when_never_measured(tmp_path):
     assert doc["by_partition"][0]["capacity_gpu_hours"] is None
 
 
-def test_multi_gpu_util_sum_is_per_gpu(tmp_path):
-    # Slurm >= 24.05 sums gpuutil over a step's GPUs: 8 GPUs at 50% read 400
-    rows = [job(1, "gpu", 0, 0, 3600, "gres/gpu=8", usage="gres/gpuutil=400")]
-    assert run(tmp_path, rows)["totals"]["gpu_util_mean"] == pytest.approx(50)
+def test_slurm_2405_usage_sums_are_divided_by_the_steps_gpus(tmp_path):
+    # Slurm >= 24.05 sums gpuutil/gpumem over a step's GPUs: 8 GPUs at 50% read 400, and
+    # 8 x 10000 MiB read 80000M. The step's own AllocTRES (gres/gpu=8) gives the count.
+    rows = [job(1, "gpu", 0, 0, 3600, "gres/gpu:h100=8,gres/gpu=8",
+                usage="gres/gpumem=80000M,gres/gpuutil=400")]  # fmt: skip
+    doc = run(tmp_path, rows, slurm_version="24.05")
+    assert doc["totals"]["gpu_util_mean"] == pytest.approx(50)
+    assert doc["source"]["usage_reading"].startswith("Slurm 24.05: a step's gres/gpuutil")
+    # read as 23.02 (one GPU's value), the same line is 100% (clamped), and it is said
+    doc = run(tmp_path, rows, slurm_version="23.02")
+    assert doc["totals"]["gpu_util_mean"] == pytest.approx(100)
+    assert "one GPU's value" in doc["source"]["usage_reading"]
+    assert doc["totals"]["steps_gpu_usage_over_100"] == 1
 
 
 def test_waits_preemptions_requeues(tmp_path):
@@ -123,21 +132,40 @@ def test_fit_fraction_bases(tmp_path):
         job(2, "gpu", 0, 0, 3600, "gres/gpu:h100=1,gres/gpu=1", usage="gres/gpumem=30000M"),
         # requested slice: 3g -> 3/7 fits 1/2
         job(3, "gpu", 0, 0, 7 * 3600, "gres/gpu:3g.40gb=1,gres/gpu=1"),
-        # whole GPU, nothing measured -> fits nothing
+        # whole GPU, nothing measured (e.g. still running) -> UNKNOWN, not "does not fit"
         job(4, "gpu", 0, 0, 3600, "gres/gpu=1"),
+        # two whole GPUs -> fits no fraction of one (a known need)
+        job(5, "gpu", 0, 0, 3600, "gres/gpu=2"),
     ]
     ff = run(tmp_path, rows)["fit_fraction"]
     assert ff["basis_counts"] == {
         "measured_gpumem": 2,
         "requested_slice": 1,
-        "whole_gpu_request": 1,
+        "multi_gpu_request": 1,
+        "unknown_not_measured": 1,
+        "unknown_gpu_size": 0,
     }
+    # shares over the 4 runs with a known need; the unknown one is counted apart
+    assert ff["known_runs"] == 4 and ff["unknown_runs"] == 1
+    assert ff["unknown_gpu_hours"] == pytest.approx(1.0)
     assert ff["1/7"]["jobs"] == pytest.approx(1 / 4)
     assert ff["1/4"]["jobs"] == pytest.approx(1 / 4)
     assert ff["1/2"]["jobs"] == pytest.approx(3 / 4)
-    # GPU-hours: 1 + 1 + 3 (3/7 x 7 h) + 1 = 6
-    assert ff["1/2"]["gpu_hours"] == pytest.approx(5 / 6)
-    assert "measured gres/gpumem for 2 of 4" in ff["basis"]
+    # GPU-hours of known runs: 1 + 1 + 3 (3/7 x 7 h) + 2 = 7
+    assert ff["1/2"]["gpu_hours"] == pytest.approx(5 / 7)
+    assert "1 unknown (nothing measured)" in ff["basis"]
+
+
+def test_fit_fraction_per_partition(tmp_path):
+    rows = [
+        job(1, "a", 0, 0, 3600, "gres/gpu:h100=1,gres/gpu=1", usage="gres/gpumem=5000M"),
+        job(2, "b", 0, 0, 3600, "gres/gpu:h100=1,gres/gpu=1", usage="gres/gpumem=70000M"),
+        job(3, "b", 0, 0, 3600, "gres/gpu=1"),
+    ]
+    parts = {e["partition"]: e for e in run(tmp_path, rows)["by_partition"]}
+    assert parts["a"]["fit_fraction"]["1/7"]["jobs"] == 1.0
+    assert parts["b"]["fit_fraction"]["1/2"]["jobs"] == 0.0
+    assert parts["b"]["fit_fraction"]["unknown_runs"] == 1
 
 
 def test_json_has_no_nan_and_contract_keys(tmp_path):
@@ -154,8 +182,9 @@ def test_json_has_no_nan_and_contract_keys(tmp_path):
                 "allocation_ratio", "preemptions", "requeues", "gpu_hours_lost_to_preemption",
                 "wait_s"):  # fmt: skip
         assert key in doc["totals"], key
-    assert doc["source"] == {"kind": "file", "files": [str(tmp_path / "dump.txt")],
-                             "slurm_version": None}  # fmt: skip
+    assert {k: doc["source"][k] for k in ("kind", "files", "slurm_version")} == {
+        "kind": "file", "files": [str(tmp_path / "dump.txt")], "slurm_version": None,
+    }  # fmt: skip
     assert set(doc["by_qos"][0]) >= {"qos", "tier", "jobs", "wait_s", "waste_gpu_hours"}
 
 

@@ -50,7 +50,7 @@ def test_json_output_file_is_the_analysis(tmp_path):
     assert result.exit_code == 0, result.stderr
     assert result.stdout == ""
     doc = json.loads(target.read_text())
-    assert doc["schema_version"] == 1
+    assert doc["schema_version"] == 2
     assert doc["totals"]["gpu_hours_allocated"] == pytest.approx(GPU_HOURS)
     assert doc["totals"]["rows_read"] == 16 and doc["totals"]["rows_rejected"] == 1
     parts = {g["partition"]: g for g in doc["by_partition"]}
@@ -145,3 +145,14 @@ def test_dump_without_a_required_column(tmp_path):
     assert result.stderr.startswith("slurmgpu: error: ")
     assert "required column" in result.stderr
     assert len(result.stderr.strip().splitlines()) == 1
+
+
+def test_dump_without_window_covers_its_whole_span_like_analyze():
+    runner = CliRunner()
+    rep = runner.invoke(main, ["report", "--sacct-file", str(DUMP), "--format", "json"])
+    ana = runner.invoke(main, ["analyze", "--sacct-file", str(DUMP), "--format", "json"])
+    assert rep.exit_code == 0 and ana.exit_code == 0, rep.output + ana.output
+    r, a = json.loads(rep.stdout), json.loads(ana.stdout)
+    assert r["window"] == a["window"]
+    assert r["totals"]["jobs"] == a["totals"]["jobs"]
+    assert r["totals"]["rows_outside_window"] == 0  # nothing of the dump is left out

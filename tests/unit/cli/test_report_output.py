@@ -139,3 +139,25 @@ def test_progress_counts_earlier_files_as_read(tmp_path):
     with open(second, "rb", buffering=0) as fh:
         fh.read(500)
         assert progress.fraction() == pytest.approx(3500 / 4000)
+
+
+def test_fit_by_partition_in_text_and_html():
+    from slurmgpu.render.report import render_html, render_text
+
+    analysis = {
+        "by_partition": [
+            {
+                "partition": "t4",
+                "fit_fraction": {
+                    "1/7": {"jobs": 0.0}, "1/4": {"jobs": 0.5}, "1/2": {"jobs": 1.0},
+                    "known_runs": 2, "unknown_runs": 3,
+                },
+            }
+        ],
+        "fit_fraction": {"known_runs": 2, "unknown_runs": 3, "unknown_gpu_hours": 1.5},
+    }  # fmt: skip
+    text = render_text(analysis)
+    assert "By partition" in text and "3 runs" in text
+    assert "shares are over the 2 GPU runs with a known need; 3 runs" in text
+    html = render_html(analysis)
+    assert 'id="fit-by-partition"' in html and "<td>t4</td>" in html

@@ -1,0 +1,214 @@
+"""`analyze()`: the accounting stages wired in order, each a module with one job.
+
+read (`read.py`: row sources) -> normalize (`load.py`: typed columns, steps folded into runs,
+requeued runs apart, bad rows rejected with file:line:reason) -> runs (`runs.py`: window-
+clipped GPU-hours, GPU sizes, measures, need) -> metrics (`metrics.py`) -> recommendations
+(`recommend.py`) -> the document (`document.py`).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from datetime import timedelta
+from typing import Any
+
+from slurmgpu.accounting import load as load_mod
+from slurmgpu.accounting.capacity import Capacity
+from slurmgpu.accounting.document import SCHEMA_VERSION, AnalysisResult
+from slurmgpu.accounting.options import AnalysisOptions, parse_version
+from slurmgpu.errors import SacctParseError, SlurmCommandError
+
+LIVE_DEFAULT_DAYS = 7
+# Slurm 24.05 changed gres/gpuutil and gres/gpumem of a step to sums over its GPUs
+# (CHANGELOG/slurm-24.05.md: "gpuutil/gpumem will record sums of all GPUS in the step").
+USAGE_SUMS_FROM = (24, 5)
+
+
+def analyze(options: AnalysisOptions) -> AnalysisResult:
+    """Analyze saved sacct dumps, or the live cluster when `options.files` is empty."""
+    from slurmgpu.accounting import metrics, read, recommend, runs, window
+
+    opts = options.validated()
+    now = opts.now
+    assert now is not None
+    source: dict[str, Any] = {"kind": "file", "files": [os.fspath(p) for p in opts.files]}
+    cap, version = Capacity(), None
+    since, until = opts.since, opts.until
+    if not opts.files:
+        cap, version, source = _live_facts(opts, source)
+        since = since or (now - timedelta(days=LIVE_DEFAULT_DAYS))
+        until = until or now
+    reading = _usage_reading(opts.slurm_version, version)
+    source["slurm_version"] = "{}.{:02d}.{}".format(*version) if version else opts.slurm_version
+    source["usage_reading"] = reading["text"]
+    shards = {**cap.shards_per_gpu, **opts.shards_per_gpu}
+    normalize = load_mod.Options(
+        timezone=opts.timezone,
+        tier_for_qos=opts.tier_function(),
+        shards_per_gpu=shards,
+        usage_sums_gpus=reading["sums"],
+        keep_admin_comment=bool(opts.measure_sources),
+    )
+    request = read.ReadRequest(opts, normalize, since, until, version)
+    got = read.source_for(opts).read(request)
+    loaded = got.loaded
+    if not opts.files:
+        source.update(kind=got.kind, files=[], backend_note=got.note)
+
+    frame = loaded.frame
+    win = window.window_for(frame, since, until)
+    inside = window.active_in(frame, win)
+    outside = int((~inside).sum())
+    frame = frame[inside].reset_index(drop=True)
+    part_gpus = {**cap.partition_gpus, **(opts.capacity or {})}
+    types = {**cap.gpu_types, **opts.gpu_types}
+    memory = {**_inventory_memory(opts.inventories), **opts.gpu_memory_mib}
+    sizes = runs.gpu_sizes(frame, types, memory)
+    r = runs.build_runs(frame, win, sizes, opts.measure_sources)
+    work = r.work
+    total_gpus = cap.total_gpus if not opts.capacity else sum(part_gpus.values())
+    if not part_gpus:
+        total_gpus = None
+
+    totals = metrics.summarize(work, total_gpus, win)
+    totals.update(
+        rows_read=loaded.rows_read,
+        rows_analyzed=loaded.rows_analyzed,
+        rows_rejected=loaded.rows_rejected,
+        step_rows=loaded.step_rows,
+        allocation_rows=len(frame) + outside,
+        rows_outside_window=outside,
+        rows_overlap_skipped=loaded.rows_overlap,
+        blank_lines=loaded.blank_lines,
+        rows_latin1_decoded=loaded.latin1_lines,
+        rejected_reasons=dict(loaded.rejected_reasons),
+        shard_runs_unknown_fraction=int(
+            (~frame["shard_fraction_known"].to_numpy(dtype=bool, na_value=True)).sum()
+        ),
+        steps_gpu_usage_over_100=loaded.usage_over_100,
+    )
+    if loaded.rows_read != loaded.rows_analyzed + loaded.rows_rejected:
+        raise SacctParseError("internal: row accounting does not reconcile")
+    by_partition = metrics.by_group(frame, work, "partition", win, part_gpus, need=r.need)
+    by_tier = metrics.by_group(frame, work, "tier", win, None)
+    doc: dict[str, Any] = {
+        "schema_version": SCHEMA_VERSION,
+        "generated_at": now.isoformat().replace("+00:00", "Z"),
+        "window": win.iso(),
+        "source": source,
+        "totals": totals,
+        "utilization_basis": r.util_basis,
+        "by_partition": by_partition,
+        "by_qos": metrics.by_group(frame, work, "qos", win, None, extra=("tier",)),
+        "by_tier": by_tier,
+        "by_account": metrics.by_group(frame, work, "account", win, None),
+        "by_user": metrics.by_group(frame, work, "user", win, None),
+        "by_kind": metrics.by_group(frame, work, "kind", win, None),
+        "fit_fraction": metrics.fit_fraction(work, r.need, r.need_basis, r.unknown_gpu_types),
+        "timeseries": metrics.timeseries(
+            work,
+            win,
+            total_gpus,
+            opts.freq,
+            partitions=frame["partition"].to_numpy(dtype=object, na_value=""),
+        ),
+        "rejected": [{"file": x.file, "line": x.line, "reason": x.reason} for x in loaded.rejected],
+        "notes": _option_notes(opts, frame, part_gpus),
+    }
+    doc["recommendations"] = recommend.recommend(
+        frame,
+        work,
+        need=r.need,
+        need_basis=r.need_basis,
+        by_partition=by_partition,
+        by_tier=by_tier,
+        totals=totals,
+        window=win,
+        partition_types=types,
+        gpus_per_node=dict(cap.gpus_per_node),
+    )
+    return AnalysisResult(document=doc, frame=frame, load=loaded)
+
+
+def _option_notes(opts: AnalysisOptions, frame: Any, part_gpus: dict[str, float]) -> list[str]:
+    """Options that had no effect, said out loud (never silently ignored)."""
+    from slurmgpu.model.catalog import resolve
+
+    seen = set(frame["partition"].to_numpy(dtype=object, na_value="")) | set(part_gpus)
+    notes = []
+    for part, gtype in sorted(opts.gpu_types.items()):
+        if part not in seen:
+            hint = ""
+            if resolve(part) is not None or part.lower() in {
+                k.lower() for k in opts.gpu_memory_mib
+            }:
+                hint = f" ({part!r} is a GPU type: for its memory give gpu_memory {part}=SIZE)"
+            notes.append(
+                f"GPU type {gtype!r} was given for partition {part!r}, which no run in the "
+                f"window used: it had no effect{hint}"
+            )
+    return notes
+
+
+def _live_facts(opts: AnalysisOptions, source: dict[str, Any]):
+    """Slurm's version and the partitions' capacity, asked from the live cluster."""
+    from slurmgpu.accounting import capacity as cap_mod
+    from slurmgpu.sources import slurm as slurm_src
+
+    try:
+        version = slurm_src.slurm_version(opts.env)
+    except SlurmCommandError:
+        version = None
+    cap = Capacity()
+    try:
+        cap = cap_mod.capacity_from_scontrol(
+            slurm_src.scontrol_show("node", env=opts.env),
+            slurm_src.scontrol_show("partition", env=opts.env),
+        )
+    except SlurmCommandError as exc:
+        source["capacity_error"] = str(exc)
+    return cap, version, source
+
+
+def _usage_reading(given: str | None, live: tuple[int, int, int] | None) -> dict[str, Any]:
+    """How a step's gres/gpuutil and gres/gpumem are read: per GPU, or sums (24.05+)."""
+    version = live[:2] if live else (parse_version(given) if given else None)
+    if version is None:
+        return {
+            "sums": False,
+            "text": "Slurm version unknown: gres/gpuutil and gres/gpumem read as one GPU's "
+            "value (Slurm < 24.05); give the dump's Slurm version if it is 24.05 or later",
+        }
+    label = f"{version[0]}.{version[1]:02d}"
+    if version >= USAGE_SUMS_FROM:
+        return {
+            "sums": True,
+            "text": f"Slurm {label}: a step's gres/gpuutil and gres/gpumem are sums over its "
+            "GPUs, divided by the step's GPU count",
+        }
+    return {
+        "sums": False,
+        "text": f"Slurm {label}: a step's gres/gpuutil and gres/gpumem are one GPU's value",
+    }
+
+
+def _inventory_memory(paths: Sequence[str | os.PathLike[str]]) -> dict[str, float]:
+    """{GPU type name: memory MiB} from inventory snapshots (every name Slurm may use)."""
+    if not paths:
+        return {}
+    from slurmgpu.model.catalog import resolve
+    from slurmgpu.sources import snapshot
+
+    out: dict[str, float] = {}
+    for path in paths:
+        for gpu in snapshot.load(path).gpus:
+            model = resolve(gpu.name)
+            names = {gpu.name, gpu.name.strip().lower().replace(" ", "_")}
+            if model:
+                names |= {model.short_type, model.autodetect_type, model.key}
+            for name in names:
+                out[name] = float(gpu.memory_mib)
+            for mig in gpu.mig_devices:
+                out[mig.profile] = float(mig.memory_mib)
+    return out

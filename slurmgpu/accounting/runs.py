@@ -1,0 +1,278 @@
+"""Stage 3, runs: per-run working columns over the window, GPU sizes, measures and need.
+
+Input: the normalized frame (`load.py`: one row per run, steps folded, requeued runs apart).
+Output: a `Runs` object whose columns every metric and recommendation reads:
+
+- `gpu_hours`: **allocated** GPU-hours inside the window (physical-GPU equivalents x run time
+  clipped to the window). This is the only meaning of `gpu_hours` in slurmgpu.
+- `util`: mean GPU utilization of the run in percent. A time-averaged measure source wins
+  over Slurm's own `gres/gpuutil` (a per-step high-water mark); unknown is NaN, never 0.
+- `gpu_mem_mib`: the memory of ONE of the run's GPUs: a measure that carries the GPU's size,
+  else an inventory snapshot, else `gpu_memory_mib` given for its type, else the catalogue.
+- `need`: the share of one GPU the run needs (NaN = unknown), with its basis.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+
+import numpy as np
+import pandas as pd
+
+from slurmgpu.accounting.columns import duplicated
+from slurmgpu.accounting.window import Window, dt_column
+from slurmgpu.model.catalog import resolve
+from slurmgpu.model.measure import JobGpuMeasure, MeasureSource, RunRef
+
+# basis of a run's need (per run, as small integer codes; names are what the JSON reports)
+NEED_BASES = (
+    "measured_gpumem",  # measured memory / GPU size
+    "requested_slice",  # a MIG profile or shard share: the slice it asked for
+    "multi_gpu_request",  # more than one whole GPU: fits no fraction of one
+    "unknown_not_measured",  # whole GPU, no memory measured (running, no usage recorded)
+    "unknown_gpu_size",  # memory measured, but the GPU's size is unknown
+)
+
+
+@dataclass
+class GpuSizes:
+    """Memory of one GPU per run, and the GPU type names whose size is still unknown."""
+
+    per_run_mib: np.ndarray
+    unknown_types: dict[str, int] = field(default_factory=dict)  # type -> runs
+
+
+def num(frame: pd.DataFrame, col: str) -> np.ndarray:
+    return frame[col].to_numpy(dtype=float, na_value=np.nan)
+
+
+def gpu_sizes(
+    frame: pd.DataFrame,
+    partition_types: Mapping[str, str],
+    type_memory_mib: Mapping[str, float],
+) -> GpuSizes:
+    """One GPU's memory for each run: the run's typed GRES, else its partition's type.
+
+    A type name is looked up in `type_memory_mib` (given sizes and inventory snapshots, by
+    exact name, then case-insensitively), then in the catalogue through `resolve()`.
+    """
+    types = frame["gpu_type"].to_numpy(dtype=object, na_value=None)
+    parts = frame["partition"].to_numpy(dtype=object, na_value="")
+    given = {str(k).lower(): float(v) for k, v in type_memory_mib.items()}
+
+    def size(name: str) -> float:
+        if name.lower() in given:
+            return given[name.lower()]
+        model = resolve(name)
+        return float(model.memory_mib) if model else np.nan
+
+    out = np.full(len(frame), np.nan)
+    names = {t for t in pd.unique(types) if isinstance(t, str)} | set(partition_types.values())
+    cache = {t: size(t) for t in names}
+    for t, mem in cache.items():
+        out[types == t] = mem
+    for p, t in partition_types.items():
+        out[(parts == p) & pd.isna(types)] = cache[t]
+    unknown: dict[str, int] = {}
+    gpus = np.nan_to_num(num(frame, "gpu_count")) > 0
+    for t, mem in cache.items():
+        if np.isnan(mem):
+            by_type = types == t
+            by_part = np.isin(parts, [p for p, pt in partition_types.items() if pt == t])
+            unknown[t] = int((gpus & (by_type | (by_part & pd.isna(types)))).sum())
+    return GpuSizes(out, unknown)
+
+
+@dataclass
+class Runs:
+    """The per-run working columns (numpy arrays of equal length) and their provenance."""
+
+    work: pd.DataFrame
+    need: np.ndarray
+    need_basis: np.ndarray  # int codes into NEED_BASES; -1 for runs without GPUs
+    util_basis: dict[str, int]  # source -> runs whose utilization it gave
+    unknown_gpu_types: dict[str, int]
+
+
+def prepare(frame: pd.DataFrame, window: Window, gpu_mem_mib: np.ndarray) -> pd.DataFrame:
+    """Per-run working columns: window-clipped GPU-hours, utilization, flags, memory share."""
+    f = pd.DataFrame(index=frame.index)
+    start, end = dt_column(frame, "start"), dt_column(frame, "run_end")
+    s = np.maximum(start, window.since)
+    e = np.minimum(end, window.until)
+    overlap = (e - s) / np.timedelta64(1, "s")
+    overlap = np.where(np.isnat(start) | np.isnat(end), 0.0, np.maximum(overlap.astype(float), 0))
+    gpus = np.nan_to_num(num(frame, "gpu_equiv"))
+    f["gpu_hours"] = gpus * overlap / 3600.0
+    f["util"] = np.minimum(num(frame, "gpu_util_pct"), 100.0)
+    f["mem_used_mib"] = num(frame, "gpu_mem_used_mib")
+    state = frame["state"].to_numpy(dtype=object, na_value="")
+    key = ["cluster", "job_id_raw", "job_id"]
+    later_run = duplicated(frame, key, keep="last")
+    rerun = duplicated(frame, key, keep="first")
+    f["preempted"] = state == "PREEMPTED"
+    f["requeued"] = (state == "REQUEUED") | later_run
+    pending_tasks = num(frame, "array_pending_tasks")
+    weight = np.where(np.isnan(pending_tasks), 1.0, pending_tasks)
+    counts = frame["counts_as_job"].to_numpy(dtype=bool, na_value=True) & ~rerun
+    f["job_weight"] = np.where(counts, weight, 0.0)
+    f["pending"] = np.where(state == "PENDING", weight, 0.0)
+    req = np.nan_to_num(num(frame, "req_gpus"))
+    f["pending_gpu_hours"] = _pending_gpu_hours(frame, window, state, req * weight)
+    f["gpu_job"] = frame["gpu_job"].to_numpy(dtype=bool, na_value=False)
+    f["wait_s"] = np.where(np.isnat(start), np.nan, num(frame, "wait_s"))
+    # one sort of the waits serves every group's percentiles (metrics._group_percentiles)
+    f["wait_order"] = np.argsort(f["wait_s"].to_numpy(), kind="stable")
+    f["start"] = start
+    f["end"] = end
+    f["gpus"] = gpus
+    f["gpu_mem_mib"] = gpu_mem_mib
+    return f
+
+
+def _pending_gpu_hours(
+    frame: pd.DataFrame, window: Window, state: np.ndarray, req_gpus: np.ndarray
+) -> np.ndarray:
+    """Unmet demand: GPUs requested x time waited inside the window (Submit -> Start, or
+    -> End/window end for jobs that never started)."""
+    submit, start = dt_column(frame, "submit"), dt_column(frame, "start")
+    fin = dt_column(frame, "end")
+    gpus = np.nan_to_num(num(frame, "gpu_equiv"))
+    gpus = np.where(gpus > 0, gpus, req_gpus)
+    until = np.where(np.isnat(start), np.where(np.isnat(fin), window.until, fin), start)
+    a = np.maximum(submit, window.since)
+    b = np.minimum(until, window.until)
+    secs = ((b - a) / np.timedelta64(1, "s")).astype(float)
+    secs = np.where(np.isnat(a) | np.isnat(b), 0.0, np.maximum(secs, 0.0))
+    return gpus * secs / 3600.0
+
+
+def apply_measures(
+    frame: pd.DataFrame, work: pd.DataFrame, sources: Sequence[MeasureSource]
+) -> dict[str, int]:
+    """Apply time-averaged measures to runs (they win over Slurm's high-water marks).
+
+    Returns the runs each source measured; `slurm_gpuutil` counts runs whose utilization is
+    still Slurm's own. The first source that measured a run wins for it.
+    """
+    util = work["util"].to_numpy().copy()
+    mem = work["mem_used_mib"].to_numpy().copy()
+    size = work["gpu_mem_mib"].to_numpy().copy()
+    # who measured each run: 0 = nobody, 1 = Slurm's gres/gpuutil, 2.. = sources[i - 2]
+    basis = np.where(np.isnan(util), 0, 1).astype(np.int8)
+    counts: dict[str, int] = {}
+    if sources:
+        refs, index = run_refs(frame, work)
+        done = np.zeros(len(frame), dtype=bool)
+        for k, source in enumerate(sources):
+            counts[source.name] = 0
+            starts = work["start"].to_numpy()
+            for m in source.measures(refs):
+                row = _row_for(m, index, starts)
+                if row is None or done[row]:
+                    continue
+                done[row] = True
+                counts[source.name] += 1
+                basis[row] = k + 2
+                if m.util_mean_pct is not None:
+                    util[row] = min(float(m.util_mean_pct), 100.0)
+                if m.mem_used_max_mib is not None:
+                    mem[row] = float(m.mem_used_max_mib)
+                if m.gpu_memory_mib:
+                    size[row] = float(m.gpu_memory_mib)
+    work["util"], work["mem_used_mib"], work["gpu_mem_mib"] = util, mem, size
+    counts["slurm_gpuutil"] = int((basis == 1).sum())
+    return counts
+
+
+def run_refs(
+    frame: pd.DataFrame, work: pd.DataFrame
+) -> tuple[list[RunRef], dict[tuple[str, str], list[int]]]:
+    """A RunRef per GPU run, and (cluster, job id) -> rows (several for requeued jobs)."""
+    sel = np.flatnonzero(work["gpus"].to_numpy() > 0)
+    raw = frame["job_id_raw"].to_numpy(dtype=object, na_value=None)
+    cluster = frame["cluster"].to_numpy(dtype=object, na_value="")
+    nodes = frame["node_list"].to_numpy(dtype=object, na_value="")
+    admin = (
+        frame["admin_comment"].to_numpy(dtype=object, na_value="")
+        if "admin_comment" in frame
+        else np.full(len(frame), "", dtype=object)
+    )
+    start, fin, gpus = work["start"].to_numpy(), dt_column(frame, "end"), work["gpus"].to_numpy()
+    refs: list[RunRef] = []
+    index: dict[tuple[str, str], list[int]] = {}
+    for i in sel.tolist():
+        job = str(raw[i])
+        refs.append(
+            RunRef(
+                job_id=job,
+                cluster=str(cluster[i]),
+                start=_py(start[i]),
+                end=_py(fin[i]),
+                nodes=str(nodes[i]),
+                gpus=float(gpus[i]),
+                admin_comment=str(admin[i]),
+            )
+        )
+        index.setdefault((str(cluster[i]), job), []).append(i)
+        index.setdefault(("", job), []).append(i)
+    return refs, index
+
+
+def _py(t: np.datetime64) -> datetime | None:
+    return None if np.isnat(t) else pd.Timestamp(t).to_pydatetime()
+
+
+def _row_for(
+    m: JobGpuMeasure, index: dict[tuple[str, str], list[int]], starts: np.ndarray
+) -> int | None:
+    """The run a measure belongs to: by (cluster, job id); for a requeued job the run whose
+    start the measure names, else the latest run."""
+    rows = index.get((m.cluster or "", m.job_id))
+    if not rows:
+        return None
+    if m.start is not None and len(rows) > 1:
+        want = np.datetime64(m.start.replace(tzinfo=None), "s")
+        for row in rows:
+            if starts[row] == want:
+                return row
+    return rows[-1]
+
+
+def need_of_runs(work: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
+    """Per run: (share of one GPU it needs, NaN = unknown; basis code into NEED_BASES)."""
+    equiv = work["gpus"].to_numpy()
+    mem = work["mem_used_mib"].to_numpy()
+    cap = work["gpu_mem_mib"].to_numpy()
+    gpu = equiv > 0
+    single = gpu & (equiv <= 1.0)
+    measured = single & ~np.isnan(mem) & (np.nan_to_num(cap) > 0)
+    sliced = gpu & ~measured & (equiv < 1.0)
+    multi = gpu & (equiv > 1.0)
+    no_size = single & ~measured & ~sliced & ~np.isnan(mem)
+    not_measured = single & ~measured & ~sliced & np.isnan(mem)
+    need = np.full(len(equiv), np.nan)
+    need[measured] = mem[measured] / cap[measured]
+    need[sliced | multi] = equiv[sliced | multi]
+    basis = np.full(len(equiv), -1, dtype=np.int64)
+    for code, mask in enumerate((measured, sliced, multi, not_measured, no_size)):
+        basis[mask] = code
+    return need, basis
+
+
+def build_runs(
+    frame: pd.DataFrame,
+    window: Window,
+    sizes: GpuSizes,
+    sources: Sequence[MeasureSource] = (),
+) -> Runs:
+    """The runs stage: working columns, measures applied, need per run."""
+    work = prepare(frame, window, sizes.per_run_mib)
+    util_basis = apply_measures(frame, work, sources)
+    need, basis = need_of_runs(work)
+    work["mem_share"] = work["mem_used_mib"].to_numpy() / (
+        work["gpu_mem_mib"].to_numpy() * np.where(work["gpus"] > 0, work["gpus"], np.nan)
+    )
+    return Runs(work, need, basis, util_basis, sizes.unknown_types)
