@@ -99,6 +99,10 @@ def analyze(options: AnalysisOptions) -> AnalysisResult:
         "source": source,
         "totals": totals,
         "utilization_basis": r.util_basis,
+        "measure_warnings": [
+            {"source": w.source, "kind": w.kind, "message": w.message, "job_ids": list(w.job_ids)}
+            for w in r.measure_warnings
+        ],
         "by_partition": by_partition,
         "by_qos": metrics.by_group(frame, work, "qos", win, None, extra=("tier",)),
         "by_tier": by_tier,

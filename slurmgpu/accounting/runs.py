@@ -23,8 +23,9 @@ import pandas as pd
 
 from slurmgpu.accounting.columns import duplicated
 from slurmgpu.accounting.window import Window, dt_column
+from slurmgpu.measure.warnings import MeasureWarning
 from slurmgpu.model.catalog import resolve
-from slurmgpu.model.measure import JobGpuMeasure, MeasureSource, RunRef
+from slurmgpu.model.measure import MeasureSource, RunRef
 
 # basis of a run's need (per run, as small integer codes; names are what the JSON reports)
 NEED_BASES = (
@@ -94,6 +95,7 @@ class Runs:
     need_basis: np.ndarray  # int codes into NEED_BASES; -1 for runs without GPUs
     util_basis: dict[str, int]  # source -> runs whose utilization it gave
     unknown_gpu_types: dict[str, int]
+    measure_warnings: tuple[MeasureWarning, ...] = ()
 
 
 def prepare(frame: pd.DataFrame, window: Window, gpu_mem_mib: np.ndarray) -> pd.DataFrame:
@@ -151,94 +153,96 @@ def _pending_gpu_hours(
 
 def apply_measures(
     frame: pd.DataFrame, work: pd.DataFrame, sources: Sequence[MeasureSource]
-) -> dict[str, int]:
+) -> tuple[dict[str, int], tuple[MeasureWarning, ...]]:
     """Apply time-averaged measures to runs (they win over Slurm's high-water marks).
 
-    Returns the runs each source measured; `slurm_gpuutil` counts runs whose utilization is
-    still Slurm's own. The first source that measured a run wins for it.
+    The sources are asked in order through `measure.apply.measure_runs` (a later source only
+    about runs still unmeasured). Returns the runs each source measured (`slurm_gpuutil`
+    counts runs whose utilization is still Slurm's own) and what the sources could not do.
     """
+    from slurmgpu.measure.apply import measure_runs
+
     util = work["util"].to_numpy().copy()
     mem = work["mem_used_mib"].to_numpy().copy()
     size = work["gpu_mem_mib"].to_numpy().copy()
-    # who measured each run: 0 = nobody, 1 = Slurm's gres/gpuutil, 2.. = sources[i - 2]
-    basis = np.where(np.isnan(util), 0, 1).astype(np.int8)
+    slurm_measured = ~np.isnan(util)
     counts: dict[str, int] = {}
+    warnings: tuple[MeasureWarning, ...] = ()
     if sources:
-        refs, index = run_refs(frame, work)
-        done = np.zeros(len(frame), dtype=bool)
-        for k, source in enumerate(sources):
-            counts[source.name] = 0
-            starts = work["start"].to_numpy()
-            for m in source.measures(refs):
-                row = _row_for(m, index, starts)
-                if row is None or done[row]:
-                    continue
-                done[row] = True
-                counts[source.name] += 1
-                basis[row] = k + 2
-                if m.util_mean_pct is not None:
-                    util[row] = min(float(m.util_mean_pct), 100.0)
-                if m.mem_used_max_mib is not None:
-                    mem[row] = float(m.mem_used_max_mib)
-                if m.gpu_memory_mib:
-                    size[row] = float(m.gpu_memory_mib)
+        refs, rows = run_refs(frame, work, _admin_comment_markers(sources))
+        result = measure_runs(refs, sources)
+        for key, m in result.by_run.items():
+            row = rows[key]
+            slurm_measured[row] = False
+            if m.util_mean_pct is not None:
+                util[row] = min(float(m.util_mean_pct), 100.0)
+            if m.mem_used_max_mib is not None:
+                mem[row] = float(m.mem_used_max_mib)
+            if m.gpu_memory_mib:
+                size[row] = float(m.gpu_memory_mib)
+        counts, warnings = dict(result.measured), result.warnings
     work["util"], work["mem_used_mib"], work["gpu_mem_mib"] = util, mem, size
-    counts["slurm_gpuutil"] = int((basis == 1).sum())
-    return counts
+    counts["slurm_gpuutil"] = int(slurm_measured.sum())
+    return counts, warnings
+
+
+def _admin_comment_markers(sources: Sequence[MeasureSource]) -> tuple[str, ...] | None:
+    """When every source reads only AdminComment summaries, the markers they look for (so
+    only runs carrying one get a RunRef); None when some source must see every run."""
+    markers: list[str] = []
+    for source in sources:
+        own = getattr(source, "admin_comment_markers", ())
+        if not own:
+            return None
+        markers.extend(own)
+    return tuple(markers)
 
 
 def run_refs(
-    frame: pd.DataFrame, work: pd.DataFrame
-) -> tuple[list[RunRef], dict[tuple[str, str], list[int]]]:
-    """A RunRef per GPU run, and (cluster, job id) -> rows (several for requeued jobs)."""
-    sel = np.flatnonzero(work["gpus"].to_numpy() > 0)
-    raw = frame["job_id_raw"].to_numpy(dtype=object, na_value=None)
-    cluster = frame["cluster"].to_numpy(dtype=object, na_value="")
-    nodes = frame["node_list"].to_numpy(dtype=object, na_value="")
+    frame: pd.DataFrame, work: pd.DataFrame, markers: tuple[str, ...] | None = None
+) -> tuple[list[RunRef], dict[tuple[str, str, datetime | None], int]]:
+    """A RunRef per GPU run (only those whose AdminComment holds one of `markers`, any case,
+    when given), and each run's key (cluster, job id, start) -> its row."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
     admin = (
         frame["admin_comment"].to_numpy(dtype=object, na_value="")
         if "admin_comment" in frame
         else np.full(len(frame), "", dtype=object)
     )
+    keep = work["gpus"].to_numpy() > 0
+    if markers is not None:
+        text = pa.array(admin, type=pa.string())
+        hit = np.zeros(len(frame), dtype=bool)
+        for marker in markers:
+            found = pc.match_substring(text, marker, ignore_case=True)
+            hit |= found.to_numpy(zero_copy_only=False)
+        keep &= hit
+    sel = np.flatnonzero(keep)
+    raw = frame["job_id_raw"].to_numpy(dtype=object, na_value=None)
+    cluster = frame["cluster"].to_numpy(dtype=object, na_value="")
+    nodes = frame["node_list"].to_numpy(dtype=object, na_value="")
     start, fin, gpus = work["start"].to_numpy(), dt_column(frame, "end"), work["gpus"].to_numpy()
     refs: list[RunRef] = []
-    index: dict[tuple[str, str], list[int]] = {}
+    rows: dict[tuple[str, str, datetime | None], int] = {}
     for i in sel.tolist():
-        job = str(raw[i])
-        refs.append(
-            RunRef(
-                job_id=job,
-                cluster=str(cluster[i]),
-                start=_py(start[i]),
-                end=_py(fin[i]),
-                nodes=str(nodes[i]),
-                gpus=float(gpus[i]),
-                admin_comment=str(admin[i]),
-            )
+        ref = RunRef(
+            job_id=str(raw[i]),
+            cluster=str(cluster[i]),
+            start=_py(start[i]),
+            end=_py(fin[i]),
+            nodes=str(nodes[i]),
+            gpus=float(gpus[i]),
+            admin_comment=str(admin[i]),
         )
-        index.setdefault((str(cluster[i]), job), []).append(i)
-        index.setdefault(("", job), []).append(i)
-    return refs, index
+        refs.append(ref)
+        rows[(ref.cluster, ref.job_id, ref.start)] = i
+    return refs, rows
 
 
 def _py(t: np.datetime64) -> datetime | None:
     return None if np.isnat(t) else pd.Timestamp(t).to_pydatetime()
-
-
-def _row_for(
-    m: JobGpuMeasure, index: dict[tuple[str, str], list[int]], starts: np.ndarray
-) -> int | None:
-    """The run a measure belongs to: by (cluster, job id); for a requeued job the run whose
-    start the measure names, else the latest run."""
-    rows = index.get((m.cluster or "", m.job_id))
-    if not rows:
-        return None
-    if m.start is not None and len(rows) > 1:
-        want = np.datetime64(m.start.replace(tzinfo=None), "s")
-        for row in rows:
-            if starts[row] == want:
-                return row
-    return rows[-1]
 
 
 def need_of_runs(work: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
@@ -270,9 +274,9 @@ def build_runs(
 ) -> Runs:
     """The runs stage: working columns, measures applied, need per run."""
     work = prepare(frame, window, sizes.per_run_mib)
-    util_basis = apply_measures(frame, work, sources)
+    util_basis, measure_warnings = apply_measures(frame, work, sources)
     need, basis = need_of_runs(work)
     work["mem_share"] = work["mem_used_mib"].to_numpy() / (
         work["gpu_mem_mib"].to_numpy() * np.where(work["gpus"] > 0, work["gpus"], np.nan)
     )
-    return Runs(work, need, basis, util_basis, sizes.unknown_types)
+    return Runs(work, need, basis, util_basis, sizes.unknown_types, measure_warnings)

@@ -103,10 +103,12 @@ ANALYSIS_PARAMS = (
 
 
 def analysis_options(command: Callable[..., Any]) -> Callable[..., Any]:
-    """Add the shared analysis options to a click command."""
+    """Add the shared analysis options (and the measure sources' options) to a command."""
+    from slurmgpu.measure.options import measure_options
+
     for option in reversed(_OPTIONS):
         command = option(command)
-    return command
+    return measure_options(command)
 
 
 def _pairs(values: tuple[str, ...], option: str) -> dict[str, str]:
@@ -126,9 +128,11 @@ def analysis_options_from(params: dict[str, Any], **fields: Any) -> Any:
     from slurmgpu.accounting.capacity import parse_capacity_options
     from slurmgpu.accounting.options import AnalysisOptions
     from slurmgpu.errors import UsageError
+    from slurmgpu.measure.options import MeasureOptions, build_measure_sources
     from slurmgpu.util.units import parse_size_mib
 
     opts = {name: params.pop(name) for name in ANALYSIS_PARAMS}
+    measure_sources = build_measure_sources(MeasureOptions.from_kwargs(params))
     tiers: Any = None
     policy = None
     if opts["policy"]:
@@ -168,5 +172,6 @@ def analysis_options_from(params: dict[str, Any], **fields: Any) -> Any:
         freq=opts["freq"],
         chunk_hours=opts["chunk_hours"],
         slurm_version=opts["slurm_version"],
+        measure_sources=measure_sources,
         **fields,
     )

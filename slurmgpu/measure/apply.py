@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import UTC, datetime
 
 from slurmgpu.measure.warnings import MeasureWarning
 from slurmgpu.model.measure import JobGpuMeasure, MeasureSource, RunRef
@@ -57,11 +57,15 @@ def measure_runs(runs: Sequence[RunRef], sources: Sequence[MeasureSource]) -> Me
 
 
 def _match(measure: JobGpuMeasure, candidates: list[RunRef]) -> RunRef | None:
-    """The run a measure is for: same job id, and same cluster and start where it says."""
+    """The run a measure is for: same job id, and same cluster and start where it says
+    (an aware start is compared in UTC: RunRef times are naive UTC)."""
+    start = measure.start
+    if start is not None and start.tzinfo is not None:
+        start = start.astimezone(UTC).replace(tzinfo=None)
     for run in candidates:
         if measure.cluster is not None and run.cluster and measure.cluster != run.cluster:
             continue
-        if measure.start is not None and run.start is not None and measure.start != run.start:
+        if start is not None and run.start is not None and start != run.start:
             continue
         return run
     return None

@@ -141,6 +141,8 @@ class JobstatsSource:
     def __init__(self) -> None:
         self.warnings: list[MeasureWarning] = []
         self.short = 0
+        # only runs whose AdminComment holds a summary can be measured (see CollectorSource)
+        self.admin_comment_markers: tuple[str, ...] = (PREFIX,)
 
     def measures(self, runs: list[RunRef]) -> list[JobGpuMeasure]:
         out: list[JobGpuMeasure] = []

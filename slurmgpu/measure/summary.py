@@ -224,6 +224,9 @@ class CollectorSource:
     def __init__(self, spool_dir: str | os.PathLike[str] | None = None) -> None:
         self.spool_dir = Path(spool_dir) if spool_dir is not None else None
         self.warnings: list[MeasureWarning] = []
+        # Without a spool only runs whose AdminComment holds a summary can be measured: the
+        # accounting stage asks about those runs alone (no RunRef for the other million).
+        self.admin_comment_markers: tuple[str, ...] = () if self.spool_dir else (PREFIX,)
 
     def measures(self, runs: list[RunRef]) -> list[JobGpuMeasure]:
         spooled = self._read_spool({r.cluster or "_" for r in runs}) if self.spool_dir else {}

@@ -116,9 +116,9 @@ def demand_from_sacct(
     Thin coupling to accounting: only `analyze(files).frame` and its per-run columns
     `start`, `run_end`, `gpu_count`, `mig_profile`, `gpu_mem_used_mib`.
     """
-    from slurmgpu.accounting import analyze
+    from slurmgpu.accounting import AnalysisOptions, analyze
 
-    frame = analyze(list(files), **(analyze_kwargs or {})).frame
+    frame = analyze(AnalysisOptions(files=list(files), **(analyze_kwargs or {}))).frame
     wanted = ["start", "run_end", "gpu_count", "mig_profile", "gpu_mem_used_mib"]
     missing = [c for c in wanted if c not in frame.columns]
     if missing:

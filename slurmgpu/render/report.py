@@ -258,6 +258,14 @@ def _notes(analysis: Mapping[str, Any]) -> list[str]:
             f"{fmt_int(entry.get('gpu_runs'))} GPU runs; {entry.get('fix')}"
         )
     notes += [str(n) for n in analysis.get("notes") or []]
+    basis = {k: v for k, v in (analysis.get("utilization_basis") or {}).items() if v}
+    if basis:
+        shown = ", ".join(f"{name} {fmt_int(runs)}" for name, runs in sorted(basis.items()))
+        notes.append(f"GPU use measured by (runs): {shown}")
+    for w in analysis.get("measure_warnings") or []:
+        jobs = w.get("job_ids") or []
+        where = f" (jobs {','.join(jobs[:5])}{'...' if len(jobs) > 5 else ''})" if jobs else ""
+        notes.append(f"measure {w.get('source')}: {w.get('kind')}: {w.get('message')}{where}")
     unknown_shards = totals.get("shard_runs_unknown_fraction")
     if is_known(unknown_shards) and unknown_shards:
         notes.append(

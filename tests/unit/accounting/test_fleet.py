@@ -41,12 +41,20 @@ def t4_inventory(tmp_path) -> Path:
 
 
 def test_unknown_gpu_type_names_the_type_and_the_fix(tmp_path):
-    ff = run(tmp_path, t4_jobs())["fit_fraction"]
+    # a type the catalogue does not know (Quadro RTX 8000, as AutoDetect names it)
+    ff = run(tmp_path, t4_jobs("gres/gpu:quadro_rtx_8000=1,gres/gpu=1"))["fit_fraction"]
     assert ff["basis_counts"]["unknown_gpu_size"] == 4  # memory measured, GPU size unknown
     assert ff["1/2"]["jobs"] is None and ff["unknown_runs"] == 4
     (entry,) = ff["unknown_gpu_types"]
-    assert entry["type"] == "tesla_t4" and entry["gpu_runs"] == 4
-    assert "--gpu-memory tesla_t4=SIZE" in entry["fix"]
+    assert entry["type"] == "quadro_rtx_8000" and entry["gpu_runs"] == 4
+    assert "--gpu-memory quadro_rtx_8000=SIZE" in entry["fix"]
+
+
+def test_catalogue_knows_autodetect_and_short_names(tmp_path):
+    # `tesla_t4` (AutoDetect) and `t4` (site name) both size from the catalogue's T4
+    for gres in ("gres/gpu:tesla_t4=1,gres/gpu=1", "gres/gpu:t4=1,gres/gpu=1"):
+        ff = run(tmp_path, t4_jobs(gres))["fit_fraction"]
+        assert ff["basis_counts"]["measured_gpumem"] == 4 and ff["unknown_gpu_types"] == []
 
 
 def test_gpu_memory_option_gives_the_size(tmp_path):
@@ -91,8 +99,8 @@ class TinySource:
 
 
 def test_measure_source_wins_over_slurm_and_is_counted(tmp_path):
-    rows = t4_jobs(n=3)
-    rows[0] = job(1, "t4", 0, 0, 3600, "gres/gpu:tesla_t4=1,gres/gpu=1",
+    rows = t4_jobs("gres/gpu:quadro_rtx_8000=1,gres/gpu=1", n=3)  # a size the catalogue lacks
+    rows[0] = job(1, "t4", 0, 0, 3600, "gres/gpu:quadro_rtx_8000=1,gres/gpu=1",
                   usage="gres/gpumem=3000M,gres/gpuutil=40", admin="JS1:abc")  # fmt: skip
     source = TinySource()
     doc = run(tmp_path, rows, measure_sources=[source])

@@ -189,8 +189,11 @@ def test_cli_user_mistakes_are_one_line(tmp_path) -> None:
     bad.write_bytes(b"\xff{}")
     snap = str(EXAMPLES / "dgx-a100-mig.json")
     cases = [
-        (["--snapshot", str(bad), "--demand", "1g=1"], "not a JSON snapshot"),
-        (["--snapshot", snap, "--demand", "1g=1", "-o", str(tmp_path / "no/dir/x")], "--output"),
+        (["--snapshot", str(bad), "--demand", "1g=1"], "not a snapshot"),
+        (
+            ["--snapshot", snap, "--demand", "1g=1", "-o", str(tmp_path / "no/dir/x")],
+            "does not exist",
+        ),
         (["--snapshot-dir", str(tmp_path / "none"), "--demand", "1g=1"], "not a directory"),
         (["--snapshot", snap, "--sacct-file", "x", "--gpu-model", "t4"], "not a MIG-capable"),
     ]
