@@ -27,6 +27,12 @@ from slurmgpu.util.proc import run
 
 _FILE_KEYS = re.compile(r"\b(File|MultipleFiles)=(\S+)", re.IGNORECASE)
 _NODE_NAME = re.compile(r"\bNodeName=(\S+)")
+_VERSION = re.compile(r"slurm(?:-wlm)?\s+(\d+)\.(\d+)")
+# From 24.05 slurmd initialises a cgroup plugin even for `slurmd -G` and stops with "Unable to
+# initialize cgroup plugin" where no cgroup filesystem is mounted (seen with 24.11.5 in a
+# chroot); `CgroupPlugin=disabled` (24.05+; 22.05 refuses the value) keeps a syntax check off
+# the host's cgroups altogether.
+CGROUP_DISABLED_FROM = (24, 5)
 # slurmd noise that says nothing about gres.conf (seen with Debian's 22.05 packages)
 _HARMLESS = (re.compile(r"mpi/pmix"),)
 
@@ -98,6 +104,13 @@ def _stand_ins(gres_text: str, dev_dir: Path) -> tuple[str, list[str]]:
     return "\n".join(lines) + "\n", [note]
 
 
+def _slurmd_series(slurmd: str) -> tuple[int, int] | None:
+    """(24, 11) from `slurmd -V` (no slurm.conf needed); None when it does not say."""
+    proc = run([slurmd, "-V"], timeout=30, check=False)
+    m = _VERSION.search((proc.stdout or "") + (proc.stderr or ""))
+    return (int(m.group(1)), int(m.group(2))) if m else None
+
+
 def check_gres_conf(
     gres_text: str,
     node_line: str,
@@ -142,6 +155,9 @@ def check_gres_conf(
             ),
             encoding="utf-8",
         )
+        series = _slurmd_series(slurmd)
+        if series is not None and series >= CGROUP_DISABLED_FROM:
+            (root / "cgroup.conf").write_text("CgroupPlugin=disabled\n", encoding="utf-8")
         proc = run(
             [slurmd, "-G", "-N", node],
             env={"SLURM_CONF": str(root / "slurm.conf")},
