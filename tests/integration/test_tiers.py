@@ -47,6 +47,12 @@ def slurmgpu(cluster, *args: str, check: bool = True):
     return proc
 
 
+def stored_gres(series: tuple[int, int], request: str) -> str:
+    """A --gres request as TresPerNode shows it: `gres:shard:2` on 22.05, `gres/shard:2` on
+    24.11 (seen on both test clusters; job_submit.lua must write the same form)."""
+    return ("gres/" if series >= (23, 2) else "gres:") + request
+
+
 def job_record(cluster, jobid: int) -> dict[str, str]:
     """`scontrol show job` as a dict. Comment/AdminComment hold `key=value` text that the
     one-line parser would split, so they come from their own lines of the long format."""
@@ -130,14 +136,14 @@ def routed_cluster(tiers_cluster):
     return cluster
 
 
-def test_job_submit_lua_is_loaded_and_routes(routed_cluster):
+def test_job_submit_lua_is_loaded_and_routes(routed_cluster, slurm_series):
     cluster = routed_cluster
     config = cluster.scontrol("show", "config")
     assert re.search(r"^JobSubmitPlugins\s*=\s*lua$", config, re.M), config
     jobid = cluster.sbatch("--hold", "-A", "rnd", "--comment=exp 7 tier=P1 kind=finetune")
     job = job_record(cluster, jobid)
     assert job["QOS"] == "tier_p1"
-    assert job["TresPerNode"] == "gres:shard:2"
+    assert job["TresPerNode"] == stored_gres(slurm_series, "shard:2")
     assert job["Partition"] == "gpu"
     assert job["TimeLimit"] == "12:00:00"
     assert job["AdminComment"] == "slurmgpu tier=P1 kind=finetune"
@@ -147,7 +153,7 @@ def test_job_submit_lua_is_loaded_and_routes(routed_cluster):
     job = job_record(cluster, jobid)
     assert (job["QOS"], job["TresPerNode"], job["TimeLimit"]) == (
         "tier_p2",
-        "gres:gpu:3",
+        stored_gres(slurm_series, "gpu:3"),
         "00:05:00",
     )
     assert job["AdminComment"] == "slurmgpu tier=P2"
@@ -184,7 +190,7 @@ wait
 """
 
 
-def test_p0_preempts_p2_after_grace_time_and_p2_runs_again(routed_cluster):
+def test_p0_preempts_p2_after_grace_time_and_p2_runs_again(routed_cluster, slurm_series):
     cluster = routed_cluster
     out = cluster.work_dir / "victim-%j.out"
     victim = cluster.sbatch(
@@ -195,7 +201,7 @@ def test_p0_preempts_p2_after_grace_time_and_p2_runs_again(routed_cluster):
     p0 = cluster.sbatch(
         "-A", "prod", "--comment=tier=P0 kind=training", script="#!/bin/sh\nsleep 5\n"
     )
-    assert job_record(cluster, p0)["TresPerNode"] == "gres:gpu:h100:8"
+    assert job_record(cluster, p0)["TresPerNode"] == stored_gres(slurm_series, "gpu:h100:8")
     cluster.wait_job_state(p0, "RUNNING", timeout=90)
     waited = time.time() - submitted
     # the victim's QOS grace time passes before its GPUs are taken
@@ -230,7 +236,9 @@ def test_p0_preempts_p2_after_grace_time_and_p2_runs_again(routed_cluster):
     cluster.scancel_all()
 
 
-def test_wrapper_finetune_lands_with_slice_qos_and_partition(routed_cluster, tmp_path):
+def test_wrapper_finetune_lands_with_slice_qos_and_partition(
+    routed_cluster, tmp_path, slurm_series
+):
     cluster = routed_cluster
     script = tmp_path / "finetune.sh"
     script.write_text("#!/bin/sh\n#SBATCH -J lora-7b\n#SBATCH --time=7\nsleep 30\n")
@@ -252,7 +260,7 @@ def test_wrapper_finetune_lands_with_slice_qos_and_partition(routed_cluster, tmp
     jobid = int(re.search(r"Submitted batch job (\d+)", proc.stdout).group(1))
     job = job_record(cluster, jobid)
     assert job["QOS"] == "tier_p1"
-    assert job["TresPerNode"] == "gres:shard:2"
+    assert job["TresPerNode"] == stored_gres(slurm_series, "shard:2")
     assert job["Partition"] == "gpu"
     assert job["JobName"] == "lora-7b"  # the script's #SBATCH lines still count
     assert job["TimeLimit"] == "00:07:00"  # ... and win over the kind's 12 h
