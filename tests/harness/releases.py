@@ -27,8 +27,15 @@ def session_release() -> SlurmRelease:
 
 
 def _say(config: pytest.Config, line: str) -> None:
+    """A line in the test log even while pytest captures output (inside a fixture)."""
     reporter = config.pluginmanager.get_plugin("terminalreporter")
-    if reporter is not None:
+    if reporter is None:
+        return
+    capture = config.pluginmanager.get_plugin("capturemanager")
+    if capture is None:
+        reporter.write_line(line)
+        return
+    with capture.global_and_fixture_disabled():
         reporter.write_line(line)
 
 
