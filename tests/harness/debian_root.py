@@ -123,7 +123,7 @@ class SlurmRelease:
         For a Debian root, `bin/` goes first on `environ["PATH"]` (default: this process's
         environment, so in-process slurmgpu calls and their subprocesses see it too).
         """
-        global _active
+        global _active  # which release the harness runs is process-wide
         env = os.environ if environ is None else environ
         root = self.root()
         if root is None:
@@ -141,11 +141,10 @@ class SlurmRelease:
 # submounts) and 24.x loads a cgroup plugin in slurmd even with proctrack/linuxproc.
 _NO_CGROUP = (("cgroup.conf", "CgroupPlugin=disabled\n"),)
 
-# The releases the tests know. Adding the next one (25.x): an entry with the Debian suite
-# that ships it (`apt-cache policy slurmd` against that suite, or packages.debian.org), then
-# `scripts/run-tests --slurm 25.11` and write down what differs (docs/testing.md).
+# The releases the tests can run from a Debian root, besides the host's own packages. Adding
+# the next one (25.x): an entry with the Debian suite that ships it (packages.debian.org),
+# then `scripts/run-tests --slurm 25.11` and write down what differs (docs/testing.md).
 RELEASES: dict[str, SlurmRelease] = {
-    "22.05": SlurmRelease("22.05"),
     "24.11": SlurmRelease(
         "24.11",
         suite="trixie",
@@ -154,24 +153,33 @@ RELEASES: dict[str, SlurmRelease] = {
         forget_jobs_on_reconfigure=True,
     ),
 }
+# what the host's packages are taken to be when its slurmctld cannot say (Debian 12)
 HOST_SERIES = "22.05"
 
+_active: SlurmRelease | None = None
 
-_active: SlurmRelease = RELEASES[HOST_SERIES]
+
+def host_release() -> SlurmRelease:
+    """The host's own Slurm packages, with the series their `slurmctld -V` prints."""
+    m = _VERSION.search(host_slurm_version())
+    series = ".".join(m.group(1).split(".")[:2]) if m else HOST_SERIES
+    return SlurmRelease(series)
 
 
 def active_release() -> SlurmRelease:
     """The release `activate()` last put on PATH (the host's until then)."""
-    return _active
+    return _active or host_release()
 
 
 def release(series: str | None) -> SlurmRelease:
-    """The release for `--slurm SERIES` (None or "" -> the host's)."""
-    series = series or HOST_SERIES
+    """The release for `--slurm SERIES`: the host's for None, "" or the host's own series."""
+    host = host_release()
+    if not series or series == host.series:
+        return host
     try:
         return RELEASES[series]
     except KeyError:
-        known = ", ".join(sorted(RELEASES))
+        known = ", ".join(sorted({host.series, *RELEASES}))
         raise RootError(f"no Slurm {series} for the tests: known releases are {known}") from None
 
 
