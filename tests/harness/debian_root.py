@@ -197,7 +197,7 @@ def host_slurm_version() -> str:
 
 def mounts_under(path: Path) -> list[str]:
     """Mount points at or below `path` in this process's mount namespace."""
-    prefix = str(path.resolve())
+    prefix = str(path.resolve()).rstrip("/")  # "/" -> "": every mount point is below it
     found = []
     with open("/proc/self/mountinfo") as fh:
         for line in fh:
