@@ -188,7 +188,8 @@ _VERSION = re.compile(r"slurm(?:-wlm)?\s+(\d+\.\d+\.\d+)")
 
 def host_slurm_version() -> str:
     """The host's `slurmctld -V` (e.g. `slurm-wlm 22.05.8`), or a line saying it is missing."""
-    exe = shutil.which("slurmctld", path=os.environ.get("PATH", "") + ":/usr/sbin:/sbin")
+    # the host's sbin only: PATH may already lead to a root's wrappers (an activated session)
+    exe = shutil.which("slurmctld", path="/usr/local/sbin:/usr/sbin:/sbin")
     if exe is None:
         return "slurmctld not installed"
     proc = subprocess.run([exe, "-V"], capture_output=True, text=True, timeout=30, check=False)

@@ -152,3 +152,42 @@ def test_job_submit_lua_plugin_is_built_with_lua_5_1(slurm_release) -> None:
     needed = plugins[0].read_bytes()
     assert b"liblua5.1.so.0" in needed
     assert b"liblua5.4.so" not in needed and b"liblua5.3.so" not in needed
+
+
+# ---------------------------------------------------------------- the Debian root itself
+
+ROOT_ONLY = pytest.mark.slurm_only("24.11", reason="checks the Debian root the release runs from")
+
+
+@ROOT_ONLY
+def test_daemons_run_inside_the_root_and_leave_no_mounts(cluster: SlurmCluster) -> None:
+    root = cluster.slurm.root()
+    assert root is not None
+    for name in ("slurmctld", "slurmd", "slurmdbd", "munged"):
+        pid = cluster._daemons[name].pid
+        if name == "munged" and not cluster.munged_started:
+            continue  # another cluster of this session started the root's munged
+        # the pid the harness holds is the daemon's own (every wrapper step execs) ...
+        assert name in Path(f"/proc/{pid}/cmdline").read_bytes().decode(), name
+        # ... and it runs chrooted into the cached root, not from the host's packages
+        assert Path(f"/proc/{pid}/root").resolve() == root.path.resolve(), name
+    # the binds live in the daemons' private mount namespaces: none shows on the host
+    from tests.harness.debian_root import mounts_under
+
+    assert mounts_under(root.path) == []
+
+
+@ROOT_ONLY
+def test_a_root_that_cannot_be_built_fails_with_debootstraps_words(tmp_path) -> None:
+    from tests.harness.debian_root import DebianRoot, RootError
+
+    # nothing listens on port 9: debootstrap cannot fetch the suite's Release file
+    broken = DebianRoot(
+        "trixie", ("slurmd",), cache_dir=tmp_path / "cache", mirror="http://127.0.0.1:9/debian"
+    )
+    with pytest.raises(RootError) as info:
+        broken.ensure("24.11", log=lambda line: None)
+    message = str(info.value)
+    assert message.startswith("debootstrap of Debian trixie from http://127.0.0.1:9/debian exited")
+    assert str(broken.build_log) in message
+    assert not broken.built() and not broken.path.exists()
