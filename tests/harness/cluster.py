@@ -443,6 +443,12 @@ class SlurmCluster:
         missing = missing_binaries()
         if missing:
             raise ClusterError("missing programs: " + ", ".join(missing))
+        root = self.slurm.root()
+        if root is not None and os.environ.get("PATH", "").split(":")[0] != str(root.bin_dir):
+            raise ClusterError(
+                f"Slurm {self.slurm.series} is not first on PATH: call its activate() first "
+                "(the session fixture in tests/harness/releases.py does)"
+            )
         if os.geteuid() != 0:
             raise ClusterError("the test cluster needs root (slurmd, mknod, munge socket)")
         deadline = time.monotonic() + timeout
