@@ -28,11 +28,14 @@ from slurmgpu.util.proc import run
 _FILE_KEYS = re.compile(r"\b(File|MultipleFiles)=(\S+)", re.IGNORECASE)
 _NODE_NAME = re.compile(r"\bNodeName=(\S+)")
 _VERSION = re.compile(r"slurm(?:-wlm)?\s+(\d+)\.(\d+)")
-# From 24.05 slurmd initialises a cgroup plugin even for `slurmd -G` and stops with "Unable to
-# initialize cgroup plugin" where no cgroup filesystem is mounted (seen with 24.11.5 in a
-# chroot); `CgroupPlugin=disabled` (24.05+; 22.05 refuses the value) keeps a syntax check off
-# the host's cgroups altogether.
+# Newer slurmd does more than parse under `slurmd -G` (seen with 24.11.5; 22.05.8 does
+# neither): it initialises a cgroup plugin, stopping with "Unable to initialize cgroup plugin"
+# where no cgroup filesystem is mounted, and it creates a MUNGE credential, failing with "Munge
+# encode failed ... Did you start munged?" where munged is not running (off-node generation).
+# A syntax check needs neither: `CgroupPlugin=disabled` (24.05+; 22.05 refuses the value) and
+# `AuthType=auth/none` + `CredType=cred/none` in the private configuration.
 CGROUP_DISABLED_FROM = (24, 5)
+_NO_AUTH = ("AuthType=auth/none", "CredType=cred/none")
 # slurmd noise that says nothing about gres.conf (seen with Debian's 22.05 packages)
 _HARMLESS = (re.compile(r"mpi/pmix"),)
 
@@ -129,6 +132,8 @@ def check_gres_conf(
         raise SlurmCommandError(f"node line has a malformed NodeName=: {m.group(1)!r}") from exc
     if shutil.which(slurmd) is None:
         raise SlurmCommandError(f"{slurmd}: command not found (cannot check with slurmd -G)")
+    series = _slurmd_series(slurmd)
+    newer = series is not None and series >= CGROUP_DISABLED_FROM
     with tempfile.TemporaryDirectory(prefix="slurmgpu-check-") as tmp:
         root = Path(tmp)
         (root / "dev").mkdir()
@@ -148,6 +153,7 @@ def check_gres_conf(
                     "ProctrackType=proctrack/linuxproc",
                     "TaskPlugin=task/none",
                     "SelectType=select/cons_tres",
+                    *(_NO_AUTH if newer else ()),
                     node_line,
                     f"PartitionName=check Nodes={m.group(1)} Default=YES",
                     "",
@@ -155,8 +161,7 @@ def check_gres_conf(
             ),
             encoding="utf-8",
         )
-        series = _slurmd_series(slurmd)
-        if series is not None and series >= CGROUP_DISABLED_FROM:
+        if newer:
             (root / "cgroup.conf").write_text("CgroupPlugin=disabled\n", encoding="utf-8")
         proc = run(
             [slurmd, "-G", "-N", node],

@@ -45,14 +45,25 @@ def test_the_chosen_release_runs(cluster: SlurmCluster, slurm_series) -> None:
     assert cluster.node_state()["Version"].startswith(prefix), cluster.node_state()
 
 
-def test_gen_gres_targets_the_installed_slurm(slurm_series) -> None:
+def test_gen_gres_targets_the_installed_slurm(slurm_series, tmp_path) -> None:
     # no --slurm-version: gen-gres asks the Slurm on PATH, and 24.05.5+ widens Cores= to
-    # whole sockets (the DGX A100's GPU 0 sits on NUMA cores 48-63 of socket 0, cores 0-63)
+    # whole sockets (the DGX A100's GPU 0 sits on NUMA cores 48-63 of socket 0, cores 0-63);
+    # --check runs that release's `slurmd -G` before writing
+    target = tmp_path / "gres.conf"
     result = CliRunner().invoke(
-        main, ["gen-gres", "--snapshot", str(EXAMPLES / "dgx-a100-mig.json")]
+        main,
+        [
+            "gen-gres",
+            "--snapshot",
+            str(EXAMPLES / "dgx-a100-mig.json"),
+            "--check",
+            "--output",
+            str(target),
+        ],
     )
     assert result.exit_code == 0, result.output
-    text = result.stdout
+    assert "slurmd -G accepted 17 GRES records" in result.stderr, result.stderr
+    text = target.read_text()
     assert f"# Target Slurm {_series_text(slurm_series)}" in text, text[:600]
     first = next(ln for ln in text.splitlines() if ln.startswith("Name=gpu"))
     if slurm_series >= (24, 5):
