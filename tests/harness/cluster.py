@@ -604,9 +604,6 @@ class SlurmCluster:
         if s["job_submit_lua"] is not None:
             lines.append("JobSubmitPlugins=lua")
         extra = [ln for ln in s["extra_conf"].splitlines() if ln.strip()]
-        # the release's own needs (none for 22.05), unless a test's extra_conf sets that key
-        mine = {ln.split("=", 1)[0].strip().lower() for ln in extra}
-        extra = [ln for ln in self.slurm.extra_conf if ln.split("=")[0].lower() not in mine] + extra
         overridden = {
             m.group(1).lower()
             for ln in extra

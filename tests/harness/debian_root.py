@@ -93,9 +93,7 @@ class SlurmRelease:
     series: str  # "24.11": what `--slurm` takes and `slurmctld -V` must start with
     suite: str | None = None
     packages: tuple[str, ...] = ()
-    # slurm.conf lines this release needs in the harness's chroot (replacing the defaults)
-    extra_conf: tuple[str, ...] = ()
-    # other files for the config directory (name -> text), e.g. cgroup.conf
+    # files the release needs in the cluster's config directory (name -> text), e.g. cgroup.conf
     extra_files: tuple[tuple[str, str], ...] = ()
     # drop slurmctld's saved jobs when the harness reconfigures (job ids carry on): see
     # SlurmCluster._forget_jobs for the 24.11 crash this avoids
