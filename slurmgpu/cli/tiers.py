@@ -136,12 +136,16 @@ def qos_apply(policy_path: str | None, prune: bool) -> None:
     help="Where to write job_submit.lua (it must sit next to slurm.conf).",
 )
 @click.option("--check", is_flag=True, help="Compile (luac5.1 -p) and dry-run it in Lua first.")
-def gen_job_submit(policy_path: str | None, output: str, check: bool) -> None:
+@click.option("--slurm-version", help="Target Slurm release, e.g. 24.11 (default: installed).")
+def gen_job_submit(
+    policy_path: str | None, output: str, check: bool, slurm_version: str | None
+) -> None:
     """Render job_submit.lua from the policy (checked and installed atomically with -o)."""
     from pathlib import Path
 
     from slurmgpu.render.job_submit import render_job_submit
     from slurmgpu.sources import lua_check
+    from slurmgpu.sources.slurm import target_slurm_version
     from slurmgpu.sources.users import uids_for
     from slurmgpu.util.atomic import write_atomic
 
@@ -154,7 +158,8 @@ def gen_job_submit(policy_path: str | None, output: str, check: bool) -> None:
             err=True,
             fg="yellow",
         )
-    text = render_job_submit(pol, uid_of)
+    version, _ = target_slurm_version(slurm_version)
+    text = render_job_submit(pol, uid_of, version)
     samples = ["", *(f"tier={t.name}" for t in pol.tiers), *(f"kind={k.name}" for k in pol.kinds)]
 
     def validate(path: Path) -> None:

@@ -9,18 +9,30 @@ from slurmgpu.model.policy import Policy
 from slurmgpu.render.templating import render
 
 TEMPLATE = "job_submit.lua.j2"
+DEFAULT_SLURM_VERSION = (22, 5, 0)
+# How job_desc.tres_per_node spells a --gres request, seen on real daemons: 22.05.8 stores
+# and accepts only `gres:shard:2`, 24.11.5 only `gres/shard:2`; each refuses the other's form
+# ("Invalid Trackable RESource (TRES) specification"). 23.02 is taken as the switch (the
+# release that made tres_per_* TRES strings); no 23.x was run here to confirm it.
+GRES_SLASH_FROM = (23, 2, 0)
 
 
-def tres_per_node(gres: str) -> str:
-    """`gpu:h100:8` -> `gres:gpu:h100:8`: how 22.05 stores a --gres request in job_desc."""
-    return gres if gres.startswith("gres:") else f"gres:{gres}"
+def tres_per_node(gres: str, slurm_version: tuple[int, int, int] = DEFAULT_SLURM_VERSION) -> str:
+    """`gpu:h100:8` -> `gres:gpu:h100:8` (22.05) or `gres/gpu:h100:8` (23.02+)."""
+    bare = gres.removeprefix("gres:").removeprefix("gres/")
+    return f"gres/{bare}" if tuple(slurm_version) >= GRES_SLASH_FROM else f"gres:{bare}"
 
 
-def render_job_submit(policy: Policy, uid_of: Mapping[str, int] | None = None) -> str:
-    """The job_submit.lua text for `policy`.
+def render_job_submit(
+    policy: Policy,
+    uid_of: Mapping[str, int] | None = None,
+    slurm_version: tuple[int, int, int] = DEFAULT_SLURM_VERSION,
+) -> str:
+    """The job_submit.lua text for `policy`, for the Slurm release `slurm_version`.
 
     `uid_of` maps policy user names to uids (resolved by the caller, e.g. from the passwd
-    database); they back up `job_desc.user_name` when a tier admits named users.
+    database); they back up `job_desc.user_name` when a tier admits named users. The release
+    decides how a kind's slice is written into `job_desc.tres_per_node` (GRES_SLASH_FROM).
     """
     uid_of = dict(uid_of or {})
     tiers = [
@@ -40,7 +52,7 @@ def render_job_submit(policy: Policy, uid_of: Mapping[str, int] | None = None) -
     kinds = [
         {
             "name": k.name,
-            "tres_per_node": tres_per_node(k.slice.gres),
+            "tres_per_node": tres_per_node(k.slice.gres, slurm_version),
             "partition": k.partition,
             "time_limit_min": k.time_limit_min,
         }

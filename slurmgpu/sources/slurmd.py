@@ -30,6 +30,15 @@ from slurmgpu.util.proc import run
 
 _FILE_KEYS = re.compile(r"\b(File|MultipleFiles)=(\S+)", re.IGNORECASE)
 _NODE_NAME = re.compile(r"\bNodeName=(\S+)")
+_VERSION = re.compile(r"slurm(?:-wlm)?\s+(\d+)\.(\d+)")
+# Newer slurmd does more than parse under `slurmd -G` (seen with 24.11.5; 22.05.8 does
+# neither): it initialises a cgroup plugin, stopping with "Unable to initialize cgroup plugin"
+# where no cgroup filesystem is mounted, and it creates a MUNGE credential, failing with "Munge
+# encode failed ... Did you start munged?" where munged is not running (off-node generation).
+# A syntax check needs neither: `CgroupPlugin=disabled` (24.05+; 22.05 refuses the value) and
+# `AuthType=auth/none` + `CredType=cred/none` in the private configuration.
+CGROUP_DISABLED_FROM = (24, 5)
+_NO_AUTH = ("AuthType=auth/none", "CredType=cred/none")
 # slurmd noise that says nothing about gres.conf (seen with Debian's 22.05 packages)
 _HARMLESS = (re.compile(r"mpi/pmix"),)
 
@@ -141,6 +150,13 @@ def _stand_ins(gres_text: str, dev_dir: Path) -> tuple[str, list[str], dict[str,
     return "\n".join(lines) + "\n", [note], mapping
 
 
+def _slurmd_series(slurmd: str) -> tuple[int, int] | None:
+    """(24, 11) from `slurmd -V` (no slurm.conf needed); None when it does not say."""
+    proc = run([slurmd, "-V"], timeout=30, check=False)
+    m = _VERSION.search((proc.stdout or "") + (proc.stderr or ""))
+    return (int(m.group(1)), int(m.group(2))) if m else None
+
+
 def check_gres_conf(
     gres_text: str,
     node_line: str,
@@ -164,6 +180,8 @@ def check_gres_conf(
         raise SlurmCommandError(f"node line has a malformed NodeName=: {m.group(1)!r}") from exc
     if shutil.which(slurmd) is None:
         raise SlurmCommandError(f"{slurmd}: command not found (cannot check with slurmd -G)")
+    series = _slurmd_series(slurmd)
+    newer = series is not None and series >= CGROUP_DISABLED_FROM
     with tempfile.TemporaryDirectory(prefix="slurmgpu-check-") as tmp:
         root = Path(tmp)
         (root / "dev").mkdir()
@@ -183,6 +201,7 @@ def check_gres_conf(
                     "ProctrackType=proctrack/linuxproc",
                     "TaskPlugin=task/none",
                     "SelectType=select/cons_tres",
+                    *(_NO_AUTH if newer else ()),
                     node_line,
                     f"PartitionName=check Nodes={m.group(1)} Default=YES",
                     "",
@@ -190,6 +209,8 @@ def check_gres_conf(
             ),
             encoding="utf-8",
         )
+        if newer:
+            (root / "cgroup.conf").write_text("CgroupPlugin=disabled\n", encoding="utf-8")
         proc = run(
             [slurmd, "-G", "-N", node],
             env={"SLURM_CONF": str(root / "slurm.conf")},

@@ -31,6 +31,8 @@ from pathlib import Path
 from slurmgpu.errors import SlurmCommandError
 from slurmgpu.sources.slurmd import check_gres_conf
 from slurmgpu.util.hostlist import expand_hostlist
+from tests.harness.debian_root import SlurmRelease, active_release
+from tests.harness.debian_root import release as slurm_release
 
 DEFAULT_NODE_LINE = (
     "NodeName=gpu01 NodeHostname=localhost CPUs=16 Sockets=2 CoresPerSocket=8 "
@@ -374,8 +376,11 @@ class SlurmCluster:
         job_submit_lua: str | None = None,
         keep: bool = False,
         detached: bool = False,
+        slurm: SlurmRelease | None = None,
     ) -> None:
         self._owns_root = root is None
+        # which Slurm runs the daemons: the one on PATH (see debian_root.SlurmRelease.activate)
+        self.slurm = slurm or active_release()
         # a pytest run that is SIGKILLed must not leave daemons behind; a cluster started by
         # `slurm-test-cluster up` must outlive the script
         self.detached = detached
@@ -395,6 +400,7 @@ class SlurmCluster:
         self.env: dict[str, str] = {"SLURM_CONF": str(self.slurm_conf)}
         self.ports: dict[str, int] = {}
         self.munged_started = False
+        self.first_job_id: int | None = None  # FirstJobId= after _forget_jobs
         self._settings = self._make_settings(
             node_line, gres_conf, extra_conf, partitions, job_submit_lua
         )
@@ -437,6 +443,12 @@ class SlurmCluster:
         missing = missing_binaries()
         if missing:
             raise ClusterError("missing programs: " + ", ".join(missing))
+        root = self.slurm.root()
+        if root is not None and os.environ.get("PATH", "").split(":")[0] != str(root.bin_dir):
+            raise ClusterError(
+                f"Slurm {self.slurm.series} is not first on PATH: call its activate() first "
+                "(the session fixture in tests/harness/releases.py does)"
+            )
         if os.geteuid() != 0:
             raise ClusterError("the test cluster needs root (slurmd, mknod, munge socket)")
         deadline = time.monotonic() + timeout
@@ -494,7 +506,12 @@ class SlurmCluster:
             state = json.loads((root / "cluster.json").read_text())
         except FileNotFoundError as exc:
             raise ClusterError(f"no test cluster in {root} (no cluster.json)") from exc
-        cluster = cls(root, cluster_name=state["cluster_name"], **state["settings"])
+        cluster = cls(
+            root,
+            cluster_name=state["cluster_name"],
+            slurm=slurm_release(state.get("slurm")),
+            **state["settings"],
+        )
         cluster._owns_root = False
         cluster.detached = True  # daemons (re)started through a handle keep running
         cluster.ports = state["ports"]
@@ -527,6 +544,7 @@ class SlurmCluster:
             "ports": self.ports,
             "munged_started": self.munged_started,
             "settings": self._settings,
+            "slurm": self.slurm.series,
         }
         (self.root / "cluster.json").write_text(json.dumps(state, indent=2) + "\n")
 
@@ -581,6 +599,8 @@ class SlurmCluster:
             "JobAcctGatherType=jobacct_gather/linux",
             "JobCompType=jobcomp/none",
         ]
+        if self.first_job_id is not None:
+            lines.append(f"FirstJobId={self.first_job_id}")
         if s["job_submit_lua"] is not None:
             lines.append("JobSubmitPlugins=lua")
         extra = [ln for ln in s["extra_conf"].splitlines() if ln.strip()]
@@ -608,6 +628,8 @@ class SlurmCluster:
         else:
             with contextlib.suppress(FileNotFoundError):
                 lua.unlink()
+        for name, text in self.slurm.extra_files:  # e.g. 24.11's cgroup.conf
+            (self.conf_dir / name).write_text(text)
         dbd = self.conf_dir / "slurmdbd.conf"
         dbd.write_text(
             "\n".join(
@@ -829,16 +851,43 @@ class SlurmCluster:
         if self._daemons["slurmctld"].alive():
             with contextlib.suppress(Exception):
                 self.scancel_all(timeout=15)
+        forget = self.slurm.forget_jobs_on_reconfigure and self._daemons["slurmctld"].alive()
+        next_job_id = self._next_job_id() if forget else None
         self._daemons["slurmd"].stop()
         self._daemons["slurmctld"].stop()
         for name in ("node_state", "node_state.old"):
             with contextlib.suppress(FileNotFoundError):
                 (self.state_dir / name).unlink()
+        if next_job_id is not None:
+            self._forget_jobs(next_job_id)
         self.node_name = _node_names(self._settings["node_line"])[0]
         self._write_configs()
         self._write_state()
         self._start_slurmctld(deadline)
         self._start_slurmd(deadline)
+
+    def _next_job_id(self) -> int:
+        """One more than the highest job id slurmctld or the accounting database knows."""
+        ids = self.job_ids()
+        proc = self.run(
+            ["sacct", "-a", "-X", "-n", "-P", "-S", "2000-01-01", "-o", "JobIDRaw"], check=False
+        )
+        ids += [int(x) for x in proc.stdout.split() if x.isdigit()]
+        return max(ids, default=0) + 1
+
+    def _forget_jobs(self, next_job_id: int) -> None:
+        """Drop the saved jobs (all finished: reconfigure cancels first); ids carry on.
+
+        Slurm 24.11.5's slurmctld segfaults at start-up (in libc, after `Recovered JobId=N`)
+        when a finished job it recovers used `shard` and the node has no shards any more
+        (seen here: a `--gres=shard:2` job, then the default node). So for such a release a
+        reconfigure starts slurmctld without saved jobs, with FirstJobId= past every job id
+        it or the database knows, so `sacct -j ID` never meets a reused id.
+        """
+        for name in ("job_state", "job_state.old"):
+            with contextlib.suppress(FileNotFoundError):
+                (self.state_dir / name).unlink()
+        self.first_job_id = next_job_id
 
     def restart_slurmctld(self, timeout: float = 60) -> None:
         """Stop and start slurmctld alone (jobs and node state survive, as in production)."""

@@ -14,6 +14,14 @@ import pytest
 
 from tests.harness import SlurmCluster, missing_binaries
 
+# which Slurm release the session runs (SLURMGPU_TEST_SLURM, `scripts/run-tests --slurm`):
+# an autouse session fixture activates it before any cluster starts; see docs/testing.md
+from tests.harness.releases import (  # noqa: F401  (fixtures pytest finds by name here)
+    deselect_other_releases,
+    slurm_release,
+    slurm_series,
+)
+
 HERE = Path(__file__).resolve().parent
 SETUP_HINT = "run the README's test command as root: sudo ./scripts/run-tests"
 
@@ -22,6 +30,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     for item in items:
         if HERE in Path(str(item.path)).resolve().parents:
             item.add_marker(pytest.mark.integration)
+    deselect_other_releases(config, items)
 
 
 def require_slurm() -> None:

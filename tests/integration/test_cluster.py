@@ -221,7 +221,8 @@ def test_slurm_test_cluster_script_up_status_down(tmp_path) -> None:
     up = subprocess.run([*script, "up", str(root)], capture_output=True, text=True, timeout=150)
     try:
         assert up.returncode == 0, up.stderr
-        assert up.stdout.strip() == f"export SLURM_CONF={root}/etc/slurm.conf"
+        # (a release from a Debian root prints its `export PATH=...` line first)
+        assert up.stdout.strip().splitlines()[-1] == f"export SLURM_CONF={root}/etc/slurm.conf"
         env = {k: v for k, v in os.environ.items() if not k.startswith("SLURM_")}
         env["SLURM_CONF"] = f"{root}/etc/slurm.conf"
         sinfo = subprocess.run(

@@ -138,10 +138,14 @@ def cluster(slurm_cluster):
         slurm_cluster.reset()
 
 
-def test_dgx_a100_mig_node_comes_up_and_runs_mig_jobs(cluster):
+def test_dgx_a100_mig_node_comes_up_and_runs_mig_jobs(cluster, slurm_series):
     # 22.05 splits MultipleFiles= records into one GPU per file once shard is in GresTypes,
     # so a MIG node is configured with GresTypes=gpu (gen-gres prints exactly that).
-    out = _node_up(cluster, "dgx-a100-mig", extra_conf="GresTypes=gpu")
+    # Generated for the Slurm under test: 24.11 drains a node whose Cores= are the 22.05 form
+    # (test_slurm_releases.py shows that), so its gres.conf has Cores= widened to sockets.
+    out = _node_up(
+        cluster, "dgx-a100-mig", extra_conf="GresTypes=gpu", slurm_version=(*slurm_series, 0)
+    )
     gres_field = re.search(r"\bGres=(\S+)", out).group(1)
     for item in (
         "gpu:1g.5gb:7",
@@ -176,12 +180,16 @@ def test_check_with_a_hostlist_node_name():
     assert _count(result.records, "gpu") == 8
 
 
-def test_why_shards_are_refused_with_mig():
+def test_why_shards_are_refused_with_mig(slurm_series):
     # the Slurm behaviour behind the UsageError: with shard in GresTypes, 22.05 turns each
     # MultipleFiles= MIG record into one GPU per file (12 MIG devices x 3 files + 5 GPUs)
-    inv, opts, text = _generate("dgx-a100-mig")
+    inv, opts, text = _generate("dgx-a100-mig", slurm_version=(*slurm_series, 0))
     line = gres.node_line(inv, opts)
     assert _count(slurmd.check_gres_conf(text, line, gres_types="gpu").records, "gpu") == 17
     split = slurmd.check_gres_conf(text, line, gres_types="gpu,shard")
-    # if a newer Slurm keeps the records whole, this fails: then lift the UsageError for it
-    assert _count(split.records, "gpu") == 12 * 3 + 5
+    if slurm_series >= (24, 11):
+        # 24.11.5 keeps the records whole: the UsageError could be lifted for it (not done:
+        # shards on MIG devices have not been scheduled here yet)
+        assert _count(split.records, "gpu") == 17
+    else:
+        assert _count(split.records, "gpu") == 12 * 3 + 5

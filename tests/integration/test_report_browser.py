@@ -24,6 +24,8 @@ from slurmgpu.render.svg import PALETTE
 from slurmgpu.util.proc import run
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "reports"
+# no Slurm here: it runs once, in the session on the host's own Slurm packages
+pytestmark = pytest.mark.slurm_only("host", reason="needs no Slurm daemons (a browser test)")
 
 # Every way out is closed: no DNS, a proxy nobody listens on, no background services.
 CHROMIUM_FLAGS = (

@@ -59,6 +59,12 @@ def slurmgpu(cluster, *args: str, check: bool = True, sbatch_as: str | None = No
     return proc
 
 
+def stored_gres(series: tuple[int, int], request: str) -> str:
+    """A --gres request as TresPerNode shows it: `gres:shard:2` on 22.05, `gres/shard:2` on
+    24.11 (seen on both test clusters; job_submit.lua must write the same form)."""
+    return ("gres/" if series >= (23, 2) else "gres:") + request
+
+
 def job_record(cluster, jobid: int) -> dict[str, str]:
     """`scontrol show job` as a dict. Comment/AdminComment hold `key=value` text that the
     one-line parser would split, so they come from their own lines of the long format."""
@@ -149,7 +155,7 @@ def routed_cluster(tiers_cluster):
     return cluster
 
 
-def test_job_submit_lua_is_loaded_and_routes(routed_cluster):
+def test_job_submit_lua_is_loaded_and_routes(routed_cluster, slurm_series):
     cluster = routed_cluster
     config = cluster.scontrol("show", "config")
     assert re.search(r"^JobSubmitPlugins\s*=\s*lua$", config, re.M), config
@@ -157,7 +163,7 @@ def test_job_submit_lua_is_loaded_and_routes(routed_cluster):
     jobid = cluster.sbatch("--hold", "--comment=exp 7 tier=P1 kind=finetune", user=RND)
     job = job_record(cluster, jobid)
     assert job["QOS"] == "tier_p1"
-    assert job["TresPerNode"] == "gres:shard:2"
+    assert job["TresPerNode"] == stored_gres(slurm_series, "shard:2")
     assert job["Partition"] == "gpu"
     assert job["TimeLimit"] == "12:00:00"
     assert job["AdminComment"] == "slurmgpu tier=P1 kind=finetune"
@@ -167,7 +173,7 @@ def test_job_submit_lua_is_loaded_and_routes(routed_cluster):
     job = job_record(cluster, jobid)
     assert (job["QOS"], job["TresPerNode"], job["TimeLimit"]) == (
         "tier_p2",
-        "gres:gpu:3",
+        stored_gres(slurm_series, "gpu:3"),
         "00:05:00",
     )
     assert job["AdminComment"] == "slurmgpu tier=P2"
@@ -395,7 +401,7 @@ def test_preempted_p2_jobs_of_every_shape_requeue_and_finish(routed_cluster):
     cluster.scancel_all()
 
 
-def test_wrapper_finetune_lands_with_slice_qos_and_partition(routed_cluster):
+def test_wrapper_finetune_lands_with_slice_qos_and_partition(routed_cluster, slurm_series):
     cluster = routed_cluster
     script = cluster.work_dir / "finetune.sh"  # readable by the user who submits it
     script.write_text("#!/bin/sh\n#SBATCH -J lora-7b\n#SBATCH --time=7\nsleep 30\n")
@@ -416,7 +422,7 @@ def test_wrapper_finetune_lands_with_slice_qos_and_partition(routed_cluster):
     jobid = int(re.search(r"Submitted batch job (\d+)", proc.stdout).group(1))
     job = job_record(cluster, jobid)
     assert job["QOS"] == "tier_p1"
-    assert job["TresPerNode"] == "gres:shard:2"
+    assert job["TresPerNode"] == stored_gres(slurm_series, "shard:2")
     assert job["Partition"] == "gpu"
     assert job["JobName"] == "lora-7b"  # the script's #SBATCH lines still count
     assert job["TimeLimit"] == "00:07:00"  # ... and win over the kind's 12 h
