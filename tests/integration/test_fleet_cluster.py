@@ -1,0 +1,84 @@
+"""The multi-node harness itself: distinct hosts, own addresses, own GPUs, clean teardown."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import time
+
+import pytest
+
+from tests.harness.multinode import MultiNodeCluster, NodeSpec, device_nodes, load_machine
+from tests.integration.conftest import require_slurm
+
+pytestmark = pytest.mark.integration
+
+
+def test_every_node_is_idle_with_its_own_gpus(fleet_cluster: MultiNodeCluster) -> None:
+    out = fleet_cluster.run(["sinfo", "-h", "-N", "-o", "%N %T %G"]).stdout.split("\n")
+    rows = dict(line.split(" ", 1) for line in out if line.strip())
+    assert rows == {
+        "gpu01": "idle gpu:h100:8",
+        "gpu02": "idle gpu:h100:8",
+        "gpu03": "idle gpu:a100:8",
+        "gpu04": "idle gpu:rtx4090:8",
+    }
+
+
+def test_srun_on_three_nodes_runs_on_three_hosts(fleet_cluster: MultiNodeCluster) -> None:
+    out = fleet_cluster.run(
+        ["srun", "-N3", "-w", "gpu[01,03-04]", "sh", "-c", "echo $(hostname) $SLURMD_NODENAME"]
+    ).stdout
+    pairs = sorted(tuple(line.split()) for line in out.splitlines() if line.strip())
+    assert pairs == [("gpu01", "gpu01"), ("gpu03", "gpu03"), ("gpu04", "gpu04")]
+
+
+def test_each_node_has_its_own_address_and_devices(fleet_cluster: MultiNodeCluster) -> None:
+    script = "ip -4 -o addr show dev eth0; ls /dev | grep -c '^nvidia[0-9]'; ls /dev/nvidia-caps"
+    out = fleet_cluster.run(["srun", "-N1", "-w", "gpu03", "sh", "-c", script]).stdout
+    assert f"inet {fleet_cluster.address('gpu03')}/24" in out
+    lines = out.splitlines()
+    assert lines[1] == "8"
+    # the MIG machine's driver made caps device nodes for its MIG instances; the others none
+    caps = [p for p, _maj, _min in device_nodes(load_machine("dgx-a100-mig")) if "caps" in p]
+    assert len(caps) > 2 and all(p.split("/")[1] in out for p in caps)
+    other = fleet_cluster.run(["srun", "-N1", "-w", "gpu04", "ls", "/dev"]).stdout
+    assert "nvidia-caps" in other and "nvidia-cap1" not in other
+    # the host's own /dev is untouched
+    host_dev = subprocess.run(["ls", "/dev"], capture_output=True, text=True).stdout
+    assert not re.search(r"(?m)^nvidia[0-7]$", host_dev)
+
+
+def test_a_gpu_job_gets_gpus_on_two_nodes(fleet_cluster: MultiNodeCluster) -> None:
+    out = fleet_cluster.run(
+        [
+            "srun",
+            "-N2",
+            "-w",
+            "gpu[01-02]",
+            "--gres=gpu:h100:2",
+            "sh",
+            "-c",
+            "echo $(hostname) $CUDA_VISIBLE_DEVICES",
+        ]
+    ).stdout
+    assert sorted(out.split("\n")[:2]) == ["gpu01 0,1", "gpu02 0,1"]
+
+
+def test_bring_up_and_teardown_leave_nothing_behind(tmp_path) -> None:
+    """A second small cluster beside the session's: up, then down, no veth/bridge/process left."""
+    require_slurm()
+    start = time.monotonic()
+    cluster = MultiNodeCluster(tmp_path / "c", nodes=[NodeSpec("n1", "pcie-8gpu")])
+    cluster.up()
+    up_s = time.monotonic() - start
+    pids = [p for node in cluster.nodes.values() for p in node.pids]
+    bridge = cluster.net["bridge"]
+    assert subprocess.run(["ip", "link", "show", bridge], capture_output=True).returncode == 0
+    cluster.down()
+    links = subprocess.run(["ip", "-o", "link"], capture_output=True, text=True).stdout
+    assert bridge not in links and f"sgv{cluster.net['id']}" not in links
+    from tests.harness.cluster import pid_alive
+
+    assert pids and not any(pid_alive(p) for p in pids)
+    assert up_s < 60, f"bring-up took {up_s:.1f} s"
