@@ -74,9 +74,16 @@ def _slurm_version(text: str | None):
 @click.command(name="gen-gres")
 @click.option(
     "--snapshot",
-    "snapshot_path",
+    "snapshot_paths",
+    multiple=True,
     type=click.Path(dir_okay=False),
-    help="Inventory snapshot to read (default: this node, live).",
+    help="Inventory snapshot to read (default: this node, live); repeat for one cluster-wide "
+    "gres.conf (docs/fleet.md).",
+)
+@click.option(
+    "--snapshot-dir",
+    type=click.Path(file_okay=False),
+    help="Every *.json snapshot in this directory: one cluster-wide gres.conf.",
 )
 @click.option(
     "--host-root",
@@ -146,7 +153,8 @@ def _slurm_version(text: str | None):
     help="Generate for the healthy GPUs when some are missing (loudly).",
 )
 def gen_gres(
-    snapshot_path: str | None,
+    snapshot_paths: tuple[str, ...],
+    snapshot_dir: str | None,
     host_root: str,
     output: str,
     check: bool,
@@ -175,7 +183,6 @@ def gen_gres(
 
     if show_diff and output == "-":
         raise UsageError("--diff needs --output PATH (the file to compare with)")
-    inv = _read_inventory(snapshot_path, host_root, allow_partial)
     opts = gres.GresOptions(
         slurm_version=_slurm_version(slurm_version),
         gpu_types=gpu_types,
@@ -185,6 +192,12 @@ def gen_gres(
         node_name=node_name,
         allow_partial=allow_partial,
     )
+    if len(snapshot_paths) > 1 or snapshot_dir:
+        from slurmgpu.cli.fleet import gen_cluster_gres
+
+        gen_cluster_gres(snapshot_paths, snapshot_dir, opts, output, check, show_diff, node_line)
+        return
+    inv = _read_inventory(snapshot_paths[0] if snapshot_paths else None, host_root, allow_partial)
     sha = snapshot.inventory_sha256(inv)
     gres_text = gres.render_gres_conf(inv, opts, inventory_sha256=sha)
     node_text = gres.render_node_conf(inv, opts, inventory_sha256=sha)
