@@ -68,3 +68,42 @@ def gen_cluster_gres(
     click.echo(f"wrote {output}" + (f" (previous kept as {backup})" if backup else ""), err=True)
     if node_line:
         click.echo(result.node_conf, nl=False)
+
+
+def inventory_nodes(
+    nodes: str | None,
+    output_dir: str | None,
+    host_root: str,
+    remote_command: str,
+    srun_args: Sequence[str],
+) -> None:
+    """`inventory --nodes HOSTLIST --output-dir DIR`: one snapshot per node through srun."""
+    import shlex
+
+    from slurmgpu.errors import InventoryError, UsageError
+    from slurmgpu.sources.fleet_inventory import inventory_nodes as gather
+    from slurmgpu.sources.fleet_inventory import write_snapshots
+
+    if not nodes or not output_dir:
+        raise UsageError("--nodes and --output-dir go together")
+    results = gather(
+        nodes, remote_command=shlex.split(remote_command), host_root=host_root, srun_args=srun_args
+    )
+    write_snapshots(results, output_dir)
+    for r in results:
+        for warning in r.warnings:
+            click.secho(f"slurmgpu: {r.node}: {warning}", fg="yellow", err=True)
+        if r.ok:
+            name = r.inventory.node_name
+            note = "" if name == r.node else f" (its snapshot names host {name})"
+            click.echo(
+                f"{r.node}: {len(r.inventory.gpus)} GPUs -> {output_dir}/{r.node}.json{note}"
+            )
+        else:
+            click.echo(f"{r.node}: FAILED: {r.error}")
+    failed = [r.node for r in results if not r.ok]
+    if failed:
+        raise InventoryError(
+            f"{len(failed)} of {len(results)} node(s) gave no inventory: {', '.join(failed)} "
+            "(the others were written)"
+        )

@@ -40,10 +40,35 @@ def _read_inventory(snapshot_path: str | None, host_root: str, allow_partial: bo
 @click.option(
     "--allow-partial", is_flag=True, help="Record the healthy GPUs when some GPU fails (loudly)."
 )
-def inventory(host_root: str, output: str, allow_partial: bool) -> None:
+@click.option("--nodes", help="Inventory these nodes (hostlist) through srun (docs/fleet.md).")
+@click.option(
+    "--output-dir", type=click.Path(file_okay=False), help="With --nodes: NODE.json here."
+)
+@click.option(
+    "--remote-command",
+    default="slurmgpu",
+    show_default=True,
+    help="With --nodes: slurmgpu's path on the nodes.",
+)
+@click.option("--srun-arg", "srun_args", multiple=True, help="With --nodes: extra srun argument.")
+def inventory(
+    host_root: str,
+    output: str,
+    allow_partial: bool,
+    nodes: str | None,
+    output_dir: str | None,
+    remote_command: str,
+    srun_args: tuple[str, ...],
+) -> None:
     """Read NVML and the host into a versioned JSON snapshot (see docs/snapshot.md)."""
     from slurmgpu.sources import nvml, snapshot
     from slurmgpu.util.atomic import write_atomic
+
+    if nodes or output_dir:
+        from slurmgpu.cli.fleet import inventory_nodes
+
+        inventory_nodes(nodes, output_dir, host_root, remote_command, srun_args)
+        return
 
     inv = nvml.read_inventory(host_root, allow_partial=allow_partial)
     for warning in inv.warnings:
