@@ -107,3 +107,67 @@ def inventory_nodes(
             f"{len(failed)} of {len(results)} node(s) gave no inventory: {', '.join(failed)} "
             "(the others were written)"
         )
+
+
+@click.command("check")
+@click.option("--nodes", help="Nodes to check (hostlist; default: every node Slurm knows).")
+@click.option(
+    "--snapshot-dir",
+    type=click.Path(file_okay=False),
+    help="Current inventories, NODE.json (from `inventory --nodes ... --output-dir`).",
+)
+@click.option(
+    "--gres-conf", type=click.Path(dir_okay=False, exists=True), help="Installed gres.conf."
+)
+@click.option("--local", is_flag=True, help="Check this node: live NVML inventory and health.")
+@click.option("--node", "node_name", help="With --local: this node's name (default: host name).")
+@click.option("--host-root", default="/", show_default=True, help="With --local: host tree.")
+@click.option(
+    "--health-check",
+    is_flag=True,
+    help="HealthCheckProgram mode (implies --local): drain on errors, resume when healthy.",
+)
+@click.option(
+    "--format", "fmt", type=click.Choice(["text", "json"]), default="text", show_default=True
+)
+@click.option(
+    "--prom-file",
+    type=click.Path(dir_okay=False),
+    help="Also write a Prometheus textfile here (node_exporter textfile collector).",
+)
+def check(
+    nodes: str | None,
+    snapshot_dir: str | None,
+    gres_conf: str | None,
+    local: bool,
+    node_name: str | None,
+    host_root: str,
+    health_check: bool,
+    fmt: str,
+    prom_file: str | None,
+) -> None:
+    """Compare Slurm's view, the GPUs and the config; check GPU health (docs/fleet.md).
+
+    One line per problem with what to do; exit 1 when any error was found.
+    """
+    import socket
+    from pathlib import Path
+
+    from slurmgpu.fleet import check as lib
+    from slurmgpu.render import fleet_check
+    from slurmgpu.util.atomic import write_atomic
+
+    gres_text = Path(gres_conf).read_text(encoding="utf-8") if gres_conf else None
+    if local or health_check:
+        node = node_name or socket.gethostname().split(".")[0]
+        report = lib.check_local(node, host_root=host_root, gres_conf=gres_text)
+        if health_check:
+            report = lib.apply_health_action(node, report)
+    else:
+        report = lib.check_cluster(nodes=nodes, snapshot_dir=snapshot_dir, gres_conf=gres_text)
+    render = fleet_check.render_json if fmt == "json" else fleet_check.render_text
+    click.echo(render(report), nl=False)
+    if prom_file:
+        write_atomic(prom_file, fleet_check.render_prometheus(report), backup=False, mode=0o644)
+    if report.errors:
+        sys.exit(1)

@@ -98,12 +98,10 @@ def default_node_line(name: str, data: dict, gres_type: str) -> str:
 
 
 def default_gres_line(name: str, data: dict, gres_type: str) -> str:
-    minors = ",".join(str(g["minor_number"]) for g in sorted(data["gpus"], key=_minor))
+    from slurmgpu.util.hostlist import format_id_list
+
+    minors = format_id_list(g["minor_number"] for g in data["gpus"])
     return f"NodeName={name} Name=gpu Type={gres_type} File=/dev/nvidia[{minors}]"
-
-
-def _minor(gpu: dict) -> int:
-    return gpu["minor_number"]
 
 
 def device_nodes(data: dict) -> list[tuple[str, int, int]]:
@@ -575,6 +573,20 @@ exec {slurmd} -D -N {name}
         if wait_idle:
             self._wait_nodes([name], deadline)
 
+    def resume_node(self, name: str, timeout: float = 60) -> None:
+        """RESUME the node until it is plainly IDLE (a slurmd still re-registering may drain
+        it again with its old reason; RESUME is refused while it is not drained)."""
+        deadline = time.monotonic() + timeout
+        while True:
+            record = self.node_record(name)
+            if record.get("State") == "IDLE":
+                return
+            if "DRAIN" in record.get("State", ""):
+                self.run(["scontrol", "update", f"NodeName={name}", "State=RESUME"], check=False)
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"node {name} not IDLE after {timeout:g} s: {record}")
+            time.sleep(0.5)
+
     def wait_node(self, name: str, predicate, timeout: float = 60) -> dict[str, str]:
         """Poll `scontrol show node NAME` until `predicate(record)`; the record."""
         deadline = time.monotonic() + timeout
@@ -675,6 +687,21 @@ exec {slurmd} -D -N {name}
         return cluster
 
     # ------------------------------------------------------------ running things on nodes
+
+    def node_run(
+        self, name: str, argv: Sequence[str], *, env: Mapping[str, str] | None = None, timeout=120
+    ) -> subprocess.CompletedProcess[str]:
+        """Run `argv` inside node `name`'s namespaces (as slurmd's HealthCheckProgram would)."""
+        pids = self.nodes[name].pids
+        if len(pids) < 2:
+            raise ClusterError(f"node {name} is not running")
+        full_env = _clean_env({**self.env, **self.double_env(), **(env or {})})
+        return subprocess.run(
+            [which("nsenter") or "nsenter", f"--target={pids[1]}", "--mount", "--uts", "--net",
+             "--", *argv],
+            capture_output=True, text=True, timeout=timeout, env=full_env, cwd=self.work_dir,
+            check=False,
+        )  # fmt: skip
 
     def double_env(self) -> dict[str, str]:
         """Environment for a job step that should see its node's recorded GPUs through the
