@@ -96,6 +96,22 @@ def drift_problems(
         for s in inv.skipped_gpus
     ]
     want, have = configured_gres(record), expected_gres(inv, opts)
+    mig_want = {t: n for t, n in want.items() if _MIG_TYPE.search(t)}
+    mig_have = {t: n for t, n in have.items() if _MIG_TYPE.search(t)}
+    if mig_want != mig_have:
+        # one finding for the whole layout: per-profile counts would read as lost GPUs
+        problems.append(
+            Problem(
+                node,
+                "mig-layout-changed",
+                f"MIG layout changed: Slurm has {_gres_list(mig_want)}, the GPUs now have "
+                f"{_gres_list(mig_have)}",
+                "regenerate gres.conf and the node line (gen-gres) and restart slurmd: "
+                "Slurm does not follow MIG changes on a running node",
+            )
+        )
+    want = {t: n for t, n in want.items() if t not in mig_want}
+    have = {t: n for t, n in have.items() if t not in mig_have}
     for gtype in sorted(set(want) & set(have)):
         if have[gtype] < want[gtype]:
             problems.append(
@@ -119,31 +135,24 @@ def drift_problems(
                     WARNING,
                 )
             )
-    only_slurm, only_nvml = set(want) - set(have), set(have) - set(want)
+    only_slurm = {t: want[t] for t in set(want) - set(have)}
+    only_nvml = {t: have[t] for t in set(have) - set(want)}
     if only_slurm or only_nvml:
-        slurm = ",".join(f"gpu:{t}:{want[t]}" for t in sorted(only_slurm)) or "none"
-        nvml = ",".join(f"gpu:{t}:{have[t]}" for t in sorted(only_nvml)) or "none"
-        if any(_MIG_TYPE.search(t) for t in only_slurm | only_nvml):
-            problems.append(
-                Problem(
-                    node,
-                    "mig-layout-changed",
-                    f"MIG layout changed: Slurm has {slurm}, the GPUs now have {nvml}",
-                    "regenerate gres.conf and the node line (gen-gres) and restart slurmd: "
-                    "Slurm does not follow MIG changes on a running node",
-                )
+        problems.append(
+            Problem(
+                node,
+                "type-mismatch",
+                f"GPU type mismatch: Slurm has {_gres_list(only_slurm)}, NVML reports "
+                f"{_gres_list(only_nvml)}",
+                "regenerate the node line and gres.conf from a fresh inventory (gen-gres)",
             )
-        else:
-            problems.append(
-                Problem(
-                    node,
-                    "type-mismatch",
-                    f"GPU type mismatch: Slurm has {slurm}, NVML reports {nvml}",
-                    "regenerate the node line and gres.conf from a fresh inventory (gen-gres)",
-                )
-            )
+        )
     problems += _cpu_problems(node, record, inv, opts)
     return problems
+
+
+def _gres_list(counts: Mapping[str, int]) -> str:
+    return ",".join(f"gpu:{t}:{n}" for t, n in sorted(counts.items())) or "none"
 
 
 def _cpu_problems(
