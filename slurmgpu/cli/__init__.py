@@ -26,6 +26,7 @@ LAZY_COMMANDS: dict[str, str] = {
     "analyze": "slurmgpu.cli.accounting:analyze",
     "report": "slurmgpu.cli.report:report",
     "check": "slurmgpu.cli.fleet:check",
+    "rebalance": "slurmgpu.cli.fleet:rebalance",
 }
 
 

@@ -171,3 +171,98 @@ def check(
         write_atomic(prom_file, fleet_check.render_prometheus(report), backup=False, mode=0o644)
     if report.errors:
         sys.exit(1)
+
+
+def _rebalance_options(f):
+    """The thresholds both `rebalance plan` and `rebalance apply` take."""
+    options = [
+        click.option("--floor", default=1, show_default=True, help="Nodes every partition keeps."),
+        click.option(
+            "--floor-for", multiple=True, metavar="PARTITION=N", help="Floor of one partition."
+        ),
+        click.option(
+            "--min-pending",
+            default=300,
+            show_default=True,
+            help="Seconds a GPU job must have waited before nodes move for it.",
+        ),
+        click.option(
+            "--min-idle",
+            default=600,
+            show_default=True,
+            help="Seconds a node must have been idle to be moved.",
+        ),
+        click.option(
+            "--cooldown",
+            default=1800,
+            show_default=True,
+            help="Seconds before a moved node may move again.",
+        ),
+        click.option("--max-moves", default=4, show_default=True, help="Moves per run."),
+        click.option(
+            "--log",
+            "log_path",
+            default="/var/lib/slurmgpu/rebalance.jsonl",
+            show_default=True,
+            help="Change log (JSON lines): every move with its reason; --undo reads it.",
+        ),
+    ]
+    for option in reversed(options):
+        f = option(f)
+    return f
+
+
+def _opts(floor, floor_for, min_pending, min_idle, cooldown, max_moves):
+    from slurmgpu.errors import UsageError
+    from slurmgpu.fleet.rebalance import RebalanceOptions
+
+    floors = {}
+    for item in floor_for:
+        name, sep, value = item.partition("=")
+        if not sep or not value.isdigit():
+            raise UsageError(f"--floor-for {item!r}: use PARTITION=N")
+        floors[name] = int(value)
+    return RebalanceOptions(floor, floors, min_pending, min_idle, cooldown, max_moves)
+
+
+@click.group("rebalance")
+def rebalance() -> None:
+    """Move whole idle nodes to partitions whose GPU jobs wait (docs/rebalance.md)."""
+
+
+@rebalance.command("plan")
+@_rebalance_options
+def rebalance_plan(floor, floor_for, min_pending, min_idle, cooldown, max_moves, log_path):
+    """Show the moves `apply` would make, with reasons (changes nothing)."""
+    from pathlib import Path
+
+    from slurmgpu.fleet.rebalance import current_plan
+    from slurmgpu.render.rebalance import render_plan
+
+    opts = _opts(floor, floor_for, min_pending, min_idle, cooldown, max_moves)
+    click.echo(render_plan(current_plan(opts, Path(log_path)), applied=False), nl=False)
+
+
+@rebalance.command("apply")
+@_rebalance_options
+@click.option("--dry-run", is_flag=True, help="Print the plan and change nothing.")
+@click.option("--undo", is_flag=True, help="Put back the partitions of the last apply.")
+def rebalance_apply(
+    floor, floor_for, min_pending, min_idle, cooldown, max_moves, log_path, dry_run, undo
+):
+    """Move the nodes with `scontrol update PartitionName=... Nodes=...` and log each move."""
+    from pathlib import Path
+
+    from slurmgpu.fleet.rebalance import apply_plan, current_plan, undo_last
+    from slurmgpu.render.rebalance import render_plan
+
+    log = Path(log_path)
+    if undo:
+        restored = undo_last(log)
+        for name, hostlist in sorted(restored.items()):
+            click.echo(f"restored PartitionName={name} Nodes={hostlist}")
+        return
+    plan = current_plan(_opts(floor, floor_for, min_pending, min_idle, cooldown, max_moves), log)
+    if not dry_run:
+        apply_plan(plan, log)
+    click.echo(render_plan(plan, applied=not dry_run), nl=False)
