@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from tests.harness.multinode import MultiNodeCluster, NodeSpec, device_nodes, load_machine
+from tests.harness.multinode import MultiNodeCluster, device_nodes, load_machine
 from tests.integration.conftest import require_slurm
 
 pytestmark = pytest.mark.integration
@@ -65,20 +65,50 @@ def test_a_gpu_job_gets_gpus_on_two_nodes(fleet_cluster: MultiNodeCluster) -> No
     assert sorted(out.split("\n")[:2]) == ["gpu01 0,1", "gpu02 0,1"]
 
 
-def test_bring_up_and_teardown_leave_nothing_behind(tmp_path) -> None:
-    """A second small cluster beside the session's: up, then down, no veth/bridge/process left."""
-    require_slurm()
-    start = time.monotonic()
-    cluster = MultiNodeCluster(tmp_path / "c", nodes=[NodeSpec("n1", "pcie-8gpu")])
-    cluster.up()
-    up_s = time.monotonic() - start
-    pids = [p for node in cluster.nodes.values() for p in node.pids]
-    bridge = cluster.net["bridge"]
-    assert subprocess.run(["ip", "link", "show", bridge], capture_output=True).returncode == 0
-    cluster.down()
-    links = subprocess.run(["ip", "-o", "link"], capture_output=True, text=True).stdout
-    assert bridge not in links and f"sgv{cluster.net['id']}" not in links
+CHILD = """
+import json, sys, time
+sys.path.insert(0, {repo!r})
+from tests.harness.multinode import MultiNodeCluster, NodeSpec
+cluster = MultiNodeCluster({root!r}, nodes=[NodeSpec("n1", "pcie-8gpu")])
+start = time.monotonic()
+cluster.up()
+pids = [p for node in cluster.nodes.values() for p in node.pids]
+pids += [d.pid for d in cluster._daemons.values() if d.pid]
+print(json.dumps({{"up_s": time.monotonic() - start, "pids": pids,
+                  "bridge": cluster.net["bridge"], "id": cluster.net["id"]}}), flush=True)
+time.sleep(600)
+"""
+
+
+def test_sigterm_during_a_run_leaves_nothing_behind(tmp_path) -> None:
+    """A second small cluster in a child process, SIGTERMed (a CI timeout): all of it goes."""
+    import json
+    import signal
+    import sys
+    from pathlib import Path
+
     from tests.harness.cluster import pid_alive
 
-    assert pids and not any(pid_alive(p) for p in pids)
-    assert up_s < 60, f"bring-up took {up_s:.1f} s"
+    require_slurm()
+    repo = str(Path(__file__).resolve().parents[2])
+    code = CHILD.format(repo=repo, root=str(tmp_path / "c"))
+    child = subprocess.Popen(
+        [sys.executable, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+    try:
+        line = child.stdout.readline()
+        assert line, child.stderr.read()
+        info = json.loads(line)
+        assert subprocess.run(["ip", "link", "show", info["bridge"]], check=False).returncode == 0
+        child.send_signal(signal.SIGTERM)
+        child.wait(timeout=60)
+    finally:
+        if child.poll() is None:
+            child.kill()
+    deadline = time.monotonic() + 10
+    while any(pid_alive(p) for p in info["pids"]) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert not [p for p in info["pids"] if pid_alive(p)]
+    links = subprocess.run(["ip", "-o", "link"], capture_output=True, text=True).stdout
+    assert info["bridge"] not in links and f"sgv{info['id']}" not in links
+    assert info["up_s"] < 60, f"bring-up took {info['up_s']:.1f} s"
