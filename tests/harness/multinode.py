@@ -53,7 +53,7 @@ MACHINE_NAMES = ("dgx-a100-mig", "dgx-h100", "pcie-8gpu")
 # Gres type of the harness's default gres.conf, per recorded machine (whole GPUs only: the
 # default describes a MIG machine's GPUs as whole GPUs; generated files describe the slices)
 DEFAULT_TYPES = {"dgx-h100": "h100", "dgx-a100-mig": "a100", "pcie-8gpu": "rtx4090"}
-NAMESPACE_TOOLS = ("ip", "unshare", "mount", "mknod", "hostname")
+NAMESPACE_TOOLS = ("ip", "unshare", "nsenter", "mount", "mknod", "hostname", "base64")
 # the standard device nodes a process expects in /dev (Linux's fixed numbers)
 _STD_DEVICES = {"null": (1, 3), "zero": (1, 5), "full": (1, 7), "random": (1, 8)}
 _STD_DEVICES.update({"urandom": (1, 9), "tty": (5, 0)})
