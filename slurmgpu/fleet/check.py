@@ -7,6 +7,7 @@ from the world and call them. Every `Problem` carries what to do about it.
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -40,7 +41,7 @@ def _reason(record: Mapping[str, str]) -> str:
 
 def expected_gres(inv: Inventory, opts: gres.GresOptions) -> dict[str, int]:
     """{gres type: count} that gen-gres would configure from this inventory (healthy GPUs)."""
-    opts = gres.GresOptions(**{**opts.__dict__, "allow_partial": True})
+    opts = dataclasses.replace(opts, allow_partial=True)  # lost GPUs are reported apart
     plan = gres.plan_gres(inv, opts)
     return {t: n for name, t, n in gres.gres_counts(plan, opts) if name == "gpu"}
 
@@ -186,7 +187,7 @@ def gres_conf_problems(
     node: str, gres_text: str, inv: Inventory, opts: gres.GresOptions
 ) -> list[Problem]:
     """The installed gres.conf lines for `node` vs what the inventory gives: devices, Cores=."""
-    node_opts = gres.GresOptions(**{**opts.__dict__, "node_name": node, "allow_partial": True})
+    node_opts = dataclasses.replace(opts, node_name=node, allow_partial=True)
     expected = _cores_by_file(gres.render_gres_conf(inv, node_opts, inventory_sha256="-"), node)
     actual = _cores_by_file(gres_text, node)
     problems = []
@@ -369,8 +370,11 @@ def check_local(
         problems.append(Problem(node, "nvml-error", str(exc), "check the driver (`nvidia-smi`)"))
         return CheckReport((node,), tuple(problems))
     problems += drift_problems(node, record, inv, opts)
-    lost = {p.message.split(":")[0] for p in problems if p.kind == "gpu-lost"}
-    problems += [p for p in health_problems(node, health) if not (p.kind == "gpu-lost" and lost)]
+    # a lost GPU is already among the inventory's skipped GPUs: report it once
+    lost_reported = any(p.kind == "gpu-lost" for p in problems)
+    problems += [
+        p for p in health_problems(node, health) if not (p.kind == "gpu-lost" and lost_reported)
+    ]
     if gres_conf is not None:
         problems += gres_conf_problems(node, gres_conf, inv, opts)
     return CheckReport((node,), tuple(problems))
