@@ -9,6 +9,7 @@ import sys
 import pytest
 
 from tests.harness.multinode import MultiNodeCluster, load_machine
+from tests.unit.fleet.test_cluster_gres import write_snapshots
 
 pytestmark = pytest.mark.integration
 SLURMGPU = [sys.executable, "-m", "slurmgpu"]
@@ -104,3 +105,51 @@ def test_a_node_drained_by_someone_else_is_left_alone(fleet_cluster: MultiNodeCl
         assert fleet_cluster.node_record("gpu02")["Reason"].startswith("maintenance")
     finally:
         fleet_cluster.resume_node("gpu02")
+
+
+def test_slurmd_runs_it_as_health_check_program(fleet_cluster: MultiNodeCluster, tmp_path):
+    """The real thing: slurmd itself runs `check --health-check` and the node drains/resumes."""
+    root = fleet_cluster.root
+    env = {**fleet_cluster.env, **fleet_cluster.double_env(), "PATH": "/usr/bin:/bin:/usr/sbin"}
+    exports = "".join(f"export {k}='{v}'\n" for k, v in env.items())
+    wrapper = root / "slurmgpu-health"
+    wrapper.write_text(
+        "#!/bin/sh\n# what a site installs as HealthCheckProgram (paths of its install)\n"
+        + exports
+        + f"exec {sys.executable} -m slurmgpu check --health-check "
+        + f"--host-root {fleet_cluster.fake_dir / 'host'} "
+        + f">>{root}/log/health-$(hostname).log 2>&1\n"
+    )
+    wrapper.chmod(0o755)
+    extra = f"HealthCheckProgram={wrapper}\nHealthCheckInterval=5\nHealthCheckNodeState=ANY\n"
+    machine = root / "nodes" / "gpu02" / "fake" / "machine.json"
+    # the generated config, so that every node agrees with its GPUs (with the harness's
+    # whole-GPU default, the check rightly drains the MIG node: "MIG layout changed")
+    snaps = write_snapshots(tmp_path / "snaps")
+    gen = fleet_cluster.run(
+        [*SLURMGPU, "gen-gres", "--snapshot-dir", str(snaps), "--node-line", "-o", "gres.conf"],
+        cwd=tmp_path,
+    )
+    try:
+        fleet_cluster.reconfigure(
+            extra_conf=extra, node_conf=gen.stdout, gres_conf=(tmp_path / "gres.conf").read_text()
+        )
+        sick = json.loads(machine.read_text())
+        sick["gpus"][0]["health"] = {"remapped_rows": [0, 1, 0, 1]}
+        machine.write_text(json.dumps(sick))
+        record = fleet_cluster.wait_node(
+            "gpu02", lambda r: _reason(r).startswith("slurmgpu: "), timeout=60
+        )
+        assert "DRAIN" in record["State"]
+        assert "row remapping failed" in record["Reason"], record["Reason"]
+        others = {n: fleet_cluster.node_record(n)["State"] for n in ("gpu01", "gpu03", "gpu04")}
+        assert all("DRAIN" not in s for s in others.values()), others
+        sick["gpus"][0]["health"] = {}
+        machine.write_text(json.dumps(sick))
+        fleet_cluster.wait_node("gpu02", lambda r: r.get("State") == "IDLE", timeout=60)
+    finally:
+        fleet_cluster.reset()
+
+
+def _reason(record: dict) -> str:
+    return record.get("Reason", "")
