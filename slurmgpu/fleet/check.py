@@ -400,7 +400,6 @@ def check_cluster(
     from slurmgpu.sources.slurm import scontrol_show
 
     opts = opts or gres.GresOptions()
-    records = {r.get("NodeName", ""): r for r in scontrol_show("node", env=env)}
     inventories: dict[str, Inventory] = {}
     if snapshot_dir is not None:
         d = Path(snapshot_dir)
@@ -409,6 +408,7 @@ def check_cluster(
         for path in sorted(d.glob("*.json")):
             inv = snapshot.load(path)
             inventories[inv.node_name] = inv
+    records = {r.get("NodeName", ""): r for r in scontrol_show("node", env=env)}
     try:
         names = expand_hostlist(nodes) if nodes else sorted(records)
     except ValueError as exc:

@@ -133,10 +133,14 @@ def plan_rebalance(
 
 # -- the live cluster --------------------------------------------------------------------------
 def _log_entries(log: Path) -> list[dict]:
-    if not log.exists():
+    try:
+        text = log.read_text(encoding="utf-8")
+    except FileNotFoundError:
         return []
+    except OSError as exc:
+        raise SlurmgpuError(f"cannot read the change log {log}: {exc.strerror}") from exc
     entries = []
-    for n, line in enumerate(log.read_text(encoding="utf-8").splitlines(), 1):
+    for n, line in enumerate(text.splitlines(), 1):
         if line.strip():
             try:
                 entries.append(json.loads(line))
@@ -186,9 +190,13 @@ def _set_partitions(lists: Mapping[str, Sequence[str]], env: Mapping[str, str] |
 
 
 def _append(log: Path, entry: dict) -> None:
-    log.parent.mkdir(parents=True, exist_ok=True)
-    with open(log, "a", encoding="utf-8") as fh:
-        fh.write(json.dumps(entry, sort_keys=True) + "\n")
+    try:
+        log.parent.mkdir(parents=True, exist_ok=True)
+        with open(log, "a", encoding="utf-8") as fh:
+            fh.write(json.dumps(entry, sort_keys=True) + "\n")
+    except OSError as exc:
+        # before any scontrol change: no move without its log line
+        raise SlurmgpuError(f"cannot write the change log {log}: {exc.strerror}") from exc
 
 
 def apply_plan(plan: RebalancePlan, log: Path, env: Mapping[str, str] | None = None) -> None:

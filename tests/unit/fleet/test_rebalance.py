@@ -71,3 +71,31 @@ def test_undo_without_an_apply_is_a_usage_error(tmp_path):
     log.write_text(json.dumps({"action": "undo", "undoes": "x", "time": "t"}) + "\n")
     with pytest.raises(UsageError, match="nothing to undo"):
         undo_last(log)
+
+
+def test_no_move_without_its_log_line(tmp_path):
+    from slurmgpu.errors import SlurmgpuError
+    from slurmgpu.fleet.rebalance import apply_plan
+
+    plan = plan_rebalance([job(gtype="h100")], PARTS, NODES, OPTS)
+    (tmp_path / "file").write_text("")
+    with pytest.raises(SlurmgpuError, match="cannot write the change log"):
+        apply_plan(plan, tmp_path / "file" / "log.jsonl", env={"PATH": "/nonexistent"})
+
+
+def test_cli_bad_log_and_bad_snapshot_dir_are_one_line(tmp_path):
+    from click.testing import CliRunner
+
+    from slurmgpu.cli import main
+
+    bad = tmp_path / "log.jsonl"
+    bad.write_text("garbage\n")
+    result = CliRunner().invoke(main, ["rebalance", "apply", "--undo", "--log", str(bad)])
+    assert result.exit_code == 1
+    assert result.output.strip() == (
+        f"slurmgpu: error: {bad}:1: not a rebalance log line: Expecting value: line 1 column 1 "
+        "(char 0)"
+    )
+    result = CliRunner().invoke(main, ["check", "--snapshot-dir", str(tmp_path / "none")])
+    assert result.exit_code == 2
+    assert result.output.strip().endswith("not a directory")
