@@ -506,7 +506,12 @@ exec {slurmd} -D -N {name}
         bridge = self.net["bridge"]
         if _ip("link", "show", bridge, check=False).returncode == 0:
             return
-        _ip("link", "add", bridge, "type", "bridge")
+        # A fixed MAC: a bridge without one takes its lowest port's, so restarting a node
+        # (new veth) could change it and leave the other nodes' ARP entries for slurmctld's
+        # address pointing nowhere ("Unable to contact slurm controller", seen here).
+        i = self.net["id"]
+        mac = f"02:53:47:{i[0:2]}:{i[2:4]}:{i[4:6]}"
+        _ip("link", "add", "name", bridge, "address", mac, "type", "bridge")
         _ip("addr", "add", f"{self.ctld_address}/24", "dev", bridge)
         _ip("link", "set", bridge, "up")
 

@@ -79,7 +79,7 @@ def test_health_check_mode_drains_on_xid_and_ecc_and_resumes(fleet_cluster: Mult
         proc = local_check(fleet_cluster, "gpu01", "--health-check")
         assert proc.returncode == 1, proc.stdout + proc.stderr
         out = proc.stdout
-        assert "gpu01: error: GPU 2 (00000000:" in out and "reported Xid 48" in out
+        assert "gpu01: error: GPU 2 (00000000:" in out and "reported Xid 48" in out, proc.stderr
         assert "2 uncorrected ECC error(s)" in out
         assert "GPU 5" in out and "GPU is lost" in out
         record = fleet_cluster.node_record("gpu01")
