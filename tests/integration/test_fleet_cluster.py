@@ -112,3 +112,35 @@ def test_sigterm_during_a_run_leaves_nothing_behind(tmp_path) -> None:
     links = subprocess.run(["ip", "-o", "link"], capture_output=True, text=True).stdout
     assert info["bridge"] not in links and f"sgv{info['id']}" not in links
     assert info["up_s"] < 60, f"bring-up took {info['up_s']:.1f} s"
+
+
+def test_slurm_test_cluster_script_with_nodes(tmp_path) -> None:
+    """`scripts/slurm-test-cluster up DIR --node ...`, then status and down, by hand's path."""
+    import sys
+    from pathlib import Path
+
+    require_slurm()
+    script = [
+        sys.executable,
+        str(Path(__file__).resolve().parents[2] / "scripts/slurm-test-cluster"),
+    ]
+    root = tmp_path / "c"
+    up = subprocess.run(
+        [*script, "up", str(root), "--node", "a1=dgx-h100", "--node", "b1=pcie-8gpu"],
+        capture_output=True, text=True, timeout=180,
+    )  # fmt: skip
+    try:
+        assert up.returncode == 0, up.stderr
+        assert up.stdout.strip() == f"export SLURM_CONF={root.resolve()}/etc/slurm.conf"
+        status = subprocess.run([*script, "status", str(root)], capture_output=True, text=True)
+        assert status.returncode == 0, status.stdout + status.stderr
+        assert "slurmd-a1  running" in status.stdout and "slurmd-b1  running" in status.stdout
+        assert "node b1: State=IDLE Gres=gpu:rtx4090:8" in status.stdout
+    finally:
+        down = subprocess.run([*script, "down", str(root)], capture_output=True, text=True)
+    assert down.returncode == 0 and "slurmd-a1" in down.stdout, down.stdout + down.stderr
+    bad = subprocess.run(
+        [*script, "up", str(tmp_path / "d"), "--node", "x=no-such-machine"],
+        capture_output=True, text=True,
+    )  # fmt: skip
+    assert bad.returncode == 1 and "machine must be one of" in bad.stderr
