@@ -5,8 +5,10 @@ Calls NVML documents for this (nvml.h): `nvmlDeviceGetPersistenceMode`,
 `nvmlDeviceGetRetiredPagesPendingStatus` (pre-Ampere page retirement),
 `nvmlDeviceGetRemappedRows` (Ampere+: corrected, uncorrected, pending, failure), and XID
 events through an event set (`nvmlDeviceRegisterEvents(.., nvmlEventTypeXidCriticalError)`,
-`nvmlEventSetWait_v2`), which delivers the XIDs NVML still holds for the device. A GPU that
-fell off the bus (XID 79) answers every call with NVML_ERROR_GPU_IS_LOST.
+`nvmlEventSetWait_v2`). NVML delivers only XIDs that happen while the event set is
+registered, so this one-shot read (wait 0 ms) sees few: past XIDs are in the kernel log
+(`NVRM: Xid`), which slurmgpu does not read yet. A GPU that fell off the bus (XID 79) is
+found anyway: it answers every call with NVML_ERROR_GPU_IS_LOST.
 """
 
 from __future__ import annotations

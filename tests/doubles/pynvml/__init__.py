@@ -415,7 +415,11 @@ def nvmlEventSetCreate():
 
 
 def nvmlDeviceRegisterEvents(handle, eventTypes, eventSet):
-    """Queue the GPU's recorded XIDs (its health's "xid_events") as critical XID events."""
+    """Queue the GPU's recorded XIDs (its health's "xid_events") as critical XID events.
+
+    As if they arrived while the set is registered: real NVML delivers only those, not XIDs
+    from before registration.
+    """
     health = _health(handle, "nvmlDeviceRegisterEvents")
     if eventTypes & nvmlEventTypeXidCriticalError:
         for xid in health.get("xid_events", []):
