@@ -27,6 +27,8 @@ LAZY_COMMANDS: dict[str, str] = {
     "report": "slurmgpu.cli.report:report",
     "collect": "slurmgpu.cli.collect:collect",
     "mig": "slurmgpu.cli.mig:mig",
+    "check": "slurmgpu.cli.fleet:check",
+    "rebalance": "slurmgpu.cli.fleet:rebalance",
 }
 
 

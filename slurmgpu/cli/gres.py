@@ -42,10 +42,35 @@ def _read_inventory(snapshot_path: str | None, host_root: str | None, allow_part
 @click.option(
     "--allow-partial", is_flag=True, help="Record the healthy GPUs when some GPU fails (loudly)."
 )
-def inventory(host_root: str, output: str, allow_partial: bool) -> None:
+@click.option("--nodes", help="Inventory these nodes (hostlist) through srun (docs/fleet.md).")
+@click.option(
+    "--output-dir", type=click.Path(file_okay=False), help="With --nodes: NODE.json here."
+)
+@click.option(
+    "--remote-command",
+    default="slurmgpu",
+    show_default=True,
+    help="With --nodes: slurmgpu's path on the nodes.",
+)
+@click.option("--srun-arg", "srun_args", multiple=True, help="With --nodes: extra srun argument.")
+def inventory(
+    host_root: str,
+    output: str,
+    allow_partial: bool,
+    nodes: str | None,
+    output_dir: str | None,
+    remote_command: str,
+    srun_args: tuple[str, ...],
+) -> None:
     """Read NVML and the host into a versioned JSON snapshot (see docs/snapshot.md)."""
     from slurmgpu.sources import nvml, snapshot
     from slurmgpu.util.atomic import write_atomic
+
+    if nodes or output_dir:
+        from slurmgpu.cli.fleet import inventory_nodes
+
+        inventory_nodes(nodes, output_dir, host_root, remote_command, srun_args)
+        return
 
     inv = nvml.read_inventory(host_root, allow_partial=allow_partial)
     for warning in inv.warnings:
@@ -76,9 +101,16 @@ def _slurm_version(text: str | None):
 @click.command(name="gen-gres")
 @click.option(
     "--snapshot",
-    "snapshot_path",
+    "snapshot_paths",
+    multiple=True,
     type=click.Path(dir_okay=False),
-    help="Inventory snapshot to read (default: this node, live).",
+    help="Inventory snapshot to read (default: this node, live); repeat for one cluster-wide "
+    "gres.conf (docs/fleet.md).",
+)
+@click.option(
+    "--snapshot-dir",
+    type=click.Path(file_okay=False),
+    help="Every *.json snapshot in this directory: one cluster-wide gres.conf.",
 )
 @click.option(
     "--host-root",
@@ -146,7 +178,8 @@ def _slurm_version(text: str | None):
     help="Generate for the healthy GPUs when some are missing (loudly).",
 )
 def gen_gres(
-    snapshot_path: str | None,
+    snapshot_paths: tuple[str, ...],
+    snapshot_dir: str | None,
     host_root: str | None,
     output: str,
     check: bool,
@@ -175,7 +208,6 @@ def gen_gres(
 
     if show_diff and output == "-":
         raise UsageError("--diff needs --output PATH (the file to compare with)")
-    inv = _read_inventory(snapshot_path, host_root, allow_partial)
     opts = gres.GresOptions(
         slurm_version=_slurm_version(slurm_version),
         gpu_types=gpu_types,
@@ -185,6 +217,17 @@ def gen_gres(
         node_name=node_name,
         allow_partial=allow_partial,
     )
+    if len(snapshot_paths) > 1 or snapshot_dir:
+        from slurmgpu.cli.fleet import gen_cluster_gres
+
+        if host_root is not None:
+            raise UsageError(
+                "--host-root and --snapshot exclude each other: a snapshot is read as is"
+            )
+
+        gen_cluster_gres(snapshot_paths, snapshot_dir, opts, output, check, show_diff, node_line)
+        return
+    inv = _read_inventory(snapshot_paths[0] if snapshot_paths else None, host_root, allow_partial)
     sha = snapshot.inventory_sha256(inv)
     gres_text = gres.render_gres_conf(inv, opts, inventory_sha256=sha)
     node_text = gres.render_node_conf(inv, opts, inventory_sha256=sha)

@@ -338,6 +338,7 @@ def _lines(plan: GresPlan, opts: GresOptions) -> list[GresLine]:
                 f"{rec.mig.uuid}"
             )
             fields = [
+                *prefix,
                 ("Name", "gpu"),
                 ("Type", rec.gres_type),
                 ("MultipleFiles", ",".join(rec.files)),

@@ -63,3 +63,28 @@ def slurm_cluster() -> Iterator[SlurmCluster]:
         yield cluster
     finally:
         cluster.down()
+
+
+# -- fleet (issue #11): the multi-node cluster, separate from the fast single-node one --------
+FLEET_NODES = ("gpu01=dgx-h100", "gpu02=dgx-h100", "gpu03=dgx-a100-mig", "gpu04=pcie-8gpu")
+
+
+@pytest.fixture(scope="session")
+def fleet_cluster():
+    """Four namespaced slurmds (2 DGX H100, 1 DGX A100 with MIG, 1 PCIe RTX 4090 box).
+
+    Each node has its own host name, address on a private bridge, /dev with its own fake GPUs
+    and recorded host tree (tests/harness/multinode.py). Tests that reconfigure it put the
+    defaults back (`reset()`) before they end.
+    """
+    from tests.harness.multinode import MultiNodeCluster
+
+    require_slurm()
+    cluster = MultiNodeCluster(
+        nodes=FLEET_NODES, keep=bool(os.environ.get("SLURMGPU_KEEP_CLUSTER"))
+    )
+    cluster.up()
+    try:
+        yield cluster
+    finally:
+        cluster.down()

@@ -55,6 +55,11 @@ NVML_NVLINK_DEVICE_TYPE_GPU = 0x00
 NVML_NVLINK_DEVICE_TYPE_IBMNPU = 0x01
 NVML_NVLINK_DEVICE_TYPE_SWITCH = 0x02
 NVML_NVLINK_DEVICE_TYPE_UNKNOWN = 0xFF
+NVML_VOLATILE_ECC = 0
+NVML_AGGREGATE_ECC = 1
+NVML_MEMORY_ERROR_TYPE_CORRECTED = 0
+NVML_MEMORY_ERROR_TYPE_UNCORRECTED = 1
+nvmlEventTypeXidCriticalError = 0x0000000000000008
 
 _MESSAGES = {
     NVML_ERROR_UNINITIALIZED: "Uninitialized",
@@ -767,3 +772,74 @@ def nvmlComputeInstanceDestroy(computeInstance):
     _rebuild_mig_devices(gpu)
     _save()
     return NVML_SUCCESS
+
+
+# -- health (a machine file's optional per-GPU "health" object; absent: a healthy GPU) ----------
+def _health(handle, call) -> dict:
+    _check(handle, call)
+    return handle.gpu.get("health", {})
+
+
+def nvmlDeviceGetPersistenceMode(handle):
+    return _health(handle, "nvmlDeviceGetPersistenceMode").get(
+        "persistence_mode", NVML_FEATURE_ENABLED
+    )
+
+
+def nvmlDeviceGetTotalEccErrors(handle, errorType, counterType):
+    health = _health(handle, "nvmlDeviceGetTotalEccErrors")
+    kind = "uncorrected" if errorType == NVML_MEMORY_ERROR_TYPE_UNCORRECTED else "corrected"
+    scope = "aggregate" if counterType == NVML_AGGREGATE_ECC else "volatile"
+    return health.get(f"ecc_{kind}_{scope}", 0)
+
+
+def nvmlDeviceGetRetiredPagesPendingStatus(device):
+    return _health(device, "nvmlDeviceGetRetiredPagesPendingStatus").get(
+        "retired_pages_pending", NVML_FEATURE_DISABLED
+    )
+
+
+def nvmlDeviceGetRemappedRows(device):
+    rows = _health(device, "nvmlDeviceGetRemappedRows").get("remapped_rows", [0, 0, 0, 0])
+    return tuple(rows)  # (corrected rows, uncorrected rows, pending, failure occurred)
+
+
+class _EventSet:
+    def __init__(self):
+        self.pending: list[SimpleNamespace] = []
+
+
+def nvmlEventSetCreate():
+    _machine()
+    return _EventSet()
+
+
+def nvmlDeviceRegisterEvents(handle, eventTypes, eventSet):
+    """Queue the GPU's recorded XIDs (its health's "xid_events") as critical XID events.
+
+    As if they arrived while the set is registered: real NVML delivers only those, not XIDs
+    from before registration.
+    """
+    health = _health(handle, "nvmlDeviceRegisterEvents")
+    if eventTypes & nvmlEventTypeXidCriticalError:
+        for xid in health.get("xid_events", []):
+            eventSet.pending.append(
+                SimpleNamespace(
+                    device=handle,
+                    eventType=nvmlEventTypeXidCriticalError,
+                    eventData=xid,
+                    gpuInstanceId=0xFFFFFFFF,
+                    computeInstanceId=0xFFFFFFFF,
+                )
+            )
+
+
+def nvmlEventSetWait_v2(eventSet, timeoutms):
+    _machine()
+    if not eventSet.pending:
+        raise NVMLError(NVML_ERROR_TIMEOUT)
+    return eventSet.pending.pop(0)
+
+
+def nvmlEventSetFree(eventSet):
+    eventSet.pending.clear()

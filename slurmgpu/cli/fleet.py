@@ -1,0 +1,268 @@
+"""Fleet commands (docs/fleet.md): thin click wiring over `slurmgpu.fleet`.
+
+Only click at import time; the library loads inside the commands.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Sequence
+
+import click
+
+from slurmgpu.errors import ConfigCheckError
+
+
+def gen_cluster_gres(
+    snapshot_paths: Sequence[str],
+    snapshot_dir: str | None,
+    opts,
+    output: str,
+    check: bool,
+    show_diff: bool,
+    node_line: bool,
+) -> None:
+    """`gen-gres --snapshot A --snapshot B ... | --snapshot-dir DIR`: one cluster-wide file."""
+    from pathlib import Path
+
+    from slurmgpu.fleet.cluster_gres import check_cluster_gres
+    from slurmgpu.fleet.cluster_gres import gen_cluster_gres as generate
+    from slurmgpu.util.atomic import diff_against_file, write_atomic
+
+    result = generate(snapshot_paths, snapshot_dir, opts)
+    for warning in result.warnings:
+        click.secho(f"slurmgpu: warning: {warning}", fg="yellow", err=True)
+
+    def validate(text: str) -> None:
+        checks = check_cluster_gres(result, text)
+        bad = [c for c in checks if not c.check.ok]
+        if bad:
+            raise ConfigCheckError(
+                "slurmd -G rejected the generated gres.conf for "
+                + "; ".join(f"{c.node}: {' | '.join(c.check.errors[:2])}" for c in bad)
+            )
+        records = sum(len(c.check.records) for c in checks)
+        click.echo(
+            f"slurmgpu: check: slurmd -G accepted it for all {len(checks)} nodes "
+            f"({records} GRES records)",
+            err=True,
+        )
+
+    if show_diff:
+        sys.stdout.write(diff_against_file(output, result.gres_conf))
+        if check:
+            validate(result.gres_conf)
+        return
+    if output == "-":
+        if check:
+            validate(result.gres_conf)
+        if node_line:
+            click.echo(result.node_conf)
+        click.echo(result.gres_conf, nl=False)
+        return
+    backup = write_atomic(
+        output,
+        result.gres_conf,
+        validate=(lambda tmp: validate(Path(tmp).read_text(encoding="utf-8"))) if check else None,
+    )
+    click.echo(f"wrote {output}" + (f" (previous kept as {backup})" if backup else ""), err=True)
+    if node_line:
+        click.echo(result.node_conf, nl=False)
+
+
+def inventory_nodes(
+    nodes: str | None,
+    output_dir: str | None,
+    host_root: str,
+    remote_command: str,
+    srun_args: Sequence[str],
+) -> None:
+    """`inventory --nodes HOSTLIST --output-dir DIR`: one snapshot per node through srun."""
+    import shlex
+
+    from slurmgpu.errors import InventoryError, UsageError
+    from slurmgpu.sources.fleet_inventory import inventory_nodes as gather
+    from slurmgpu.sources.fleet_inventory import write_snapshots
+
+    if not nodes or not output_dir:
+        raise UsageError("--nodes and --output-dir go together")
+    results = gather(
+        nodes, remote_command=shlex.split(remote_command), host_root=host_root, srun_args=srun_args
+    )
+    write_snapshots(results, output_dir)
+    for r in results:
+        for warning in r.warnings:
+            click.secho(f"slurmgpu: {r.node}: {warning}", fg="yellow", err=True)
+        if r.ok:
+            name = r.inventory.node_name
+            note = "" if name == r.node else f" (its snapshot names host {name})"
+            click.echo(
+                f"{r.node}: {len(r.inventory.gpus)} GPUs -> {output_dir}/{r.node}.json{note}"
+            )
+        else:
+            click.echo(f"{r.node}: FAILED: {r.error}")
+    failed = [r.node for r in results if not r.ok]
+    if failed:
+        raise InventoryError(
+            f"{len(failed)} of {len(results)} node(s) gave no inventory: {', '.join(failed)} "
+            "(the others were written)"
+        )
+
+
+@click.command("check")
+@click.option("--nodes", help="Nodes to check (hostlist; default: every node Slurm knows).")
+@click.option(
+    "--snapshot-dir",
+    type=click.Path(file_okay=False),
+    help="Current inventories, NODE.json (from `inventory --nodes ... --output-dir`).",
+)
+@click.option(
+    "--gres-conf", type=click.Path(dir_okay=False, exists=True), help="Installed gres.conf."
+)
+@click.option("--local", is_flag=True, help="Check this node: live NVML inventory and health.")
+@click.option("--node", "node_name", help="With --local: this node's name (default: host name).")
+@click.option("--host-root", default="/", show_default=True, help="With --local: host tree.")
+@click.option(
+    "--health-check",
+    is_flag=True,
+    help="HealthCheckProgram mode (implies --local): drain on errors, resume when healthy.",
+)
+@click.option(
+    "--format", "fmt", type=click.Choice(["text", "json"]), default="text", show_default=True
+)
+@click.option(
+    "--prom-file",
+    type=click.Path(dir_okay=False),
+    help="Also write a Prometheus textfile here (node_exporter textfile collector).",
+)
+def check(
+    nodes: str | None,
+    snapshot_dir: str | None,
+    gres_conf: str | None,
+    local: bool,
+    node_name: str | None,
+    host_root: str,
+    health_check: bool,
+    fmt: str,
+    prom_file: str | None,
+) -> None:
+    """Compare Slurm's view, the GPUs and the config; check GPU health (docs/fleet.md).
+
+    One line per problem with what to do; exit 1 when any error was found.
+    """
+    import socket
+    from pathlib import Path
+
+    from slurmgpu.fleet import check as lib
+    from slurmgpu.render import fleet_check
+    from slurmgpu.util.atomic import write_atomic
+
+    gres_text = Path(gres_conf).read_text(encoding="utf-8") if gres_conf else None
+    if local or health_check:
+        node = node_name or socket.gethostname().split(".")[0]
+        report = lib.check_local(node, host_root=host_root, gres_conf=gres_text)
+        if health_check:
+            report = lib.apply_health_action(node, report)
+    else:
+        report = lib.check_cluster(nodes=nodes, snapshot_dir=snapshot_dir, gres_conf=gres_text)
+    render = fleet_check.render_json if fmt == "json" else fleet_check.render_text
+    click.echo(render(report), nl=False)
+    if prom_file:
+        write_atomic(prom_file, fleet_check.render_prometheus(report), backup=False, mode=0o644)
+    if report.errors:
+        sys.exit(1)
+
+
+def _rebalance_options(f):
+    """The thresholds both `rebalance plan` and `rebalance apply` take."""
+    options = [
+        click.option("--floor", default=1, show_default=True, help="Nodes every partition keeps."),
+        click.option(
+            "--floor-for", multiple=True, metavar="PARTITION=N", help="Floor of one partition."
+        ),
+        click.option(
+            "--min-pending",
+            default=300,
+            show_default=True,
+            help="Seconds a GPU job must have waited before nodes move for it.",
+        ),
+        click.option(
+            "--min-idle",
+            default=600,
+            show_default=True,
+            help="Seconds a node must have been idle to be moved.",
+        ),
+        click.option(
+            "--cooldown",
+            default=1800,
+            show_default=True,
+            help="Seconds before a moved node may move again.",
+        ),
+        click.option("--max-moves", default=4, show_default=True, help="Moves per run."),
+        click.option(
+            "--log",
+            "log_path",
+            default="/var/lib/slurmgpu/rebalance.jsonl",
+            show_default=True,
+            help="Change log (JSON lines): every move with its reason; --undo reads it.",
+        ),
+    ]
+    for option in reversed(options):
+        f = option(f)
+    return f
+
+
+def _opts(floor, floor_for, min_pending, min_idle, cooldown, max_moves):
+    from slurmgpu.errors import UsageError
+    from slurmgpu.fleet.rebalance import RebalanceOptions
+
+    floors = {}
+    for item in floor_for:
+        name, sep, value = item.partition("=")
+        if not sep or not value.isdigit():
+            raise UsageError(f"--floor-for {item!r}: use PARTITION=N")
+        floors[name] = int(value)
+    return RebalanceOptions(floor, floors, min_pending, min_idle, cooldown, max_moves)
+
+
+@click.group("rebalance")
+def rebalance() -> None:
+    """Move whole idle nodes to partitions whose GPU jobs wait (docs/rebalance.md)."""
+
+
+@rebalance.command("plan")
+@_rebalance_options
+def rebalance_plan(floor, floor_for, min_pending, min_idle, cooldown, max_moves, log_path):
+    """Show the moves `apply` would make, with reasons (changes nothing)."""
+    from pathlib import Path
+
+    from slurmgpu.fleet.rebalance import current_plan
+    from slurmgpu.render.rebalance import render_plan
+
+    opts = _opts(floor, floor_for, min_pending, min_idle, cooldown, max_moves)
+    click.echo(render_plan(current_plan(opts, Path(log_path)), applied=False), nl=False)
+
+
+@rebalance.command("apply")
+@_rebalance_options
+@click.option("--dry-run", is_flag=True, help="Print the plan and change nothing.")
+@click.option("--undo", is_flag=True, help="Put back the partitions of the last apply.")
+def rebalance_apply(
+    floor, floor_for, min_pending, min_idle, cooldown, max_moves, log_path, dry_run, undo
+):
+    """Move the nodes with `scontrol update PartitionName=... Nodes=...` and log each move."""
+    from pathlib import Path
+
+    from slurmgpu.fleet.rebalance import apply_plan, current_plan, undo_last
+    from slurmgpu.render.rebalance import render_plan
+
+    log = Path(log_path)
+    if undo:
+        restored = undo_last(log)
+        for name, hostlist in sorted(restored.items()):
+            click.echo(f"restored PartitionName={name} Nodes={hostlist}")
+        return
+    plan = current_plan(_opts(floor, floor_for, min_pending, min_idle, cooldown, max_moves), log)
+    if not dry_run:
+        apply_plan(plan, log)
+    click.echo(render_plan(plan, applied=not dry_run), nl=False)

@@ -1,0 +1,65 @@
+"""Cluster-wide gres.conf: load one snapshot per node, render, check every node with slurmd -G."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+from pathlib import Path
+
+from slurmgpu.errors import UsageError
+from slurmgpu.model.inventory import Inventory
+from slurmgpu.render.cluster_gres import ClusterGres, render_cluster_gres
+from slurmgpu.render.gres import GresOptions
+from slurmgpu.sources import slurmd, snapshot
+
+
+def snapshot_files(paths: Sequence[str], directory: str | None) -> list[Path]:
+    """The snapshot files named, plus every `*.json` in `directory` (sorted)."""
+    files = [Path(p) for p in paths]
+    if directory is not None:
+        d = Path(directory)
+        if not d.is_dir():
+            raise UsageError(f"--snapshot-dir {directory}: not a directory")
+        found = sorted(d.glob("*.json"))
+        if not found:
+            raise UsageError(f"--snapshot-dir {directory}: no *.json snapshot in it")
+        files += found
+    return files
+
+
+def load_inventories(files: Sequence[Path]) -> list[Inventory]:
+    """Every snapshot, loaded (a bad one stops everything: SnapshotError names the file)."""
+    return [snapshot.load(f) for f in files]
+
+
+def gen_cluster_gres(paths: Sequence[str], directory: str | None, opts: GresOptions) -> ClusterGres:
+    """One gres.conf and grouped node lines for every node that has a snapshot."""
+    inventories = load_inventories(snapshot_files(paths, directory))
+    shas = {inv.node_name: snapshot.inventory_sha256(inv) for inv in inventories}
+    return render_cluster_gres(inventories, opts, inventory_sha256=shas)
+
+
+@dataclasses.dataclass(frozen=True)
+class NodeCheck:
+    """What slurmd -G said about the cluster-wide gres.conf as seen by one node."""
+
+    node: str
+    check: slurmd.GresCheck
+
+
+def check_cluster_gres(result: ClusterGres, gres_text: str | None = None) -> list[NodeCheck]:
+    """Parse the file with Slurm's own parser once per node (`slurmd -G -N NODE`).
+
+    Each node is checked against its own node definition, so a line that names the wrong
+    hostlist, a Cores= range past one node type's CPUs or a count mismatch shows up for the
+    node it breaks.
+    """
+    text = result.gres_conf if gres_text is None else gres_text
+    checks = []
+    for group in result.groups:
+        for name in group.names:
+            check = slurmd.check_gres_conf(
+                text, result.node_line_for(name), gres_types=result.gres_types
+            )
+            checks.append(NodeCheck(name, check))
+    return checks

@@ -1,0 +1,40 @@
+"""What `slurmgpu check` finds: one `Problem` per thing wrong with a node, with what to do."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+ERROR = "error"
+WARNING = "warning"
+
+
+@dataclass(frozen=True)
+class Problem:
+    """One finding. `kind` is a stable key (Prometheus label, JSON); `action` says what to do."""
+
+    node: str
+    kind: str
+    message: str
+    action: str
+    severity: str = ERROR
+
+    @property
+    def line(self) -> str:
+        return f"{self.node}: {self.severity}: {self.message}; {self.action}"
+
+
+@dataclass(frozen=True)
+class GpuHealth:
+    """NVML's health counters of one GPU (None: NVML does not support the query there)."""
+
+    index: int
+    pci_bus_id: str | None = None
+    lost: bool = False
+    error: str | None = None
+    persistence_mode: bool | None = None
+    ecc_uncorrected_volatile: int | None = None
+    ecc_corrected_volatile: int | None = None
+    retired_pages_pending: bool | None = None
+    remapped_rows_pending: bool | None = None
+    remapping_failed: bool | None = None
+    xids: tuple[int, ...] = ()

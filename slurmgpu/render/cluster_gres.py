@@ -1,0 +1,152 @@
+"""One cluster-wide gres.conf (+ grouped slurm.conf node lines) from one snapshot per node.
+
+Pure: inventories in, text out (templates/cluster-gres.conf.j2, cluster-nodes.conf.j2). Every
+gres.conf line starts with `NodeName=`, so the one file serves every node, as configless Slurm
+distributes it. Nodes whose generated lines and node definition are identical (same GPUs on
+the same buses, same CPU layout: what a homogeneous rack looks like) are merged into one
+hostlist (`dgx[01-16]`) through `slurmgpu.util.hostlist`, so the file grows with the number of
+node *types*, not nodes.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+from slurmgpu import __version__
+from slurmgpu.errors import UsageError
+from slurmgpu.model.inventory import Inventory
+from slurmgpu.render import gres
+from slurmgpu.render.templating import render
+from slurmgpu.util.hostlist import compress_hostlist
+
+
+@dataclass(frozen=True)
+class NodeGroup:
+    """Nodes that get byte-identical gres.conf lines and node definitions."""
+
+    names: tuple[str, ...]
+    inventory: Inventory  # the first node's (the others only differ in names and UUIDs)
+    lines: tuple[gres.GresLine, ...]
+    shard_lines: tuple[gres.GresLine, ...]
+    node_line: str
+    warnings: tuple[str, ...]
+
+    @property
+    def hostlist(self) -> str:
+        return compress_hostlist(self.names)
+
+    @property
+    def summary(self) -> str:
+        names = sorted({g.name for g in self.inventory.gpus})
+        return f"{len(self.names)} node(s), {len(self.inventory.gpus)} x {' + '.join(names)}"
+
+
+@dataclass(frozen=True)
+class ClusterGres:
+    """The rendered files and what they were made from."""
+
+    groups: tuple[NodeGroup, ...]
+    gres_conf: str
+    node_conf: str
+    gres_types: str
+    warnings: tuple[str, ...]
+
+    def node_line_for(self, name: str) -> str:
+        """The node definition of one node (its group's line with NodeName=NAME)."""
+        for group in self.groups:
+            if name in group.names:
+                rest = group.node_line.split(" ", 1)[1]
+                return f"NodeName={name} {rest}"
+        raise KeyError(name)
+
+
+def _group_key(inv: Inventory, opts: gres.GresOptions) -> tuple:
+    """What must be equal for two nodes to share lines: every field, no comment, no name."""
+    plan = gres.plan_gres(inv, opts)
+    lines = tuple(line.text for line in gres._lines(plan, opts))
+    shards = tuple(line.text for line in gres._shard_lines(plan, opts))
+    node = gres.node_line(inv, dataclasses.replace(opts, node_name="X")).split(" ", 1)[1]
+    return lines, shards, node
+
+
+def plan_cluster(inventories: Sequence[Inventory], opts: gres.GresOptions) -> list[NodeGroup]:
+    """Group the nodes and compute each group's lines (with `NodeName=HOSTLIST` on each)."""
+    if opts.node_name:
+        raise UsageError("--node-name cannot be used with several snapshots: names come from them")
+    by_name: dict[str, Inventory] = {}
+    for inv in inventories:
+        if inv.node_name in by_name:
+            raise UsageError(f"two snapshots describe node {inv.node_name}")
+        by_name[inv.node_name] = inv
+    if not by_name:
+        raise UsageError("no snapshot given")
+    keyed: dict[tuple, list[str]] = {}
+    for name in sorted(by_name):
+        keyed.setdefault(_group_key(by_name[name], opts), []).append(name)
+    groups = []
+    for names in keyed.values():
+        first = by_name[names[0]]
+        group_opts = dataclasses.replace(opts, node_name=compress_hostlist(names))
+        plan = gres.plan_gres(first, group_opts)
+        lines = gres._lines(plan, group_opts)
+        if len(names) > 1:  # per-GPU comments name one node's UUIDs: keep only the notes
+            lines = [dataclasses.replace(ln, comments=ln.comments[:-1]) for ln in lines]
+        warnings = [
+            f"{name}: {w}" for name in names for w in gres.plan_warnings(by_name[name], opts)
+        ]
+        groups.append(
+            NodeGroup(
+                names=tuple(names),
+                inventory=first,
+                lines=tuple(lines),
+                shard_lines=tuple(gres._shard_lines(plan, group_opts)),
+                node_line=gres.node_line(first, group_opts),
+                warnings=tuple(warnings),
+            )
+        )
+    for group in groups:
+        for line in (*group.lines, *group.shard_lines):
+            # the one property a cluster-wide file must never lose
+            assert line.fields[0][0] == "NodeName", line.text
+    return groups
+
+
+def render_cluster_gres(
+    inventories: Sequence[Inventory],
+    opts: gres.GresOptions,
+    *,
+    inventory_sha256: Mapping[str, str],
+) -> ClusterGres:
+    """gres.conf and slurm.conf node lines for every node of `inventories` (deterministic)."""
+    groups = plan_cluster(inventories, opts)
+    names = [n for g in groups for n in g.names]
+    header = [
+        f"generated by slurmgpu {__version__} (slurmgpu gen-gres, cluster-wide) for "
+        f"{len(names)} node(s): {compress_hostlist(names)}",
+        "Do not edit by hand: regenerate from the node inventories instead.",
+        f"Target Slurm {gres.format_version(opts.slurm_version)}.",
+        "Inventories (node: snapshot sha256):",
+        *(f"  {n}: {inventory_sha256[n]}" for n in sorted(names)),
+    ]
+    warnings = tuple(w for g in groups for w in g.warnings)
+    gres_conf = render(
+        "cluster-gres.conf.j2",
+        header=["gres.conf " + header[0], *header[1:]],
+        groups=groups,
+        warnings=warnings,
+    )
+    node_conf = render(
+        "cluster-nodes.conf.j2",
+        header=["slurm.conf node definitions " + header[0], *header[1:]],
+        groups=groups,
+        gres_types=gres.gres_types(opts),
+    )
+    return ClusterGres(
+        groups=tuple(groups),
+        gres_conf=gres_conf,
+        node_conf=node_conf,
+        gres_types=gres.gres_types(opts),
+        warnings=warnings,
+    )

@@ -1,0 +1,87 @@
+"""`slurmgpu rebalance` on the multi-node cluster: a backlog in one partition takes an idle node
+from another, its job starts, `--undo` puts it back, and a slurmctld restart forgets it."""
+
+from __future__ import annotations
+
+import json
+import sys
+
+import pytest
+
+from tests.harness.multinode import MultiNodeCluster
+
+pytestmark = pytest.mark.integration
+PARTITIONS = (
+    "PartitionName=train Nodes=gpu[01-02] Default=YES MaxTime=INFINITE State=UP",
+    "PartitionName=infer Nodes=gpu[03-04] MaxTime=INFINITE State=UP",
+)
+FAST = ("--min-pending", "0", "--min-idle", "0")
+
+
+def rebalance(cluster: MultiNodeCluster, log, *args: str):
+    return cluster.run(
+        [sys.executable, "-m", "slurmgpu", "rebalance", *args, "--log", str(log)], check=False
+    )
+
+
+def partition_nodes(cluster: MultiNodeCluster, name: str) -> str:
+    out = cluster.scontrol("show", "-o", "partition", name)
+    return next(f.split("=", 1)[1] for f in out.split() if f.startswith("Nodes="))
+
+
+def test_a_backlog_takes_an_idle_node(fleet_cluster: MultiNodeCluster, tmp_path) -> None:
+    log = tmp_path / "rebalance.jsonl"
+    fleet_cluster.reconfigure(partitions=PARTITIONS)
+    try:
+        script = "#!/bin/sh\nsleep 120\n"
+        running = [
+            fleet_cluster.sbatch("-p", "train", "--gres=gpu:8", "--exclusive", script=script)
+            for _ in range(2)
+        ]
+        for job in running:
+            fleet_cluster.wait_job_state(job, "RUNNING", timeout=30)
+        waiting = fleet_cluster.sbatch("-p", "train", "--gres=gpu:8", "--exclusive", script=script)
+        fleet_cluster.wait_job_state(waiting, "PENDING", timeout=10)
+
+        # hysteresis: the job has waited less than the default 300 s: nothing moves
+        proc = rebalance(fleet_cluster, log, "plan")
+        assert proc.returncode == 0, proc.stderr
+        assert "no move" in proc.stdout and f"job {waiting} (train) has waited" in proc.stdout
+
+        dry = rebalance(fleet_cluster, log, "apply", "--dry-run", *FAST)
+        assert dry.returncode == 0, dry.stderr
+        assert "move gpu03: infer -> train" in dry.stdout and "dry run" in dry.stdout
+        assert partition_nodes(fleet_cluster, "train") == "gpu[01-02]"  # unchanged
+        assert not log.exists()
+
+        applied = rebalance(fleet_cluster, log, "apply", *FAST)
+        assert applied.returncode == 0, applied.stderr
+        assert "PartitionName=train Nodes=gpu[01-03]" in applied.stdout
+        assert "PartitionName=infer Nodes=gpu04" in applied.stdout
+        assert "do not survive a slurmctld restart" in applied.stdout
+        assert partition_nodes(fleet_cluster, "train") == "gpu[01-03]"
+        assert partition_nodes(fleet_cluster, "infer") == "gpu04"
+        fleet_cluster.wait_job_state(waiting, "RUNNING", timeout=30)
+        job = fleet_cluster.scontrol("show", "-o", "job", str(waiting))
+        assert " NodeList=gpu03 " in job
+        entry = json.loads(log.read_text().splitlines()[0])
+        assert (
+            entry["moves"][0]["node"] == "gpu03" and f"job {waiting}" in entry["moves"][0]["reason"]
+        )
+
+        # the job runs now: nothing waits, nothing more moves (floors: unit tests)
+        again = rebalance(fleet_cluster, log, "plan", *FAST, "--cooldown", "0")
+        assert "move " not in again.stdout
+
+        undo = rebalance(fleet_cluster, log, "apply", "--undo")
+        assert undo.returncode == 0, undo.stderr
+        assert partition_nodes(fleet_cluster, "train") == "gpu[01-02]"
+        assert partition_nodes(fleet_cluster, "infer") == "gpu[03-04]"
+        assert rebalance(fleet_cluster, log, "apply", "--undo").returncode == 2  # nothing left
+
+        # scontrol's change is memory only: a restarted slurmctld goes back to slurm.conf
+        assert rebalance(fleet_cluster, log, "apply", *FAST, "--cooldown", "0").returncode == 0
+        fleet_cluster.restart_slurmctld()
+        assert partition_nodes(fleet_cluster, "train") == "gpu[01-02]"
+    finally:
+        fleet_cluster.reset()
