@@ -25,6 +25,7 @@ LAZY_COMMANDS: dict[str, str] = {
     "submit": "slurmgpu.cli.submit:submit",
     "analyze": "slurmgpu.cli.accounting:analyze",
     "report": "slurmgpu.cli.report:report",
+    "replay": "slurmgpu.cli.replay:replay",
 }
 
 

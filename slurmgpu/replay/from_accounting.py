@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from slurmgpu.replay.jobs import MIG, SHARD, WHOLE, ReplayTrace
+from slurmgpu.replay.jobs import MIG, SHARD, WHOLE, RecordedRuns, ReplayTrace
 
 # states of a run that was ended by preemption and followed by a requeued run of the same job
 _PREEMPTED_STATES = ("PREEMPTED", "REQUEUED")
@@ -146,6 +146,7 @@ def trace_from_frame(frame: Any, gpu_memory_mib: np.ndarray | None = None) -> Re
     profiles = sorted({str(p) for p in prof if isinstance(p, str) and p})
     ppos = {p: k for k, p in enumerate(profiles)}
     rec_end = end[rows]
+    runs = _recorded_runs(frame, keep, start, epoch, partitions)
     return ReplayTrace(
         epoch_s=epoch,
         job_id=job_id[order2],
@@ -171,6 +172,27 @@ def trace_from_frame(frame: Any, gpu_memory_mib: np.ndarray | None = None) -> Re
         tier_names=tier_names,
         profiles=profiles,
         skipped=skipped,
+        recorded_runs=runs,
+    )
+
+
+def _recorded_runs(
+    frame: Any, keep: np.ndarray, start: np.ndarray, epoch: int, partitions: list[str]
+) -> RecordedRuns:
+    """Every started run of the kept jobs, preempted ones included (their GPU-hours lost)."""
+    sel = keep & ~np.isnan(start)
+    run_end = _seconds(frame, "run_end") if "run_end" in frame.columns else _seconds(frame, "end")
+    equiv = _col(frame, "gpu_equiv")
+    equiv = np.where(np.isnan(equiv), np.nan_to_num(_col(frame, "gpu_count")), equiv)
+    state = _col(frame, "state", object, "")[sel]
+    part = _col(frame, "partition", object, "")[sel].astype(str)
+    pos = {p: k for k, p in enumerate(partitions)}
+    return RecordedRuns(
+        start_s=start[sel] - epoch,
+        end_s=run_end[sel] - epoch,
+        equiv=equiv[sel],
+        partition=np.array([pos.get(p, -1) for p in part], dtype=np.int64),
+        preempted=np.isin(np.array([str(s).split(" ")[0] for s in state]), _PREEMPTED_STATES),
     )
 
 

@@ -39,6 +39,17 @@ class ReplayJob:
     recorded_preemptions: int = 0
 
 
+@dataclass(frozen=True)
+class RecordedRuns:
+    """What really ran, one entry per run: times since the trace epoch, GPUs held."""
+
+    start_s: np.ndarray
+    end_s: np.ndarray
+    equiv: np.ndarray
+    partition: np.ndarray  # index into the trace's `partitions`
+    preempted: np.ndarray  # bool: the run was ended by preemption
+
+
 @dataclass
 class ReplayTrace:
     """Jobs column-wise, sorted by submit time, plus what the adapter had to leave out."""
@@ -65,6 +76,8 @@ class ReplayTrace:
     tier_names: list[str]
     profiles: list[str]
     skipped: dict[str, int] = field(default_factory=dict)  # reason -> jobs not replayed
+    # the recorded runs (a requeued job has several), for the "recorded" column
+    recorded_runs: RecordedRuns | None = None
 
     def __len__(self) -> int:
         return len(self.submit_s)

@@ -155,7 +155,8 @@ def block_from_outcome(
     inside, total = _clip_hours(start, end, equiv, window)
     job = np.array(runs.job, np.int64)
     useful_rate = _useful_share(trace)
-    useful = float((inside * useful_rate[job] if len(job) else inside)[~preempted].sum())
+    rate = np.where(job >= 0, useful_rate[np.maximum(job, 0)], 1.0) if len(job) else 1.0
+    useful = float((inside * rate)[~preempted].sum())
     waits = outcome.start_s - trace.submit_s
     waits[~np.isfinite(outcome.start_s)] = np.nan
     started = np.isfinite(outcome.start_s)
@@ -224,22 +225,34 @@ def recorded_block(
     trace: ReplayTrace, gpus_by_partition: dict[str, int], window: Window
 ) -> ResultBlock | None:
     """The recorded history as a block (None when the trace has no recorded starts)."""
-    start, end = trace.recorded_start_s, trace.recorded_end_s
-    ran = ~np.isnan(start) & ~np.isnan(end)
-    if not ran.any():
-        return None
-    equiv = np.where(np.isnan(trace.gpu_equiv), trace.gpus, trace.gpu_equiv)
     from slurmgpu.replay.engine import RunLog
 
-    idx = np.flatnonzero(ran)
-    runs = RunLog(
-        job=idx.tolist(),
-        start=start[idx].tolist(),
-        end=end[idx].tolist(),
-        equiv=equiv[idx].tolist(),
-        partition=trace.partition[idx].tolist(),
-        preempted=[False] * len(idx),
-    )
+    start, end = trace.recorded_start_s, trace.recorded_end_s
+    ran = ~np.isnan(start)
+    if not ran.any():
+        return None
+    rec = trace.recorded_runs
+    if rec is None:  # records without their runs: one run each, start to end
+        idx = np.flatnonzero(ran & ~np.isnan(end))
+        equiv = np.where(np.isnan(trace.gpu_equiv), trace.gpus, trace.gpu_equiv)
+        runs = RunLog(
+            job=idx.tolist(),
+            start=start[idx].tolist(),
+            end=end[idx].tolist(),
+            equiv=equiv[idx].tolist(),
+            partition=trace.partition[idx].tolist(),
+            preempted=[False] * len(idx),
+        )
+    else:
+        ok = ~np.isnan(rec.end_s) & (rec.partition >= 0)
+        runs = RunLog(
+            job=[-1] * int(ok.sum()),
+            start=rec.start_s[ok].tolist(),
+            end=rec.end_s[ok].tolist(),
+            equiv=rec.equiv[ok].tolist(),
+            partition=rec.partition[ok].tolist(),
+            preempted=rec.preempted[ok].tolist(),
+        )
     state = np.where(ran, DONE, CANCELLED).astype(np.int8)
     outcome = ReplayOutcome(
         start_s=np.where(ran, start, np.inf),
