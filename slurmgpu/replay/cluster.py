@@ -62,7 +62,8 @@ class PartitionModel:
 
 @dataclass(frozen=True)
 class QosSpec:
-    """A QOS as the scheduler sees it (Slurm's Priority, Preempt, PreemptMode, GraceTime)."""
+    """A QOS as Slurm holds it: Priority, Preempt (QOS it may preempt), and the PreemptMode
+    and GraceTime that apply when a job OF this QOS is preempted."""
 
     name: str
     priority: int = 0
@@ -123,18 +124,27 @@ def from_capacity(
 
 
 def qos_from_policy(policy) -> tuple[QosSpec, ...]:
-    """Tiers of a site policy (`slurmgpu.model.policy.Policy`) as QOS specs."""
+    """Tiers of a site policy (`slurmgpu.model.policy.Policy`) as QOS specs.
+
+    The policy writes grace time and mode on the preempting tier ("P0 preempts P2 with 120 s
+    grace"); Slurm applies them from the QOS of the preempted job, so, as `qos plan` renders
+    them, a preempted QOS gets the longest grace of the tiers preempting it.
+    """
     by_tier = {t.name: t.qos for t in policy.tiers}
-    return tuple(
-        QosSpec(
-            t.qos,
-            int(t.priority),
-            tuple(by_tier.get(n, n) for n in t.preempts),
-            int(t.grace_time_s),
-            t.preempt_mode if t.preempt_mode in ("requeue", "cancel") else "requeue",
+    out = []
+    for t in policy.tiers:
+        by = [p for p in policy.tiers if t.name in p.preempts]
+        mode = next((p.preempt_mode for p in by), "requeue")
+        out.append(
+            QosSpec(
+                t.qos,
+                int(t.priority),
+                tuple(by_tier.get(n, n) for n in t.preempts),
+                max((int(p.grace_time_s) for p in by), default=0),
+                mode if mode in ("requeue", "cancel") else "requeue",
+            )
         )
-        for t in policy.tiers
-    )
+    return tuple(out)
 
 
 # ------------------------------------------------------------------------------- changes

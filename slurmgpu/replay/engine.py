@@ -613,7 +613,7 @@ class Replay:
                 _reserve(times, avail, self.gpus[b], self.limit[b], t + cfg.bf_window_s)
             blocked = []
             lim = self.limit[job]
-            if _fits_from(times, avail, 0, g, t + lim) and self._try_start(part, job, t):
+            if _fits_from(times, avail, 0, g, t + lim) < 0 and self._try_start(part, job, t):
                 k = _breakpoint(times, avail, t + lim)
                 for i in range(k):
                     avail[i] -= g
