@@ -31,7 +31,7 @@ from slurmgpu.replay.jobs import MIG, SHARD, WHOLE, ReplayTrace
 # job states
 FUTURE, PENDING, RUNNING, GRACE, DONE, UNRUNNABLE, CANCELLED = range(7)
 # heap event kinds (ends before kills before eligibility at the same second)
-_END, _KILL, _ELIGIBLE = 0, 1, 2
+_END, _KILL, _ELIGIBLE, _KICK = 0, 1, 2, 3
 INF = math.inf
 
 
@@ -48,6 +48,16 @@ class SchedConfig:
     bf_window_s: int = 86400  # bf_window=1440 (minutes)
     backfill: bool = True
     requeue_delay_s: int = 120  # a requeued job's BeginTime (seen on 22.05: ~2 minutes)
+    # slurmctld does not start a batch job inside its submit RPC: the scheduler thread takes
+    # it on its next pass (seen on 22.05 with batch_sched_delay=0: a burst of submits is
+    # first scheduled in the following second, highest priority first)
+    submit_sched_delay_s: float = 1.0
+    # a job's GPUs return to the scheduler this long after its End (completing: step and
+    # epilog teardown, then the next pass). Measured on 22.05 here: an 8-GPU job starts 0-1 s
+    # (sacct's resolution) after the last job on its node ends, 0.4 s on average; 0.5 s
+    # brought the replayed mean wait of two recorded traces within 5-7 % (docs/replay.md).
+    # Negligible for jobs of hours; it matters only for the seconds-long test traces.
+    release_delay_s: float = 0.5
     slice_headroom: float = 0.1  # a whole-GPU job fits a slice if need * 1.1 <= its memory
 
 
@@ -113,6 +123,7 @@ class _Part:
         self.size_hist: dict[float, int] = {}  # pending whole-GPU jobs by GPU count
         self.pool_pending = 0  # pending MIG / shard jobs
         self.dirty = False  # something changed: run the main pass
+        self.kick_at = INF  # when the scheduler takes the jobs submitted since its last pass
         self.changed = False  # something changed since the last backfill pass
 
     def fits_some(self, free: float) -> bool:
@@ -174,7 +185,8 @@ class Replay:
         self.model = model
         n = len(trace)
         qos_specs = [model.qos_spec(q) for q in trace.qos_names]
-        max_prio = max((q.priority for q in qos_specs), default=0)
+        # Slurm normalizes a QOS's priority by the largest of ALL QOS, used or not
+        max_prio = max((q.priority for q in (*qos_specs, *model.qos)), default=0)
         self.qos_term = [
             config.priority_weight_qos * q.priority / max_prio if max_prio > 0 else 0.0
             for q in qos_specs
@@ -270,6 +282,11 @@ class Replay:
 
     # ----------------------------------------------------------------------- events
     def _event(self, kind: int, job: int, run: int, t: float) -> None:
+        if kind == _KICK:  # the scheduler's pass after submits (job = partition index)
+            part = self.parts[job]
+            part.dirty = part.changed = True
+            part.kick_at = INF
+            return
         if run != self.run_id[job]:
             return  # a stale event of an earlier run
         if kind == _ELIGIBLE:
@@ -284,9 +301,10 @@ class Replay:
         if st not in (RUNNING, GRACE):
             return
         if kind == _END:
-            self._stop(job, t, preempted=False)
+            end = self.run_start[job] + self.duration[job]  # the job's own end (sacct's End)
+            self._stop(job, end, preempted=False)
             self.state[job] = DONE
-            self.end[job] = t
+            self.end[job] = end
         else:  # the grace time is over: the victim is killed
             self._stop(job, t, preempted=True)
             qos = self.qos_of[job]
@@ -327,7 +345,12 @@ class Replay:
         part.queues[q].append(job)
         self.where[job] = q
         self._queued(part, job, +1)
-        part.dirty = part.changed = True
+        part.changed = True
+        if self.cfg.submit_sched_delay_s <= 0:
+            part.dirty = True
+        elif part.kick_at == INF:
+            part.kick_at = self.submit[job] + self.cfg.submit_sched_delay_s
+            heapq.heappush(self.heap, (part.kick_at, _KICK, part.index, 0))
 
     def _never_fits(self, part: _Part, job: int) -> str | None:
         kind, g = self.kind[job], self.gpus[job]
@@ -369,6 +392,11 @@ class Replay:
                 heads.append((-1 - q, rq[0][1]))
         return heads
 
+    def _live_fifo(self, dq: deque[int], q: int) -> Iterator[int]:
+        """The FIFO's jobs whose live entry it holds (not copied: no submit during a pass)."""
+        where = self.where
+        return (j for j in dq if where[j] == q)
+
     def _live_requeued(self, entry: tuple[float, int], q: int) -> bool:
         elig, job = entry
         return (
@@ -393,7 +421,7 @@ class Replay:
         """Up to `limit` pending jobs of the partition, highest priority first (no removal)."""
         iters: list[Iterator[int]] = []
         for q, dq in enumerate(part.queues):
-            iters.append(j for j in dq if self.where[j] == q)
+            iters.append(self._live_fifo(dq, q))
             live = [e for e in part.requeued[q] if self._live_requeued(e, q)]
             iters.append(iter([j for _, j in sorted(live)]))
         state = self.state
@@ -478,7 +506,8 @@ class Replay:
         self.run_start[job] = t
         self._queued(part, job, -1)
         part.running.add(job)
-        heapq.heappush(self.heap, (t + self.duration[job], _END, job, self.run_id[job]))
+        done = t + self.duration[job] + self.cfg.release_delay_s
+        heapq.heappush(self.heap, (done, _END, job, self.run_id[job]))
         return True
 
     def _take(self, part: _Part, job: int, alloc: tuple) -> None:

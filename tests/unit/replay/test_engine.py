@@ -7,6 +7,8 @@ from slurmgpu.replay.cluster import QosSpec, apply_change, from_capacity
 from slurmgpu.replay.engine import CANCELLED, DONE, UNRUNNABLE, SchedConfig, replay
 from slurmgpu.replay.jobs import MIG, ReplayJob, ReplayTrace
 
+# the hand-worked cases below are about scheduling decisions: no submit/release latency
+EXACT = {"submit_sched_delay_s": 0.0, "release_delay_s": 0.0}
 QOS = (QosSpec("p0", 1000, ("p2",)), QosSpec("p1", 500), QosSpec("p2", 100, (), 60))
 
 
@@ -20,7 +22,7 @@ def run(jobs, gpus=8, config=None, changes=(), **cap):
     model = from_capacity({"gpu": gpus, **cap}, gpu_types={"gpu": "h100"}, qos=QOS)
     for c in changes:
         model = apply_change(model, parse_change(c))
-    return trace, replay(trace, model, config or SchedConfig(bf_interval_s=10))
+    return trace, replay(trace, model, config or SchedConfig(bf_interval_s=10, **EXACT))
 
 
 def starts(trace, outcome):
@@ -56,12 +58,12 @@ def test_backfill_starts_a_short_job_that_delays_no_one():
 
 def test_without_backfill_the_short_job_waits_its_turn():
     jobs = [job(1, 0, 1000, 4), job(2, 1, 100, 8), job(3, 2, 400, 4, limit=500)]
-    trace, out = run(jobs, config=SchedConfig(backfill=False))
+    trace, out = run(jobs, config=SchedConfig(backfill=False, **EXACT))
     assert starts(trace, out) == {"1": 0, "2": 1000, "3": 1100}
 
 
 def test_preemption_with_grace_time_then_requeue_from_the_start():
-    cfg = SchedConfig(bf_interval_s=10, requeue_delay_s=120)
+    cfg = SchedConfig(bf_interval_s=10, requeue_delay_s=120, **EXACT)
     jobs = [job(1, 0, 1000, 8, "p2"), job(2, 100, 50, 8, "p0")]
     trace, out = run(jobs, config=cfg)
     s = starts(trace, out)
@@ -151,7 +153,18 @@ def test_age_lifts_an_old_low_qos_job_over_a_new_one():
         priority_max_age_s=1000,
         priority_calc_period_s=1,
         bf_interval_s=10,
+        **EXACT,
     )
     jobs = [job(1, 0, 2000, 8), job(2, 10, 100, 8, "p2"), job(3, 1900, 100, 8, "p1")]
     trace, out = run(jobs, config=cfg)
     assert starts(trace, out) == {"1": 0, "2": 2000, "3": 2100}
+
+
+def test_submit_and_release_latency_of_slurmctld():
+    # a burst is first scheduled a second after submit, highest priority first; GPUs come
+    # back half a second after a job's End
+    cfg = SchedConfig(submit_sched_delay_s=1.0, release_delay_s=0.5)
+    jobs = [job(1, 0, 10, 8, "p2"), job(2, 0.5, 10, 8, "p0"), job(3, 1, 10, 8, "p1")]
+    trace, out = run(jobs, config=cfg)
+    assert starts(trace, out) == {"2": 1.0, "3": 11.5, "1": 22.0}
+    assert out.end_s[1] == 11.0  # the job's own End is not moved

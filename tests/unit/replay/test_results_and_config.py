@@ -25,7 +25,9 @@ def test_allocation_over_the_recorded_window_and_utilization_series():
         ReplayJob("2", "gpu", "normal", "normal", 0.0, 3600.0, 3600.0, 4.0,
                   recorded_start_s=3600.0, recorded_end_s=7200.0),
     ]  # fmt: skip
-    report = replay_trace(ReplayTrace.from_jobs(jobs), ReplayOptions(capacity={"gpu": 8}))
+    exact = SchedConfig(submit_sched_delay_s=0, release_delay_s=0)
+    options = ReplayOptions(capacity={"gpu": 8}, config=exact)
+    report = replay_trace(ReplayTrace.from_jobs(jobs), options)
     rec, base = report.recorded, report.baseline
     assert rec.window_hours == base.window_hours == 2.0
     assert rec.allocation_ratio == pytest.approx(0.5)  # 8 GPU-h of 16
@@ -63,3 +65,25 @@ def test_sched_config_from_slurm_conf_text():
     assert not sched_config({"SchedulerType": "sched/builtin"}).backfill
     with pytest.raises(UsageError, match="bf_interval=x"):
         sched_config({"SchedulerParameters": "bf_interval=x"})
+
+
+def test_same_order_fraction_counts_jobs_out_of_place():
+    from slurmgpu.replay.fidelity import fidelity, same_order_fraction
+
+    rec = np.array([0.0, 1.0, 2.0, 3.0, 4.0])
+    assert same_order_fraction(rec, rec * 10) == 1.0
+    assert same_order_fraction(rec, np.array([0.0, 3.0, 1.0, 2.0, 4.0])) == 0.8
+    # ties in the recorded second do not count as disorder
+    assert same_order_fraction(np.array([5.0, 5.0]), np.array([7.0, 6.0])) == 1.0
+    f = fidelity(np.zeros(5), rec, rec * 1.05)
+    assert f.mean_wait_error == pytest.approx(0.05)
+    assert f.pair_order_agreement == 1.0
+
+
+def test_pair_order_agreement():
+    from slurmgpu.replay.fidelity import pair_order_agreement
+
+    rec = np.array([0.0, 1.0, 2.0, 3.0])
+    assert pair_order_agreement(rec, rec[::-1].copy()) == 0.0
+    # one swapped neighbour pair of 6 pairs
+    assert pair_order_agreement(rec, np.array([0.0, 2.0, 1.0, 3.0])) == pytest.approx(5 / 6)
