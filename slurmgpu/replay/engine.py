@@ -46,6 +46,10 @@ class SchedConfig:
     bf_interval_s: int = 30
     bf_max_job_test: int = 500
     bf_window_s: int = 86400  # bf_window=1440 (minutes)
+    # reservations per backfill pass: Slurm reserves for every job it tests (up to
+    # bf_max_job_test); past this many, blocked jobs get none (a later job may then start
+    # ahead of them). The cost that bounds a long replay: see docs/replay.md.
+    bf_max_reservations: int = 500
     backfill: bool = True
     requeue_delay_s: int = 120  # a requeued job's BeginTime (seen on 22.05: ~2 minutes)
     # slurmctld does not start a batch job inside its submit RPC: the scheduler thread takes
@@ -119,6 +123,9 @@ class _Part:
         self.queues: list[deque[int]] = [deque() for _ in range(n_qos)]
         self.requeued: list[list[tuple[float, int]]] = [[] for _ in range(n_qos)]
         self.running: set[int] = set()
+        # whole-GPU jobs by expected end (start + time limit), kept sorted for backfill:
+        # (end, job, GPUs)
+        self.expected_ends: list[tuple[float, int, int]] = []
         self.pending = 0
         self.size_hist: dict[float, int] = {}  # pending whole-GPU jobs by GPU count
         self.pool_pending = 0  # pending MIG / shard jobs
@@ -506,6 +513,8 @@ class Replay:
         self.run_start[job] = t
         self._queued(part, job, -1)
         part.running.add(job)
+        if alloc[0] == "n":
+            bisect.insort(part.expected_ends, (t + self.limit[job], job, int(g)))
         done = t + self.duration[job] + self.cfg.release_delay_s
         heapq.heappush(self.heap, (done, _END, job, self.run_id[job]))
         return True
@@ -536,6 +545,10 @@ class Replay:
         else:
             part.shards[0] += alloc[1]
         part.running.discard(job)
+        if alloc[0] == "n":
+            ends = part.expected_ends
+            k = bisect.bisect_left(ends, (self.run_start[job] + self.limit[job], job, 0))
+            del ends[k]
         runs = self.runs
         runs.job.append(job)
         runs.start.append(self.run_start[job])
@@ -613,20 +626,31 @@ class Replay:
         if not part.pool_pending and not part.fits_some(part.free_whole):
             return  # no pending job is small enough for the free GPUs: nothing can start
         cfg = self.cfg
-        ends: dict[float, float] = {}
+        # the free-GPU profile: now, then each expected end (a job in its grace time, or past
+        # its limit, is expected to end any moment)
         floor = t + 1.0
-        for v in part.running:
-            alloc = self.alloc[v]
-            if alloc[0] != "n":
-                continue
-            # a job in its grace time, or past its limit, is expected to end any moment
-            e = floor if self.state[v] == GRACE else max(self.run_start[v] + self.limit[v], floor)
-            ends[e] = ends.get(e, 0.0) + sum(g for _, g in alloc[1])
-        times = [t, *sorted(ends)]
+        times = [t]
         avail = [float(part.free_whole)]
-        for e in times[1:]:
-            avail.append(avail[-1] + ends[e])
+        free = avail[0]
+        state = self.state
+        soon = 0.0
+        for e, v, g in part.expected_ends:
+            if e <= floor or state[v] == GRACE:
+                soon += g
+                continue
+            free += g
+            if e == times[-1]:
+                avail[-1] = free
+            else:
+                times.append(e)
+                avail.append(free)
+        if soon:
+            times.insert(1, floor)
+            avail.insert(1, avail[0])
+            for i in range(1, len(avail)):
+                avail[i] += soon
         blocked: list[int] = []  # tested jobs that cannot start now (reservations owed)
+        reserved = 0
         for job in self._in_order(part, t, cfg.bf_max_job_test):
             if self.state[job] != PENDING or self.eligible[job] > t:
                 continue
@@ -639,15 +663,18 @@ class Replay:
                 blocked.append(job)
                 continue
             for b in blocked:
-                _reserve(times, avail, self.gpus[b], self.limit[b], t + cfg.bf_window_s)
+                if reserved < cfg.bf_max_reservations:
+                    _reserve(times, avail, self.gpus[b], self.limit[b], t + cfg.bf_window_s)
+                    reserved += 1
             blocked = []
             lim = self.limit[job]
             if _fits_from(times, avail, 0, g, t + lim) < 0 and self._try_start(part, job, t):
                 k = _breakpoint(times, avail, t + lim)
                 for i in range(k):
                     avail[i] -= g
-            else:
+            elif reserved < cfg.bf_max_reservations:
                 _reserve(times, avail, g, lim, t + cfg.bf_window_s)
+                reserved += 1
             if avail[0] <= 0 and not (part.pool_pending and part.has_free()):
                 break
 
@@ -677,21 +704,30 @@ def _breakpoint(times: list[float], avail: list[float], at: float) -> int:
 def _reserve(times: list[float], avail: list[float], g: float, lim: float, horizon: float) -> None:
     """Hold `g` GPUs for `lim` seconds from the earliest time they are free (Slurm's backfill
     reservation); nothing when that time is past `horizon` (bf_window)."""
-    i, m = 0, len(times)
+    # one pass: i is a candidate start, j scans its window; a step short of `g` GPUs moves
+    # the candidate past it (every start before it would cover it too)
+    m = len(times)
+    i = 0
+    while i < m and avail[i] < g:
+        i += 1
+    j = i
     while i < m:
         if times[i] > horizon:
             return
-        if avail[i] >= g:
-            bad = _fits_from(times, avail, i, g, times[i] + lim)
-            if bad < 0:
-                start = times[i]
-                k = _breakpoint(times, avail, start + lim)
-                for x in range(i, k):
-                    avail[x] -= g
-                return
-            i = bad
+        end = times[i] + lim
+        while j < m and times[j] < end:
+            if avail[j] < g:
+                break
+            j += 1
         else:
+            k = _breakpoint(times, avail, end)
+            for x in range(i, k):
+                avail[x] -= g
+            return
+        i = j + 1
+        while i < m and avail[i] < g:
             i += 1
+        j = i
 
 
 def replay(trace: ReplayTrace, model: ClusterModel, config: SchedConfig | None = None):
