@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
@@ -147,6 +148,10 @@ def trace_from_frame(frame: Any, gpu_memory_mib: np.ndarray | None = None) -> Re
     ppos = {p: k for k, p in enumerate(profiles)}
     rec_end = end[rows]
     runs = _recorded_runs(frame, keep, start, epoch, partitions)
+    # each run's job: its key's position in the trace (the last run of a key is its row)
+    position = {k: i for i, k in enumerate(key[rows][order2])}
+    run_keys = key[keep & ~np.isnan(start)]
+    runs = replace(runs, job=np.array([position.get(k, -1) for k in run_keys], dtype=np.int64))
     return ReplayTrace(
         epoch_s=epoch,
         job_id=job_id[order2],

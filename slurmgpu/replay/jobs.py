@@ -48,6 +48,7 @@ class RecordedRuns:
     equiv: np.ndarray
     partition: np.ndarray  # index into the trace's `partitions`
     preempted: np.ndarray  # bool: the run was ended by preemption
+    job: np.ndarray | None = None  # index of the run's job in the trace (-1: unknown)
 
 
 @dataclass

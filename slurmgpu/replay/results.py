@@ -245,8 +245,9 @@ def recorded_block(
         )
     else:
         ok = ~np.isnan(rec.end_s) & (rec.partition >= 0)
+        jobs = rec.job[ok].tolist() if rec.job is not None else [-1] * int(ok.sum())
         runs = RunLog(
-            job=[-1] * int(ok.sum()),
+            job=jobs,
             start=rec.start_s[ok].tolist(),
             end=rec.end_s[ok].tolist(),
             equiv=rec.equiv[ok].tolist(),

@@ -36,6 +36,10 @@ def test_recorded_runs_keep_the_preempted_run():
     lost = runs.preempted & (runs.partition == k)
     # 1004's first run (8 GPUs, 1800 s) and 1013's (1 GPU, 600 s) ended by preemption/requeue
     assert np.isclose(((runs.end_s - runs.start_s) * runs.equiv)[lost].sum(), 8 * 1800 + 600)
+    # every run belongs to its job: both runs of 1004 point at the one replay job
+    i = list(trace.job_id).index("1004")
+    assert (runs.job == i).sum() == 2
+    assert (runs.job >= 0).all()
 
 
 def test_harness_dump_from_real_slurm_loads():
