@@ -123,9 +123,12 @@ class _Part:
         self.queues: list[deque[int]] = [deque() for _ in range(n_qos)]
         self.requeued: list[list[tuple[float, int]]] = [[] for _ in range(n_qos)]
         self.running: set[int] = set()
-        # whole-GPU jobs by expected end (start + time limit), kept sorted for backfill:
-        # (end, job, GPUs)
-        self.expected_ends: list[tuple[float, int, int]] = []
+        # whole-GPU jobs by expected end (start + time limit; a victim's kill time), sorted
+        # for backfill: keys (end, job) with the ends and GPU counts in parallel lists, so
+        # that backfill turns them into numpy arrays without a Python loop
+        self.end_keys: list[tuple[float, int]] = []
+        self.end_times: list[float] = []
+        self.end_gpus: list[int] = []
         self.pending = 0
         self.size_hist: dict[float, int] = {}  # pending whole-GPU jobs by GPU count
         self.pool_pending = 0  # pending MIG / shard jobs
@@ -140,6 +143,17 @@ class _Part:
     def has_free(self) -> bool:
         pools = any(p[0] > 0 for p in self.pools.values())
         return self.free_whole > 0 or self.shards[0] > 0 or pools
+
+    def add_end(self, end: float, job: int, gpus: int) -> None:
+        k = bisect.bisect_left(self.end_keys, (end, job))
+        self.end_keys.insert(k, (end, job))
+        self.end_times.insert(k, end)
+        self.end_gpus.insert(k, gpus)
+
+    def drop_end(self, end: float, job: int) -> int:
+        k = bisect.bisect_left(self.end_keys, (end, job))
+        del self.end_keys[k], self.end_times[k]
+        return self.end_gpus.pop(k)
 
     # whole-GPU placement ---------------------------------------------------------------
     def _set_free(self, node: int, value: int) -> None:
@@ -233,6 +247,7 @@ class Replay:
         self.on_slice = [False] * n
         self.awaiting = [0] * n  # victims still in grace for this preemptor
         self.victim_of = [-1] * n
+        self.expected_end = [INF] * n  # what backfill assumes of a running whole-GPU job
         # the queue a pending job's live entry is in (q: FIFO of QOS q, -1-q: requeue heap);
         # entries left behind by a backfilled or requeued job are skipped lazily
         self.where = [0] * n
@@ -514,7 +529,8 @@ class Replay:
         self._queued(part, job, -1)
         part.running.add(job)
         if alloc[0] == "n":
-            bisect.insort(part.expected_ends, (t + self.limit[job], job, int(g)))
+            self.expected_end[job] = t + self.limit[job]
+            part.add_end(t + self.limit[job], job, int(g))
         done = t + self.duration[job] + self.cfg.release_delay_s
         heapq.heappush(self.heap, (done, _END, job, self.run_id[job]))
         return True
@@ -546,9 +562,7 @@ class Replay:
             part.shards[0] += alloc[1]
         part.running.discard(job)
         if alloc[0] == "n":
-            ends = part.expected_ends
-            k = bisect.bisect_left(ends, (self.run_start[job] + self.limit[job], job, 0))
-            del ends[k]
+            part.drop_end(self.expected_end[job], job)
         runs = self.runs
         runs.job.append(job)
         runs.start.append(self.run_start[job])
@@ -618,6 +632,10 @@ class Replay:
             self.preemptions += 1
             grace = self.grace[self.qos_of[v]]
             heapq.heappush(self.heap, (t + grace, _KILL, v, self.run_id[v]))
+            if self.alloc[v][0] == "n":  # backfill now expects it to end at the kill
+                g = part.drop_end(self.expected_end[v], v)
+                self.expected_end[v] = t + grace
+                part.add_end(t + grace, v, g)
 
     # ----------------------------------------------------------------------- backfill
     def _backfill(self, part: _Part, t: float) -> None:
@@ -626,31 +644,12 @@ class Replay:
         if not part.pool_pending and not part.fits_some(part.free_whole):
             return  # no pending job is small enough for the free GPUs: nothing can start
         cfg = self.cfg
-        # the free-GPU profile: now, then each expected end (a job in its grace time, or past
-        # its limit, is expected to end any moment)
-        floor = t + 1.0
-        times = [t]
-        avail = [float(part.free_whole)]
-        free = avail[0]
-        state = self.state
-        soon = 0.0
-        for e, v, g in part.expected_ends:
-            if e <= floor or state[v] == GRACE:
-                soon += g
-                continue
-            free += g
-            if e == times[-1]:
-                avail[-1] = free
-            else:
-                times.append(e)
-                avail.append(free)
-        if soon:
-            times.insert(1, floor)
-            avail.insert(1, avail[0])
-            for i in range(1, len(avail)):
-                avail[i] += soon
+        # the free-GPU profile: now, then each expected end (a job past its limit is expected
+        # to end any moment)
+        prof = _Profile(t, float(part.free_whole), part.end_times, part.end_gpus)
         blocked: list[int] = []  # tested jobs that cannot start now (reservations owed)
         reserved = 0
+        horizon = t + cfg.bf_window_s
         for job in self._in_order(part, t, cfg.bf_max_job_test):
             if self.state[job] != PENDING or self.eligible[job] > t:
                 continue
@@ -659,75 +658,79 @@ class Replay:
                 # slices and shards: start now if free (no reservation model for pools)
                 self._try_start(part, job, t)
                 continue
-            if g > avail[0]:
+            if g > prof.avail[0]:
                 blocked.append(job)
                 continue
             for b in blocked:
                 if reserved < cfg.bf_max_reservations:
-                    _reserve(times, avail, self.gpus[b], self.limit[b], t + cfg.bf_window_s)
+                    prof.reserve(self.gpus[b], self.limit[b], horizon)
                     reserved += 1
             blocked = []
             lim = self.limit[job]
-            if _fits_from(times, avail, 0, g, t + lim) < 0 and self._try_start(part, job, t):
-                k = _breakpoint(times, avail, t + lim)
-                for i in range(k):
-                    avail[i] -= g
+            if prof.free_until(g, t + lim) and self._try_start(part, job, t):
+                prof.hold(0, g, t + lim)
             elif reserved < cfg.bf_max_reservations:
-                _reserve(times, avail, g, lim, t + cfg.bf_window_s)
+                prof.reserve(g, lim, horizon)
                 reserved += 1
-            if avail[0] <= 0 and not (part.pool_pending and part.has_free()):
+            if prof.avail[0] <= 0 and not (part.pool_pending and part.has_free()):
                 break
 
 
-def _fits_from(times: list[float], avail: list[float], i: int, g: float, until: float) -> int:
-    """-1 if `g` GPUs are free from breakpoint i until `until`, else the index that fails + 1
-    (the next place a start may be tried) -- 0 is never returned for a failure."""
-    m = len(times)
-    j = i
-    while j < m and times[j] < until:
-        if avail[j] < g:
-            return j + 1
-        j += 1
-    return -1
+class _Profile:
+    """Free whole GPUs over time for one backfill pass: `avail[i]` from `times[i]` on."""
 
+    def __init__(self, t: float, free: float, ends: list[float], gpus: list[int]) -> None:
+        end = np.maximum(np.array(ends, dtype=float), t + 1.0)
+        cum = free + np.cumsum(np.array(gpus, dtype=float))
+        if len(end):  # one step per distinct time: the last cumulative value of a run
+            last = np.empty(len(end), dtype=bool)
+            last[:-1] = end[1:] != end[:-1]
+            last[-1] = True
+            end, cum = end[last], cum[last]
+        self.times = np.concatenate(([t], end))
+        self.avail = np.concatenate(([free], cum))
 
-def _breakpoint(times: list[float], avail: list[float], at: float) -> int:
-    """Make `at` a step of the profile (free GPUs there as just before it); its index."""
-    k = bisect.bisect_left(times, at)
-    if k < len(times) and times[k] == at:
+    def free_until(self, g: float, until: float) -> bool:
+        """`g` GPUs free from now until `until` (every step before it)."""
+        k = int(np.searchsorted(self.times, until, side="left"))
+        return bool(self.avail[:k].min() >= g)
+
+    def _step(self, at: float) -> int:
+        """Make `at` a step of the profile (free GPUs there as just before it); its index."""
+        k = int(np.searchsorted(self.times, at, side="left"))
+        if k < len(self.times) and self.times[k] == at:
+            return k
+        # by hand: np.insert costs ~20x more than these copies at this size
+        m = len(self.times)
+        times, avail = np.empty(m + 1), np.empty(m + 1)
+        times[:k], times[k], times[k + 1 :] = self.times[:k], at, self.times[k:]
+        avail[:k], avail[k + 1 :] = self.avail[:k], self.avail[k:]
+        avail[k] = self.avail[k - 1] if k > 0 else self.avail[0]
+        self.times, self.avail = times, avail
         return k
-    times.insert(k, at)
-    avail.insert(k, avail[k - 1] if k > 0 else avail[0])
-    return k
 
+    def hold(self, i: int, g: float, until: float) -> None:
+        """Take `g` GPUs from step i until `until`."""
+        k = self._step(until)
+        self.avail[i:k] -= g
 
-def _reserve(times: list[float], avail: list[float], g: float, lim: float, horizon: float) -> None:
-    """Hold `g` GPUs for `lim` seconds from the earliest time they are free (Slurm's backfill
-    reservation); nothing when that time is past `horizon` (bf_window)."""
-    # one pass: i is a candidate start, j scans its window; a step short of `g` GPUs moves
-    # the candidate past it (every start before it would cover it too)
-    m = len(times)
-    i = 0
-    while i < m and avail[i] < g:
-        i += 1
-    j = i
-    while i < m:
-        if times[i] > horizon:
+    def reserve(self, g: float, lim: float, horizon: float) -> None:
+        """Hold `g` GPUs for `lim` seconds from the earliest step where they are free that
+        long (Slurm's backfill reservation); nothing when that is past `horizon` (bf_window)."""
+        times, avail = self.times, self.avail
+        ok = avail >= g
+        if not ok.any():
             return
-        end = times[i] + lim
-        while j < m and times[j] < end:
-            if avail[j] < g:
-                break
-            j += 1
-        else:
-            k = _breakpoint(times, avail, end)
-            for x in range(i, k):
-                avail[x] -= g
+        m = len(times)
+        # first step short of g at or after each step; a start fits if that is past its end
+        bad = np.append(np.flatnonzero(~ok), m)
+        next_bad = bad[np.searchsorted(bad, np.arange(m))]
+        stop = np.searchsorted(times, times + lim, side="left")
+        fits = np.flatnonzero(ok & (next_bad >= stop))
+        if not len(fits) or times[fits[0]] > horizon:
             return
-        i = j + 1
-        while i < m and avail[i] < g:
-            i += 1
-        j = i
+        i = int(fits[0])
+        self.hold(i, g, times[i] + lim)
 
 
 def replay(trace: ReplayTrace, model: ClusterModel, config: SchedConfig | None = None):
