@@ -724,9 +724,13 @@ class _Profile:
         m = len(times)
         # first step short of g at or after each step; a start fits if that is past its end
         bad = np.append(np.flatnonzero(~ok), m)
-        next_bad = bad[np.searchsorted(bad, np.arange(m))]
-        stop = np.searchsorted(times, times + lim, side="left")
-        fits = np.flatnonzero(ok & (next_bad >= stop))
+        # most starts are among the first steps: look there before searching them all
+        for hi in (min(m, 64), m):
+            next_bad = bad[np.searchsorted(bad, np.arange(hi))]
+            stop = np.searchsorted(times, times[:hi] + lim, side="left")
+            fits = np.flatnonzero(ok[:hi] & (next_bad >= stop))
+            if len(fits):
+                break
         if not len(fits) or times[fits[0]] > horizon:
             return
         i = int(fits[0])
