@@ -110,8 +110,13 @@ def replay(sacct_files: tuple[str, ...], fmt: str, output: str, **params: object
     text = render_replay(report.to_dict(), fmt)
     if output == "-":
         click.echo(text, nl=False)
-    else:
+        return
+    try:
         write_atomic(output, text, backup=False)
+    except OSError as exc:
+        from slurmgpu.errors import UsageError
+
+        raise UsageError(f"--output {output}: {exc.strerror or exc}") from None
 
 
 def _pairs(values: tuple[str, ...], option: str, convert=str, default_key: str | None = None):

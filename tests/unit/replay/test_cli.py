@@ -69,6 +69,7 @@ def test_user_mistakes_are_one_line(tmp_path):
         (["--sweep", str(bad)], "sweep.txt:2: change 'carve:gpu:8'"),
         (["--capacity", "gpu=lots"], "--capacity 'gpu=lots'"),
     ]
+    cases.append((["--output", str(tmp_path / "missing" / "dir" / "r.txt")], "--output"))
     for args, says in cases:
         res = CliRunner().invoke(main, [*BASE, *args])
         assert res.exit_code == 2, (args, res.output)
@@ -80,3 +81,12 @@ def test_without_capacity_says_what_is_needed():
     res = CliRunner().invoke(main, ["replay", "--sacct-file", str(DATA / "synthetic-mix.txt")])
     assert res.exit_code == 2
     assert "give --capacity PARTITION=GPUS" in res.output
+
+
+def test_a_truncated_dump_is_one_line(tmp_path):
+    cut = tmp_path / "cut.gz"
+    cut.write_bytes(b"\x1f\x8b\x08\x00")
+    res = CliRunner().invoke(main, ["replay", "--sacct-file", str(cut), "--capacity", "gpu=8"])
+    assert res.exit_code == 1
+    assert res.output.startswith("slurmgpu: error: ") and "cannot read the dump" in res.output
+    assert res.output.count("\n") == 1
