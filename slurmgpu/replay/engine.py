@@ -1,6 +1,6 @@
 """The discrete-event replay: Slurm's main scheduler, backfill and QOS preemption on a model.
 
-Why this shape (it must replay 1M jobs on 8,000 GPUs in about a minute of one core):
+Why this shape (1M jobs on 8,000 GPUs in ~100 s of one core, benchmarks/README.md):
 - Submits are already sorted; only job ends, grace-time kills and requeue eligibility go
   through a heap, so the heap holds the running jobs, not the whole trace.
 - Each partition keeps one FIFO per QOS (plus a small heap per QOS for requeued jobs). With
@@ -24,6 +24,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from slurmgpu.errors import UsageError
 from slurmgpu.model.catalog import COMPUTE_SLICES_PER_GPU, model_for_type
 from slurmgpu.replay.cluster import ClusterModel, PartitionModel
 from slurmgpu.replay.jobs import MIG, SHARD, WHOLE, ReplayTrace
@@ -223,7 +224,7 @@ class Replay:
         for k, name in enumerate(trace.partitions):
             try:
                 pm = model.partition(name)
-            except Exception:  # a partition the model lacks: its jobs cannot run
+            except UsageError:  # a partition the model lacks: its jobs cannot run
                 self.parts.append(None)
                 continue
             self.parts.append(_Part(k, pm, len(trace.qos_names)))

@@ -8,7 +8,7 @@ between the two views. Times are seconds since the trace's `epoch_s` (Unix secon
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -155,8 +155,3 @@ class ReplayTrace:
             profiles=profiles,
             skipped=dict(skipped or {}),
         )
-
-
-def trace_field_names() -> list[str]:
-    """The ReplayJob fields (what a trace holds per job)."""
-    return [f.name for f in fields(ReplayJob)]
