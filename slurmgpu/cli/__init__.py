@@ -29,6 +29,7 @@ LAZY_COMMANDS: dict[str, str] = {
     "mig": "slurmgpu.cli.mig:mig",
     "check": "slurmgpu.cli.fleet:check",
     "rebalance": "slurmgpu.cli.fleet:rebalance",
+    "replay": "slurmgpu.cli.replay:replay",
 }
 
 

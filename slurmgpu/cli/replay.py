@@ -1,0 +1,185 @@
+"""`slurmgpu replay`: re-schedule a site's own sacct history on its cluster and on what-ifs."""
+
+from __future__ import annotations
+
+import click
+
+
+@click.command("replay")
+@click.option(
+    "--sacct-file",
+    "sacct_files",
+    multiple=True,
+    required=True,
+    type=click.Path(dir_okay=False),
+    help="Saved `sacct -P` output with its header (plain or gzip); repeatable.",
+)
+@click.option(
+    "--capacity",
+    multiple=True,
+    metavar="PARTITION=GPUS",
+    help="Whole GPUs in a partition (repeatable); the cluster model.",
+)
+@click.option(
+    "--gpus-per-node",
+    "per_node",
+    multiple=True,
+    metavar="[PARTITION=]N",
+    help="GPUs per node (default 8).",
+)
+@click.option(
+    "--gpu-type",
+    "gpu_types",
+    multiple=True,
+    metavar="PARTITION=TYPE",
+    help="GPU type of a partition (e.g. gpu=h100): memory and MIG profiles.",
+)
+@click.option(
+    "--gpu-memory",
+    "gpu_memory",
+    multiple=True,
+    metavar="PARTITION=MIB",
+    help="GPU memory of a partition's GPUs in MiB (overrides the type's).",
+)
+@click.option(
+    "--shards-per-gpu",
+    "shards",
+    multiple=True,
+    metavar="[PARTITION=]N",
+    help="Shards per GPU, to read gres/shard jobs.",
+)
+@click.option(
+    "--policy",
+    type=click.Path(exists=True, dir_okay=False),
+    help="Site policy: QOS priorities, preemption and grace times, tiers.",
+)
+@click.option(
+    "--slurm-conf",
+    type=click.Path(exists=True, dir_okay=False),
+    help="slurm.conf whose priority weights and backfill settings to use.",
+)
+@click.option(
+    "--live",
+    is_flag=True,
+    help="Read capacity (unless --capacity), QOS and settings from the live cluster.",
+)
+@click.option(
+    "--baseline",
+    "baseline",
+    multiple=True,
+    metavar="CHANGE",
+    help="A change already in effect today (e.g. a MIG carving); repeatable.",
+)
+@click.option(
+    "--what-if",
+    "what_if",
+    multiple=True,
+    metavar="CHANGE",
+    help="move:FROM:TO:GPUS, carve:P:GPUS:PROFILE=N[,..], shard:P:GPUS:N, "
+    "tier:QOS:KEY=VALUE[,..]; repeatable.",
+)
+@click.option(
+    "--sweep",
+    type=click.Path(dir_okay=False),
+    help="File of candidate changes (one a line), replayed in parallel processes.",
+)
+@click.option(
+    "--processes",
+    type=click.IntRange(min=1),
+    default=None,
+    help="Parallel replays (default: the CPUs, at most one per change).",
+)
+@click.option(
+    "--timezone", "tz", default="UTC", show_default=True, help="Zone of ISO times in the dumps."
+)
+@click.option(
+    "--format",
+    "fmt",
+    type=click.Choice(["text", "json", "html"]),
+    default="text",
+    show_default=True,
+)
+@click.option("--output", "-o", default="-", show_default=True, help="File to write, or -.")
+def replay(sacct_files: tuple[str, ...], fmt: str, output: str, **params: object) -> None:
+    """Predict a change's effect: replay the history (baseline) and each what-if side by side."""
+    from slurmgpu.render.replay import render_replay
+    from slurmgpu.replay import replay as run_replay
+    from slurmgpu.util.atomic import write_atomic
+
+    report = run_replay(list(sacct_files), replay_options(params))
+    text = render_replay(report.to_dict(), fmt)
+    if output == "-":
+        click.echo(text, nl=False)
+        return
+    try:
+        write_atomic(output, text, backup=False)
+    except OSError as exc:
+        from slurmgpu.errors import UsageError
+
+        raise UsageError(f"--output {output}: {exc.strerror or exc}") from None
+
+
+def _pairs(values: tuple[str, ...], option: str, convert=str, default_key: str | None = None):
+    """`KEY=VALUE` options -> {key: converted value}; `VALUE` alone is `default_key`'s."""
+    from slurmgpu.errors import UsageError
+
+    out = {}
+    for text in values:
+        key, sep, value = text.rpartition("=")
+        if not sep and default_key is not None:
+            key = default_key
+        try:
+            if not key or not value:
+                raise ValueError
+            out[key] = convert(value)
+        except ValueError:
+            form = "[PARTITION=]VALUE" if default_key else "PARTITION=VALUE"
+            raise UsageError(f"{option} {text!r}: use {form}") from None
+    return out
+
+
+def replay_options(params: dict):
+    """The command's options as a `ReplayOptions` (bad values are one-line usage errors)."""
+    import os
+
+    from slurmgpu.replay import ReplayOptions, parse_change, read_sweep
+    from slurmgpu.replay.cluster import qos_from_policy
+    from slurmgpu.replay.engine import SchedConfig
+    from slurmgpu.replay.slurm_config import parse_slurm_conf, sched_config
+
+    config = SchedConfig()
+    qos: tuple = ()
+    policy = None
+    if params["policy"]:
+        from slurmgpu.sources.policy_file import load_policy
+
+        policy = load_policy(params["policy"])
+        qos = qos_from_policy(policy)
+        config = SchedConfig(priority_weight_qos=policy.priority_weight_qos)
+    if params["slurm_conf"]:
+        with open(params["slurm_conf"], encoding="utf-8") as fh:
+            config = sched_config(parse_slurm_conf(fh.read()), config)
+    what_if = tuple(parse_change(c) for c in params["what_if"])
+    if params["sweep"]:
+        what_if += read_sweep(params["sweep"])
+    per_node = _pairs(params["per_node"], "--gpus-per-node", int, "*")
+    default_per_node = per_node.pop("*", None)
+    capacity = _pairs(params["capacity"], "--capacity", float)
+    if default_per_node:
+        per_node = {p: per_node.get(p, default_per_node) for p in capacity} | per_node
+    processes = params["processes"] or min(os.cpu_count() or 1, max(len(what_if), 1))
+    return ReplayOptions(
+        capacity=capacity,
+        gpus_per_node=per_node,
+        gpu_types=_pairs(params["gpu_types"], "--gpu-type"),
+        gpu_memory_mib=_pairs(params["gpu_memory"], "--gpu-memory", float),
+        shards_per_gpu=_pairs(params["shards"], "--shards-per-gpu", float, "*"),
+        qos=qos,
+        tiers=policy,
+        baseline_changes=tuple(parse_change(c) for c in params["baseline"]),
+        what_if=what_if,
+        config=config,
+        timezone=str(params["tz"]),
+        processes=processes,
+        live=bool(params["live"]),
+    )

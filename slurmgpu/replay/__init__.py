@@ -1,0 +1,210 @@
+"""What-if replay: a site's own job history re-scheduled on its cluster, then on each change.
+
+Library entry point: `replay(sacct_files, ReplayOptions(...)) -> ReplayReport`. The report's
+`to_dict()` is the JSON contract (docs/replay.md): `{"baseline": {...}, "scenarios": [...]}`.
+The layers: `from_accounting` (the accounting frame -> a `ReplayTrace`), `cluster` (the model
+and what changes do to it), `engine` (the scheduler), `results` (what it amounts to).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from slurmgpu.errors import UsageError
+from slurmgpu.replay.changes import Change, format_change, parse_change
+from slurmgpu.replay.cluster import ClusterModel, QosSpec, apply_change, from_capacity
+from slurmgpu.replay.engine import SchedConfig
+from slurmgpu.replay.engine import replay as run_engine
+from slurmgpu.replay.jobs import ReplayJob, ReplayTrace
+from slurmgpu.replay.results import ResultBlock, block_from_outcome, recorded_block, window_of
+
+__all__ = [
+    "ClusterModel",
+    "ReplayJob",
+    "ReplayOptions",
+    "ReplayReport",
+    "ReplayTrace",
+    "SchedConfig",
+    "parse_change",
+    "replay",
+    "replay_trace",
+]
+
+
+@dataclass(frozen=True)
+class ReplayOptions:
+    """Everything a replay needs besides the sacct dumps (the CLI fills it from its options)."""
+
+    capacity: Mapping[str, float] = field(default_factory=dict)  # partition -> whole GPUs
+    gpus_per_node: Mapping[str, int] = field(default_factory=dict)
+    gpu_types: Mapping[str, str] = field(default_factory=dict)
+    gpu_memory_mib: Mapping[str, float] = field(default_factory=dict)
+    shards_per_gpu: Mapping[str, float] = field(default_factory=dict)
+    qos: tuple[QosSpec, ...] = ()
+    tiers: Any = None  # a Policy, mapping or function QOS -> tier name (as analyze takes)
+    baseline_changes: tuple[Change, ...] = ()  # what the cluster is today beyond --capacity
+    what_if: tuple[Change, ...] = ()
+    config: SchedConfig = field(default_factory=SchedConfig)
+    timezone: str = "UTC"
+    processes: int = 1
+    live: bool = False  # read capacity (if not given), QOS and settings from the live cluster
+    env: Mapping[str, str] | None = None
+
+
+@dataclass(frozen=True)
+class ReplayReport:
+    """The recorded history (where known), the baseline replay and one block per change."""
+
+    baseline: ResultBlock
+    recorded: ResultBlock | None
+    scenarios: tuple[ResultBlock, ...]
+    skipped: Mapping[str, int]
+    config: SchedConfig
+
+    def to_dict(self) -> dict[str, Any]:
+        from slurmgpu.accounting import json_safe
+
+        base = self.baseline.to_dict()
+        base["recorded"] = self.recorded.to_dict() if self.recorded else None
+        base["skipped"] = dict(self.skipped)
+        return json_safe({"baseline": base, "scenarios": [s.to_dict() for s in self.scenarios]})
+
+
+def _tier_function(tiers: Any):
+    if tiers is None:
+        return None
+    if hasattr(tiers, "tier_for_qos"):
+        return lambda q: getattr(tiers.tier_for_qos(q), "name", None)
+    if isinstance(tiers, Mapping):
+        return tiers.get
+    return tiers
+
+
+def replay(sacct_files: Sequence[str | os.PathLike[str]], options: ReplayOptions) -> ReplayReport:
+    """Load the dumps, build the cluster model, replay the baseline and every what-if."""
+    from slurmgpu.replay.from_accounting import load_trace
+
+    if not sacct_files:
+        raise UsageError("replay needs at least one --sacct-file (the history to replay)")
+    options = _with_live(options) if options.live else options
+    trace = load_trace(
+        sacct_files,
+        tier_for_qos=_tier_function(options.tiers),
+        timezone=options.timezone,
+        shards_per_gpu=options.shards_per_gpu,
+        gpu_types=options.gpu_types,
+    )
+    return replay_trace(trace, options)
+
+
+def _with_live(options: ReplayOptions) -> ReplayOptions:
+    """Fill what the options leave open from scontrol and sacctmgr."""
+    from slurmgpu.replay.from_accounting import capacity_from_live
+    from slurmgpu.replay.slurm_config import sched_config
+    from slurmgpu.sources import sacctmgr
+    from slurmgpu.sources.slurm import scontrol_show_config
+
+    changes: dict[str, Any] = {
+        "config": sched_config(scontrol_show_config(options.env), options.config)
+    }
+    if not options.capacity:
+        caps, per_node, types = capacity_from_live(options.env)
+        changes.update(
+            capacity=caps,
+            gpus_per_node={**per_node, **options.gpus_per_node},
+            gpu_types={**types, **options.gpu_types},
+        )
+    if not options.qos:
+        changes["qos"] = tuple(
+            QosSpec(
+                q.name,
+                q.priority,
+                q.preempt,
+                q.grace_time_s,
+                q.preempt_mode if q.preempt_mode in ("requeue", "cancel", "off") else "requeue",
+            )
+            for q in sacctmgr.show_qos(options.env)
+        )
+    return replace(options, **changes)
+
+
+def build_model(options: ReplayOptions) -> ClusterModel:
+    """The baseline cluster: --capacity nodes, the QOS, then the baseline changes."""
+    if not options.capacity:
+        raise UsageError(
+            "replay needs the cluster: give --capacity PARTITION=GPUS (repeatable) or --live"
+        )
+    model = from_capacity(
+        options.capacity,
+        gpus_per_node=options.gpus_per_node,
+        gpu_types=options.gpu_types,
+        gpu_memory_mib=options.gpu_memory_mib,
+        qos=options.qos,
+    )
+    for change in options.baseline_changes:
+        model = apply_change(model, change)
+    return model
+
+
+def _gpus_by_partition(model: ClusterModel) -> dict[str, int]:
+    return {p.name: p.total_gpus for p in model.partitions}
+
+
+def _scenario(args: tuple) -> ResultBlock:
+    trace, model, change, config, window = args
+    changed = apply_change(model, change)
+    outcome = run_engine(trace, changed, config)
+    return block_from_outcome(
+        format_change(change), trace, outcome, _gpus_by_partition(changed), window,
+        change=format_change(change),
+    )  # fmt: skip
+
+
+def replay_trace(trace: ReplayTrace, options: ReplayOptions) -> ReplayReport:
+    """Replay an already-loaded trace (the baseline, then each what-if change)."""
+    model = build_model(options)
+    for change in options.what_if:  # fail before any long run, not after
+        apply_change(model, change)
+    baseline = run_engine(trace, model, options.config)
+    window = window_of(trace, baseline)
+    gpus = _gpus_by_partition(model)
+    base_block = block_from_outcome("baseline", trace, baseline, gpus, window)
+    jobs = [(trace, model, c, options.config, window) for c in options.what_if]
+    if options.processes > 1 and len(jobs) > 1:
+        import multiprocessing
+
+        ctx = multiprocessing.get_context("fork")
+        with ctx.Pool(min(options.processes, len(jobs))) as pool:
+            scenarios = pool.map(_scenario, jobs)
+    else:
+        scenarios = [_scenario(j) for j in jobs]
+    return ReplayReport(
+        baseline=base_block,
+        recorded=recorded_block(trace, gpus, window),
+        scenarios=tuple(scenarios),
+        skipped=dict(trace.skipped),
+        config=options.config,
+    )
+
+
+def read_sweep(path: str | os.PathLike[str]) -> tuple[Change, ...]:
+    """A sweep file: one change per line (`#` comments and blank lines ignored)."""
+    try:
+        with open(path, encoding="utf-8") as fh:
+            lines = fh.read().splitlines()
+    except OSError as exc:
+        raise UsageError(f"--sweep {os.fspath(path)}: {exc.strerror}") from None
+    out = []
+    for number, line in enumerate(lines, 1):
+        text = line.split("#", 1)[0].strip()
+        if text:
+            try:
+                out.append(parse_change(text))
+            except UsageError as exc:
+                raise UsageError(f"{os.fspath(path)}:{number}: {exc}") from None
+    if not out:
+        raise UsageError(f"--sweep {os.fspath(path)}: no change in the file")
+    return tuple(out)

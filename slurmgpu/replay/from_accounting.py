@@ -1,0 +1,222 @@
+"""The ONE place the replay depends on the accounting package: its per-run frame -> a trace.
+
+`slurmgpu.accounting` (load -> normalized per-allocation frame) is the replay's input. Only this
+module names its functions and columns (submit, start, end, elapsed_s, timelimit_s, partition,
+qos, tier, state, gpu_count, gpu_equiv, mig_slices, mig_profile, shards, gpu_mem_used_mib,
+gpu_type, job_id_raw, cluster), so a change in accounting is retargeted here alone.
+"""
+
+from __future__ import annotations
+
+import gzip
+import os
+import zlib
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import replace
+from typing import Any
+
+import numpy as np
+
+from slurmgpu.replay.jobs import MIG, SHARD, WHOLE, RecordedRuns, ReplayTrace
+
+# states of a run that was ended by preemption and followed by a requeued run of the same job
+_PREEMPTED_STATES = ("PREEMPTED", "REQUEUED")
+
+
+def load_trace(
+    sacct_files: Sequence[str | os.PathLike[str]],
+    *,
+    tier_for_qos: Callable[[str], str | None] | None = None,
+    timezone: str = "UTC",
+    shards_per_gpu: Mapping[str, float] | None = None,
+    gpu_types: Mapping[str, str] | None = None,
+) -> ReplayTrace:
+    """Read sacct dumps through the accounting loader and turn its frame into a trace."""
+    from slurmgpu.accounting import load as load_mod
+    from slurmgpu.accounting import metrics
+
+    options = load_mod.Options(
+        timezone=timezone, tier_for_qos=tier_for_qos, shards_per_gpu=dict(shards_per_gpu or {})
+    )
+    try:
+        frame = load_mod.load_files(sacct_files, options=options).frame
+    except (EOFError, zlib.error, gzip.BadGzipFile, UnicodeDecodeError) as exc:
+        # a truncated or corrupt dump: one line naming the files, never a traceback
+        from slurmgpu.errors import SacctParseError
+
+        names = ", ".join(os.fspath(p) for p in sacct_files)
+        raise SacctParseError(f"{names}: cannot read the dump ({exc})") from None
+    gpu_mem = metrics.gpu_memory_mib(frame, dict(gpu_types or {}), {})
+    return trace_from_frame(frame, gpu_mem)
+
+
+def _col(frame: Any, name: str, dtype: Any = float, na: Any = np.nan) -> np.ndarray:
+    if name not in frame.columns:
+        return np.full(len(frame), na, dtype=dtype)
+    return frame[name].to_numpy(dtype=dtype, na_value=na)
+
+
+def _seconds(frame: Any, name: str) -> np.ndarray:
+    t = frame[name].to_numpy(dtype="datetime64[s]", na_value=np.datetime64("NaT"))
+    out = t.astype("int64").astype(float)
+    out[np.isnat(t)] = np.nan
+    return out
+
+
+def trace_from_frame(frame: Any, gpu_memory_mib: np.ndarray | None = None) -> ReplayTrace:
+    """The accounting frame (one row per run) -> one replay job per Slurm job.
+
+    A requeued job's runs share its JobIDRaw: the job is replayed once, with its earliest
+    submit, the duration of its last run (the one that did the work) and the count of its
+    preempted runs; the replay decides its own preemptions. Runs that are not GPU jobs, or that
+    never started, are counted in `skipped`, never dropped silently.
+    """
+    submit = _seconds(frame, "submit")
+    start = _seconds(frame, "start")
+    end = _seconds(frame, "end")
+    elapsed = _col(frame, "elapsed_s")
+    state = _col(frame, "state", object, "")
+    gpu_job = _col(frame, "gpu_job", bool, False)
+    skipped: dict[str, int] = {}
+
+    def skip(mask: np.ndarray, reason: str) -> np.ndarray:
+        if mask.any():
+            skipped[reason] = skipped.get(reason, 0) + int(mask.sum())
+        return ~mask
+
+    keep = skip(~gpu_job, "not a GPU job")
+    keep &= skip(keep & np.isnan(submit), "no submit time")
+    # one row per job: group runs by (cluster, JobIDRaw); last run by start time
+    cluster = _col(frame, "cluster", object, "")
+    raw = _col(frame, "job_id_raw", float)
+    key = np.array([f"{c}/{int(r)}" if r == r else f"row{i}" for i, (c, r) in
+                    enumerate(zip(cluster, raw, strict=True))], dtype=object)  # fmt: skip
+    idx = np.flatnonzero(keep)
+    order = idx[np.lexsort((np.nan_to_num(start[idx], nan=np.inf), key[idx]))]
+    keys = key[order]
+    last = np.ones(len(order), bool)
+    last[:-1] = keys[1:] != keys[:-1]
+    first = np.ones(len(order), bool)
+    first[1:] = keys[1:] != keys[:-1]
+    group = np.cumsum(first) - 1
+    rows = order[last]
+    g_submit = np.full(len(rows), np.inf)
+    np.minimum.at(g_submit, group, submit[order])
+    g_first_start = np.full(len(rows), np.inf)
+    np.minimum.at(g_first_start, group, np.nan_to_num(start[order], nan=np.inf))
+    preempted = np.isin(np.array([str(s).split(" ")[0] for s in state[order]]), _PREEMPTED_STATES)
+    g_preempt = np.zeros(len(rows), np.int32)
+    np.add.at(g_preempt, group, preempted.astype(np.int32))
+    never = np.isnan(start[rows])
+    if never.any():
+        skipped["never started (pending or cancelled while pending)"] = int(never.sum())
+    sel = ~never
+    rows, g_submit, g_first_start, g_preempt = (
+        rows[sel],
+        g_submit[sel],
+        g_first_start[sel],
+        g_preempt[sel],
+    )
+    if not len(rows):
+        return ReplayTrace.from_jobs([], skipped=skipped)
+
+    duration = elapsed[rows]
+    duration = np.where(np.isnan(duration), np.nan_to_num(end[rows] - start[rows]), duration)
+    duration = np.maximum(np.nan_to_num(duration), 0.0)
+    limit = _col(frame, "timelimit_s")[rows]
+    limit = np.where(np.isnan(limit) | (limit <= 0), duration, limit)
+    limit = np.maximum(limit, duration)  # a run never outlives its limit in Slurm
+    gpu_count = np.nan_to_num(_col(frame, "gpu_count")[rows])
+    gpu_equiv = _col(frame, "gpu_equiv")[rows]
+    mig = np.nan_to_num(_col(frame, "mig_slices")[rows])
+    shards = np.nan_to_num(_col(frame, "shards")[rows])
+    kind = np.where(mig > 0, MIG, np.where((gpu_count <= 0) & (shards > 0), SHARD, WHOLE))
+    gpus = np.where(kind == MIG, mig, np.where(kind == SHARD, shards, gpu_count))
+    mem_used = _col(frame, "gpu_mem_used_mib")[rows]
+    cap = gpu_memory_mib[rows] if gpu_memory_mib is not None else np.full(len(rows), np.nan)
+    one = (kind == WHOLE) & (gpu_count == 1)
+    need_gpu = np.where(one & (cap > 0), mem_used / np.where(cap > 0, cap, 1.0), np.nan)
+    need_mib = np.where(one, mem_used, np.nan)
+    epoch = int(np.nanmin(g_submit))
+    part = _col(frame, "partition", object, "")[rows]
+    qos = _col(frame, "qos", object, "")[rows]
+    tier = _col(frame, "tier", object, "")[rows]
+    profile = _col(frame, "mig_profile", object, None)[rows]
+    job_id = _col(frame, "job_id", object, "")[rows]
+    order2 = np.lexsort((raw[rows], g_submit))
+
+    def codes(values: np.ndarray) -> tuple[np.ndarray, list[str]]:
+        names, inv = np.unique(values.astype(str), return_inverse=True)
+        return inv.astype(np.int32), [str(x) for x in names]
+
+    p_codes, partitions = codes(part[order2])
+    q_codes, qos_names = codes(qos[order2])
+    t_codes, tier_names = codes(np.where(tier == "", qos, tier)[order2])
+    prof = profile[order2]
+    profiles = sorted({str(p) for p in prof if isinstance(p, str) and p})
+    ppos = {p: k for k, p in enumerate(profiles)}
+    rec_end = end[rows]
+    runs = _recorded_runs(frame, keep, start, epoch, partitions)
+    # each run's job: its key's position in the trace (the last run of a key is its row)
+    position = {k: i for i, k in enumerate(key[rows][order2])}
+    run_keys = key[keep & ~np.isnan(start)]
+    runs = replace(runs, job=np.array([position.get(k, -1) for k in run_keys], dtype=np.int64))
+    return ReplayTrace(
+        epoch_s=epoch,
+        job_id=job_id[order2],
+        partition=p_codes,
+        qos=q_codes,
+        tier=t_codes,
+        submit_s=(g_submit - epoch)[order2],
+        duration_s=duration[order2],
+        timelimit_s=limit[order2],
+        gpus=gpus[order2].astype(float),
+        kind=kind[order2].astype(np.int8),
+        mig_profile=np.array(
+            [ppos.get(p, -1) if isinstance(p, str) else -1 for p in prof], dtype=np.int32
+        ),
+        need_gpu=need_gpu[order2],
+        need_mib=need_mib[order2],
+        gpu_equiv=gpu_equiv[order2],
+        recorded_start_s=(g_first_start - epoch)[order2],
+        recorded_end_s=(rec_end - epoch)[order2],
+        recorded_preemptions=g_preempt[order2],
+        partitions=partitions,
+        qos_names=qos_names,
+        tier_names=tier_names,
+        profiles=profiles,
+        skipped=skipped,
+        recorded_runs=runs,
+    )
+
+
+def _recorded_runs(
+    frame: Any, keep: np.ndarray, start: np.ndarray, epoch: int, partitions: list[str]
+) -> RecordedRuns:
+    """Every started run of the kept jobs, preempted ones included (their GPU-hours lost)."""
+    sel = keep & ~np.isnan(start)
+    run_end = _seconds(frame, "run_end") if "run_end" in frame.columns else _seconds(frame, "end")
+    equiv = _col(frame, "gpu_equiv")
+    equiv = np.where(np.isnan(equiv), np.nan_to_num(_col(frame, "gpu_count")), equiv)
+    state = _col(frame, "state", object, "")[sel]
+    part = _col(frame, "partition", object, "")[sel].astype(str)
+    pos = {p: k for k, p in enumerate(partitions)}
+    return RecordedRuns(
+        start_s=start[sel] - epoch,
+        end_s=run_end[sel] - epoch,
+        equiv=equiv[sel],
+        partition=np.array([pos.get(p, -1) for p in part], dtype=np.int64),
+        preempted=np.isin(np.array([str(s).split(" ")[0] for s in state]), _PREEMPTED_STATES),
+    )
+
+
+def capacity_from_live(env: Mapping[str, str] | None = None):
+    """(partition GPUs, GPUs per node, GPU types) from the live `scontrol show node/partition`."""
+    from slurmgpu.accounting.capacity import capacity_from_scontrol
+    from slurmgpu.sources import slurm as slurm_src
+
+    cap = capacity_from_scontrol(
+        slurm_src.scontrol_show("node", env=env), slurm_src.scontrol_show("partition", env=env)
+    )
+    per_node = {p: round(v) for p, v in cap.gpus_per_node.items()}
+    return dict(cap.partition_gpus), per_node, dict(cap.gpu_types)

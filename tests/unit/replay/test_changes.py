@@ -1,0 +1,49 @@
+"""Change strings: parse -> dataclass -> format round trip, and one clear error each."""
+
+import pytest
+
+from slurmgpu.errors import UsageError
+from slurmgpu.replay.changes import Carve, Move, Shard, TierChange, format_change, parse_change
+
+
+@pytest.mark.parametrize(
+    "text, expected",
+    [
+        ("move:infer:train:16", Move("infer", "train", 16)),
+        ("carve:infer:8:1g.10gb=7", Carve("infer", 8, (("1g.10gb", 7),))),
+        ("carve:gpu:4:3g.40gb=1,2g.20gb=1,1g.10gb=2",
+         Carve("gpu", 4, (("3g.40gb", 1), ("2g.20gb", 1), ("1g.10gb", 2)))),
+        ("shard:infer:8:4", Shard("infer", 8, 4)),
+        ("tier:p2:grace_s=300,mode=requeue", TierChange("p2", grace_s=300, mode="requeue")),
+        ("tier:p0:priority=1000,preempts=p1+p2", TierChange("p0", 1000, ("p1", "p2"))),
+        ("tier:p0:preempts=none", TierChange("p0", preempts=())),
+    ],
+)  # fmt: skip
+def test_parse_and_format_round_trip(text, expected):
+    change = parse_change(text)
+    assert change == expected
+    assert format_change(change) == text
+    assert parse_change(format_change(change)) == change
+
+
+@pytest.mark.parametrize(
+    "text, says",
+    [
+        ("move:a:a:8", "same partition"),
+        ("move:a:b:0", "GPUS '0'"),
+        ("move:a:b", "use move:FROM:TO:GPUS"),
+        ("carve:a:8:7g=1", "not PROFILE=COUNT"),
+        ("carve:a:8:1g.10gb=2,1g.10gb=1", "listed twice"),
+        ("shard:a:8:1", "N '1'"),
+        ("tier:p0:colour=red", "unknown key 'colour'"),
+        ("tier:p0:mode=suspend", "mode must be one of"),
+        ("tier:p0:grace_s=-5", "grace_s '-5'"),
+        ("grow:a:8", "use move:FROM:TO:GPUS"),
+        ("move:a;rm:b:8", "not a Slurm name"),
+    ],
+)
+def test_bad_changes_are_one_line_usage_errors(text, says):
+    with pytest.raises(UsageError) as err:
+        parse_change(text)
+    assert says in str(err.value)
+    assert "\n" not in str(err.value)

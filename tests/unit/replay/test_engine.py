@@ -1,0 +1,170 @@
+"""The scheduler on hand-sized cases whose Slurm outcome can be worked out on paper."""
+
+import math
+
+from slurmgpu.replay.changes import parse_change
+from slurmgpu.replay.cluster import QosSpec, apply_change, from_capacity
+from slurmgpu.replay.engine import CANCELLED, DONE, UNRUNNABLE, SchedConfig, replay
+from slurmgpu.replay.jobs import MIG, ReplayJob, ReplayTrace
+
+# the hand-worked cases below are about scheduling decisions: no submit/release latency
+EXACT = {"submit_sched_delay_s": 0.0, "release_delay_s": 0.0}
+QOS = (QosSpec("p0", 1000, ("p2",)), QosSpec("p1", 500), QosSpec("p2", 100, (), 60))
+
+
+def job(i, submit, dur, gpus, qos="p1", part="gpu", limit=None, **kw):
+    return ReplayJob(str(i), part, qos, qos, float(submit), float(dur),
+                     float(limit or dur), float(gpus), **kw)  # fmt: skip
+
+
+def run(jobs, gpus=8, config=None, changes=(), **cap):
+    trace = ReplayTrace.from_jobs(jobs)
+    model = from_capacity({"gpu": gpus, **cap}, gpu_types={"gpu": "h100"}, qos=QOS)
+    for c in changes:
+        model = apply_change(model, parse_change(c))
+    return trace, replay(trace, model, config or SchedConfig(bf_interval_s=10, **EXACT))
+
+
+def starts(trace, outcome):
+    return {trace.job_id[i]: outcome.start_s[i] for i in range(len(trace))}
+
+
+def test_jobs_queue_for_a_full_node_in_submit_order():
+    trace, out = run([job(1, 0, 100, 8), job(2, 5, 100, 8), job(3, 6, 50, 8)])
+    assert starts(trace, out) == {"1": 0, "2": 100, "3": 200}
+    assert list(out.state) == [DONE] * 3
+
+
+def test_higher_qos_priority_goes_first():
+    trace, out = run([job(1, 0, 100, 8), job(2, 5, 100, 8, "p2"), job(3, 6, 100, 8, "p0")])
+    assert starts(trace, out) == {"1": 0, "3": 100, "2": 200}
+
+
+def test_backfill_starts_a_short_job_that_delays_no_one():
+    # 4 GPUs busy until 1000; an 8-GPU job waits for them; a 4-GPU job of limit 500 fits
+    # before 1000 and is backfilled, one of limit 2000 would delay the big job and is not
+    jobs = [
+        job(1, 0, 1000, 4),
+        job(2, 1, 100, 8),
+        job(3, 2, 400, 4, limit=500),
+        job(4, 3, 400, 4, limit=2000),
+    ]
+    trace, out = run(jobs)
+    s = starts(trace, out)
+    assert s["3"] == 10  # the first backfill pass (bf_interval 10 s)
+    assert s["2"] == 1000  # not delayed
+    assert s["4"] == 1100  # after the big job
+
+
+def test_without_backfill_the_short_job_waits_its_turn():
+    jobs = [job(1, 0, 1000, 4), job(2, 1, 100, 8), job(3, 2, 400, 4, limit=500)]
+    trace, out = run(jobs, config=SchedConfig(backfill=False, **EXACT))
+    assert starts(trace, out) == {"1": 0, "2": 1000, "3": 1100}
+
+
+def test_preemption_with_grace_time_then_requeue_from_the_start():
+    cfg = SchedConfig(bf_interval_s=10, requeue_delay_s=120, **EXACT)
+    jobs = [job(1, 0, 1000, 8, "p2"), job(2, 100, 50, 8, "p0")]
+    trace, out = run(jobs, config=cfg)
+    s = starts(trace, out)
+    assert s["2"] == 160  # after the 60 s GraceTime of the victim's QOS (p2)
+    assert out.preemptions == 1
+    # the victim is killed at 160, eligible at 280, reruns its whole 1000 s
+    assert out.end_s[list(trace.job_id).index("1")] == 280 + 1000
+    lost = [
+        (e - st) * q
+        for st, e, q, p in zip(
+            out.runs.start, out.runs.end, out.runs.equiv, out.runs.preempted, strict=False
+        )
+        if p
+    ]
+    assert lost == [160 * 8]
+
+
+def test_preempt_mode_cancel_counts_the_victim_as_not_run():
+    jobs = [job(1, 0, 1000, 8, "p2"), job(2, 100, 50, 8, "p0")]
+    trace, out = run(jobs, changes=["tier:p2:mode=cancel"])
+    assert out.state[list(trace.job_id).index("1")] == CANCELLED
+    assert out.unrunnable_reasons == {"preempted and cancelled (PreemptMode=cancel)": 1}
+
+
+def test_qos_that_may_not_preempt_waits():
+    jobs = [job(1, 0, 1000, 8, "p1"), job(2, 100, 50, 8, "p0")]
+    trace, out = run(jobs)
+    assert starts(trace, out)["2"] == 1000
+    assert out.preemptions == 0
+
+
+def test_fewest_victims_on_the_best_node():
+    # two nodes: node A runs one 8-GPU p2 job, node B runs two 4-GPU p2 jobs; a 4-GPU p0 job
+    # needs one victim on B (4 GPUs) rather than the 8-GPU one
+    jobs = [job(1, 0, 900, 8, "p2"), job(2, 0, 900, 4, "p2"), job(3, 0, 900, 4, "p2"),
+            job(4, 50, 10, 4, "p0")]  # fmt: skip
+    trace, out = run(jobs, gpus=16)
+    assert out.preemptions == 1
+    assert starts(trace, out)["4"] == 110
+
+
+def test_multi_node_job_takes_whole_idle_nodes():
+    jobs = [job(1, 0, 100, 4), job(2, 1, 100, 16)]
+    trace, out = run(jobs, gpus=24)
+    assert starts(trace, out) == {"1": 0, "2": 1}
+    trace, out = run([job(1, 0, 100, 4), job(2, 1, 100, 24)], gpus=24)
+    assert starts(trace, out)["2"] == 100
+
+
+def test_mig_jobs_use_a_carved_pool_and_small_whole_jobs_may_too():
+    jobs = [
+        job(1, 0, 100, 1, kind=MIG, mig_profile="1g.10gb"),
+        job(2, 0, 100, 8),
+        job(3, 0, 100, 1, need_mib=6000.0),  # fits a 1g.10gb (9.75 GiB) with 10 % headroom
+        job(4, 0, 100, 1, need_mib=60000.0),  # does not: needs a whole GPU
+    ]
+    trace, out = run(jobs, gpus=16, changes=["carve:gpu:8:1g.10gb=7"])
+    s = starts(trace, out)
+    assert s["1"] == 0 and s["2"] == 0 and s["3"] == 0
+    assert s["4"] == 100  # the whole GPUs are all taken by job 2
+    assert list(out.on_slice) == [False, False, True, False]
+    slice_equiv = [q for j, q in zip(out.runs.job, out.runs.equiv, strict=False) if j in (0, 2)]
+    assert all(math.isclose(q, 1 / 7) for q in slice_equiv)
+
+
+def test_jobs_that_can_never_run_are_counted_not_dropped():
+    jobs = [job(1, 0, 10, 32), job(2, 0, 10, 1, part="nowhere"),
+            job(3, 0, 10, 1, kind=MIG, mig_profile="3g.40gb")]  # fmt: skip
+    _trace, out = run(jobs)
+    assert list(out.state) == [UNRUNNABLE] * 3
+    assert sum(out.unrunnable_reasons.values()) == 3
+
+
+def test_shards_pool():
+    from slurmgpu.replay.jobs import SHARD
+
+    jobs = [job(1, 0, 100, 3, kind=SHARD), job(2, 0, 100, 3, kind=SHARD)]
+    trace, out = run(jobs, changes=["shard:gpu:1:4"])
+    assert starts(trace, out) == {"1": 0, "2": 100}
+
+
+def test_age_lifts_an_old_low_qos_job_over_a_new_one():
+    # with a large age weight and a short max age, a p2 job that waited long outranks p1
+    cfg = SchedConfig(
+        priority_weight_qos=1000,
+        priority_weight_age=10000,
+        priority_max_age_s=1000,
+        priority_calc_period_s=1,
+        bf_interval_s=10,
+        **EXACT,
+    )
+    jobs = [job(1, 0, 2000, 8), job(2, 10, 100, 8, "p2"), job(3, 1900, 100, 8, "p1")]
+    trace, out = run(jobs, config=cfg)
+    assert starts(trace, out) == {"1": 0, "2": 2000, "3": 2100}
+
+
+def test_submit_and_release_latency_of_slurmctld():
+    # a burst is first scheduled a second after submit, highest priority first; GPUs come
+    # back half a second after a job's End
+    cfg = SchedConfig(submit_sched_delay_s=1.0, release_delay_s=0.5)
+    jobs = [job(1, 0, 10, 8, "p2"), job(2, 0.5, 10, 8, "p0"), job(3, 1, 10, 8, "p1")]
+    trace, out = run(jobs, config=cfg)
+    assert starts(trace, out) == {"2": 1.0, "3": 11.5, "1": 22.0}
+    assert out.end_s[1] == 11.0  # the job's own End is not moved

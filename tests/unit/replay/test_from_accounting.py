@@ -1,0 +1,49 @@
+"""The adapter: the accounting loader's per-run frame -> one replay job per Slurm job."""
+
+from pathlib import Path
+
+import numpy as np
+
+from slurmgpu.replay.from_accounting import load_trace
+from slurmgpu.replay.jobs import MIG, SHARD, WHOLE
+
+DATA = Path(__file__).resolve().parents[2] / "data" / "sacct"
+
+
+def test_synthetic_mix_becomes_jobs_with_every_row_accounted_for():
+    trace = load_trace([DATA / "synthetic-mix.txt"], shards_per_gpu={"gpu": 4})
+    jobs = {j.job_id: j for j in trace.jobs()}
+    # not GPU jobs and jobs that never started are counted, not dropped
+    assert trace.skipped["not a GPU job"] == 4
+    assert set(trace.partitions) == {"gpu", "mig"}
+    # 1004 was preempted once and ran again: one job, the last run's 600 s of work
+    j = jobs["1004"]
+    assert (j.gpus, j.duration_s, j.recorded_preemptions) == (8.0, 600.0, 1)
+    assert j.timelimit_s == 36000.0  # TimelimitRaw 600 minutes
+    assert jobs["1002"].kind == MIG and jobs["1002"].mig_profile == "1g.10gb"
+    assert jobs["1003"].kind == SHARD and jobs["1003"].gpus == 4.0
+    assert jobs["1001"].kind == WHOLE and jobs["1001"].gpus == 2.0
+    # submit order, times from the first submit
+    assert list(trace.submit_s) == sorted(trace.submit_s)
+    assert trace.submit_s[0] == 0.0
+
+
+def test_recorded_runs_keep_the_preempted_run():
+    trace = load_trace([DATA / "synthetic-mix.txt"])
+    runs = trace.recorded_runs
+    assert runs is not None
+    k = trace.partitions.index("gpu")
+    lost = runs.preempted & (runs.partition == k)
+    # 1004's first run (8 GPUs, 1800 s) and 1013's (1 GPU, 600 s) ended by preemption/requeue
+    assert np.isclose(((runs.end_s - runs.start_s) * runs.equiv)[lost].sum(), 8 * 1800 + 600)
+    # every run belongs to its job: both runs of 1004 point at the one replay job
+    i = list(trace.job_id).index("1004")
+    assert (runs.job == i).sum() == 2
+    assert (runs.job >= 0).all()
+
+
+def test_harness_dump_from_real_slurm_loads():
+    trace = load_trace([DATA / "slurm-22.05-harness.txt"])
+    assert len(trace) > 0
+    assert (trace.duration_s >= 0).all()
+    assert not np.isnan(trace.recorded_start_s).any()
