@@ -8,9 +8,7 @@ gpu_type, job_id_raw, cluster), so a change in accounting is retargeted here alo
 
 from __future__ import annotations
 
-import gzip
 import os
-import zlib
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 from typing import Any
@@ -33,20 +31,13 @@ def load_trace(
 ) -> ReplayTrace:
     """Read sacct dumps through the accounting loader and turn its frame into a trace."""
     from slurmgpu.accounting import load as load_mod
-    from slurmgpu.accounting import metrics
+    from slurmgpu.accounting import runs
 
     options = load_mod.Options(
         timezone=timezone, tier_for_qos=tier_for_qos, shards_per_gpu=dict(shards_per_gpu or {})
     )
-    try:
-        frame = load_mod.load_files(sacct_files, options=options).frame
-    except (EOFError, zlib.error, gzip.BadGzipFile, UnicodeDecodeError) as exc:
-        # a truncated or corrupt dump: one line naming the files, never a traceback
-        from slurmgpu.errors import SacctParseError
-
-        names = ", ".join(os.fspath(p) for p in sacct_files)
-        raise SacctParseError(f"{names}: cannot read the dump ({exc})") from None
-    gpu_mem = metrics.gpu_memory_mib(frame, dict(gpu_types or {}), {})
+    frame = load_mod.load_files(sacct_files, options=options).frame
+    gpu_mem = runs.gpu_sizes(frame, dict(gpu_types or {}), {}).per_run_mib
     return trace_from_frame(frame, gpu_mem)
 
 

@@ -18,7 +18,13 @@ import pytest
 from slurmgpu.sources import snapshot
 from tests.harness.multinode import MultiNodeCluster
 
-pytestmark = pytest.mark.integration
+pytestmark = [
+    pytest.mark.integration,
+    pytest.mark.slurm_only(
+        "host",
+        reason="the multi-node namespaces harness runs the host's Slurm only (not yet ported to the Debian root)",
+    ),
+]
 NODES = ("gpu01", "gpu02", "gpu03", "gpu04")
 
 

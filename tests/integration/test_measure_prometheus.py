@@ -20,7 +20,10 @@ from slurmgpu.measure.prometheus import SCHEMAS, PrometheusSource
 from slurmgpu.model.measure import RunRef
 from tests.harness.prometheus import PrometheusServer, missing_programs
 
-pytestmark = pytest.mark.integration
+pytestmark = [
+    pytest.mark.integration,
+    pytest.mark.slurm_only("host", reason="needs no Slurm daemons (a Prometheus test)"),
+]
 
 STEP = 30  # seconds between samples, like a 30 s scrape
 T = int(time.time()) // 3600 * 3600  # a round hour in the past hour

@@ -29,7 +29,10 @@ from tests.doubles.machines import install_double, setup_machine
 from tests.harness import SlurmCluster
 from tests.harness.cluster import make_device_nodes, map_dev_paths, which
 
-pytestmark = pytest.mark.integration
+pytestmark = [
+    pytest.mark.integration,
+    pytest.mark.slurm_only("host", reason="built and proven on the host's 22.05 only so far"),
+]
 NODE = "gpu01"
 
 

@@ -77,7 +77,12 @@ def test_merged_groups_carry_no_single_node_uuid_but_singles_do():
 def test_a_changed_node_leaves_its_group():
     invs = [node_inventory(n, m) for n, m in FLEET.items()]
     h100 = invs[1]
-    invs[1] = dataclasses.replace(h100, gpus=h100.gpus[:7])  # gpu02 lost a GPU
+    # gpu02 has a GPU fewer, as its own inventory records it (NVML counts 7, no /dev node)
+    gone = f"/dev/nvidia{h100.gpus[7].minor_number}"
+    host = dataclasses.replace(
+        h100.host, device_nodes=tuple(d for d in h100.host.device_nodes if d != gone)
+    )
+    invs[1] = dataclasses.replace(h100, gpus=h100.gpus[:7], nvml_device_count=7, host=host)
     shas = {inv.node_name: "0" * 64 for inv in invs}
     result = render_cluster_gres(invs, gres.GresOptions(), inventory_sha256=shas)
     assert [g.names for g in result.groups][:2] == [("gpu01",), ("gpu02",)]

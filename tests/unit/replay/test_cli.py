@@ -69,7 +69,6 @@ def test_user_mistakes_are_one_line(tmp_path):
         (["--sweep", str(bad)], "sweep.txt:2: change 'carve:gpu:8'"),
         (["--capacity", "gpu=lots"], "--capacity 'gpu=lots'"),
     ]
-    cases.append((["--output", str(tmp_path / "missing" / "dir" / "r.txt")], "--output"))
     for args, says in cases:
         res = CliRunner().invoke(main, [*BASE, *args])
         assert res.exit_code == 2, (args, res.output)
@@ -88,5 +87,17 @@ def test_a_truncated_dump_is_one_line(tmp_path):
     cut.write_bytes(b"\x1f\x8b\x08\x00")
     res = CliRunner().invoke(main, ["replay", "--sacct-file", str(cut), "--capacity", "gpu=8"])
     assert res.exit_code == 1
-    assert res.output.startswith("slurmgpu: error: ") and "cannot read the dump" in res.output
+    assert res.output.startswith("slurmgpu: error: ") and "truncated" in res.output
+    assert res.output.count("\n") == 1
+
+
+def test_an_output_in_a_missing_directory_is_one_line(tmp_path):
+    # an I/O failure (exit 1), not a usage error
+    dump = str(DATA / "synthetic-mix.txt")
+    out = str(tmp_path / "missing" / "dir" / "r.txt")
+    res = CliRunner().invoke(
+        main, ["replay", "--sacct-file", dump, "--capacity", "gpu=8", "--output", out]
+    )
+    assert res.exit_code == 1, res.output
+    assert res.output.startswith("slurmgpu: error: ") and "does not exist" in res.output
     assert res.output.count("\n") == 1
