@@ -22,7 +22,7 @@ pytestmark = [
     pytest.mark.integration,
     pytest.mark.slurm_only(
         "host",
-        reason="the multi-node namespaces harness runs the host's Slurm only (not yet ported to the Debian root)",
+        reason="the multi-node harness runs the host's Slurm only (not in the Debian root yet)",
     ),
 ]
 NODES = ("gpu01", "gpu02", "gpu03", "gpu04")

@@ -36,7 +36,7 @@ pytestmark = [
     pytest.mark.integration,
     pytest.mark.slurm_only(
         "host",
-        reason="fidelity is calibrated on the host's 22.05; a second ~4-minute run would not fit CI",
+        reason="calibrated on the host's 22.05; a second 4-minute run would not fit CI",
     ),
 ]
 
