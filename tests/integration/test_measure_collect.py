@@ -198,3 +198,48 @@ def test_sacctmgr_lower_cases_admin_comment_so_base64_cannot_survive(epilog_clus
     source = JobstatsSource()
     ref = RunRef(str(job), c.cluster_name, None, None, "gpu01", 1, stored)
     assert source.measures([ref]) == [] and "lower-cased" in source.warnings[0].message
+
+
+def test_analyze_on_live_sacct_shows_what_the_collector_measured(epilog_cluster, tmp_path):
+    """The issue's end-to-end claim on 22.05 (which records no GPU use itself): a 1-GPU job
+    measured by the collector shows utilization and a fit-to-slice share in `slurmgpu
+    analyze` on live sacct, through the CLI a site runs from cron."""
+    c, paths = epilog_cluster
+    since = datetime.now(UTC).replace(microsecond=0)
+    job = c.sbatch("--hold", "--gres=gpu:1", script="#!/bin/sh\nsleep 1\n")
+    tree = tmp_path / "host"
+    proc = tree / "proc" / str(PIDS[0])
+    proc.mkdir(parents=True)
+    (proc / "cgroup").write_text(f"0::/system.slice/slurmstepd.scope/job_{job}/step_0\n")
+    (proc / "status").write_text(f"Name:\tpython3\nPid:\t{PIDS[0]}\nUid:\t0\t0\t0\t0\n")
+    data = machine("dgx-h100")
+    data["gpus"][0]["processes"] = [{"pid": PIDS[0], "used_memory_mib": 6000}]
+    data["gpus"][0]["utilization"] = {"gpu": 35, "memory": 0}
+    machine_file = tmp_path / "m.json"
+    machine_file.write_text(json.dumps(data))
+    collector("--state", str(paths["state.json"]), "--host-root", str(tree), "--node", "gpu01",
+              machine_file=machine_file)  # fmt: skip
+    c.scontrol("release", str(job))
+    c.wait_job_state(job, "COMPLETED", timeout=60)
+    c.wait_sacct(
+        job,
+        lambda rows: any("sg1:" in r.get("AdminComment", "").lower() for r in rows),
+        timeout=60,
+        fields="JobIDRaw,AdminComment",
+    )
+    until = datetime.now(UTC).replace(microsecond=0)
+    argv = [sys.executable, "-m", "slurmgpu", "analyze", "--format", "json",
+            "--since", since.isoformat(), "--until", until.isoformat()]  # fmt: skip
+    env = dict(os.environ) | c.env
+    done = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=120, check=False)
+    assert done.returncode == 0, done.stderr
+    doc = json.loads(done.stdout)
+    assert doc["totals"]["jobs"] == 1, doc["totals"]
+    assert doc["utilization_basis"]["collector"] == 1
+    # one GPU measured at 35% (its only sample); Slurm 22.05 itself measured nothing
+    assert doc["utilization_basis"]["slurm_gpuutil"] == 0
+    assert doc["totals"]["gpu_util_mean"] == pytest.approx(35.0, abs=0.01)
+    fit = doc["fit_fraction"]
+    # 6000 MiB of an 81559 MiB H100 (the size the summary carries): fits every slice size
+    assert fit["basis_counts"]["measured_gpumem"] == 1
+    assert fit["1/2"]["jobs"] == 1.0 and fit["1/7"]["jobs"] == 1.0
