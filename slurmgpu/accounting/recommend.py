@@ -228,6 +228,9 @@ def _mig_rec(p, model, entry, window, tiny, medium, mem, conc, held, evidence, c
         ),
         "evidence": {**evidence, "gpu_model": model.key, "layouts": layouts},
         "estimated_effect": {"gpus_carved": gpus, **effect},
+        **_changes(
+            _replay_changes().Carve(p, x["gpus"], ((x["profile"], x["per_gpu"]),)) for x in layouts
+        ),
     }
 
 
@@ -266,6 +269,7 @@ def _shard_rec(p, model, gpu_mem, small, mem, conc, held, evidence, checks):
         ),
         "evidence": {**evidence, "gpu_memory_mib": size, "p95_gpu_memory_mib": p95},
         "estimated_effect": {"gpus_shared": gpus, "shards_per_gpu": shards, **effect},
+        **_changes([_replay_changes().Shard(p, gpus, shards)]),
     }
 
 
@@ -351,6 +355,7 @@ def _move_nodes(
                         "capacity_gpu_hours_added_to_taker": float(moved * hours),
                         "demand_gpu_hours_served": float(served),
                     },
+                    **_changes([_replay_changes().Move(name, taker["partition"], int(moved))]),
                 }
             )
             if demand_gpus <= 0:
@@ -363,6 +368,34 @@ def _move_nodes(
 MOVE_KEYS = (
     "partition", "allocation_ratio", "wait_s", "idle_gpu_hours", "pending_gpu_hours",
 )  # fmt: skip
+
+
+SUGGESTED_GRACE_S = 300  # time a preempted job gets to checkpoint, suggested in `change`
+
+
+def _replay_changes():
+    """The replay's change grammar (one grammar for `analyze` and `replay --what-if`)."""
+    from slurmgpu.replay import changes
+
+    return changes
+
+
+def _changes(items) -> dict:
+    """`change` (the first, a string `replay --what-if` takes) and `changes` (all of them):
+    a recommendation made of several changes (a carve in two layouts) lists each."""
+    texts = [_replay_changes().format_change(c) for c in items]
+    return {"change": texts[0] if texts else None, "changes": texts}
+
+
+def _preempt_all_changes(frame: pd.DataFrame, top: str) -> dict:
+    """The top tier's QOS preempting every other QOS seen in the window."""
+    qos = frame["qos"].to_numpy(dtype=object, na_value="")
+    tier = frame["tier"].to_numpy(dtype=object, na_value="")
+    mine = sorted(set(qos[tier == top]) - {""})
+    others = tuple(sorted(set(qos[tier != top]) - {""} - set(mine)))
+    if not others:
+        return _changes([])
+    return _changes(_replay_changes().TierChange(q, preempts=others) for q in mine)
 
 
 def _dur(seconds: float) -> str:
@@ -423,6 +456,12 @@ def _tiers(
                         "preempted_tiers": tiers_hit,
                     },
                     "estimated_effect": {"gpu_hours_recovered_max": lost},
+                    **_changes(
+                        _replay_changes().TierChange(q, grace_s=SUGGESTED_GRACE_S)
+                        for q in sorted(
+                            set(frame["qos"].to_numpy(dtype=object, na_value="")[pre]) - {""}
+                        )
+                    ),
                 }
             )
         else:
@@ -447,6 +486,7 @@ def _tiers(
                     f"(target {TOP_TIER_WAIT_P95_S / 60:.0f} min).",
                     "evidence": {"tier": top, "wait_s": entry["wait_s"], "jobs": entry["jobs"]},
                     "estimated_effect": {"target_wait_p95_s": TOP_TIER_WAIT_P95_S},
+                    **_preempt_all_changes(frame, top),
                 }
             )
         else:
@@ -481,6 +521,8 @@ def recommend(
                 + "; ".join(checks),
                 "evidence": {"checks": checks},
                 "estimated_effect": {},
+                "change": None,
+                "changes": [],
             }
         )
     return recs

@@ -12,6 +12,7 @@ import pytest
 
 from slurmgpu.accounting import AnalysisOptions, analyze
 from slurmgpu.model.measure import JobGpuMeasure, RunRef
+from slurmgpu.replay.changes import parse_change
 
 from .sacct_text import B, job, text
 
@@ -153,6 +154,12 @@ def test_node_move_fires_on_the_month_of_issue_8(tmp_path):
     # the donor stays under its target after all moves
     assert 13.44 / (32 - moved) <= 0.70 + 1e-9
     assert all(m["estimated_effect"]["demand_gpu_hours_served"] > 0 for m in moves)
+    # each move is a change `replay --what-if` takes, in the replay's own grammar
+    for m in moves:
+        change = parse_change(m["change"])
+        assert m["changes"] == [m["change"]]
+        assert (change.source, change.gpus) == ("idle", m["estimated_effect"]["gpus_moved"])
+        assert change.target == m["evidence"]["to"]["partition"]
 
 
 def test_measure_with_a_start_lands_on_that_run_of_a_requeued_job(tmp_path):

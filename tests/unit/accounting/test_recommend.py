@@ -37,6 +37,7 @@ def test_mig_carve_for_measured_small_jobs(tmp_path):
     # p95 concurrency 4 x headroom 1.25 = 5 slices -> one GPU as 7x 1g.10gb
     assert ev["layouts"] == [{"profile": "1g.10gb", "per_gpu": 7, "gpus": 1}]
     assert rec["estimated_effect"]["gpus_carved"] == 1
+    assert rec["change"] == "carve:gpu:1:1g.10gb=7" and rec["changes"] == [rec["change"]]
     # hour by hour: 4 whole GPUs held, 1 carved GPU (7 slices) holds the 4 small jobs
     eff = rec["estimated_effect"]
     assert eff["whole_gpus_freed_p50"] == pytest.approx(4 - 1)
@@ -49,6 +50,7 @@ def test_half_gpu_jobs_get_a_3g_layout(tmp_path):
     doc = run(tmp_path, small_h100_jobs(40, mem="30000M"), capacity={"gpu": 8})
     rec = next(r for r in doc["recommendations"] if r["kind"] == "mig_carve")
     assert rec["evidence"]["layouts"] == [{"profile": "3g.40gb", "per_gpu": 2, "gpus": 3}]
+    assert rec["change"] == "carve:gpu:3:3g.40gb=2"
 
 
 def test_no_mig_model_gets_shards(tmp_path):
@@ -57,7 +59,10 @@ def test_no_mig_model_gets_shards(tmp_path):
         for i in range(1, 25)
     ]
     doc = run(tmp_path, rows)
-    assert doc["recommendations"][0]["kind"] == "shard"
+    rec = doc["recommendations"][0]
+    assert rec["kind"] == "shard"
+    effect = rec["estimated_effect"]
+    assert rec["change"] == f"shard:gpu:{effect['gpus_shared']}:{effect['shards_per_gpu']}"
 
 
 def test_layout_validity_from_catalogue():
@@ -72,6 +77,7 @@ def test_none_when_data_does_not_support_a_change(tmp_path):
     assert len(doc["recommendations"]) == 1
     rec = doc["recommendations"][0]
     assert rec["kind"] == "none" and rec["title"] == "No change recommended"
+    assert rec["change"] is None and rec["changes"] == []
     assert any("fewer than 20" in c for c in rec["evidence"]["checks"])
     assert rec["estimated_effect"] == {}
 
@@ -116,6 +122,7 @@ def test_preemption_losses_flagged(tmp_path):
     assert ev["gpu_hours_wait_saved_estimate"] == pytest.approx(0)  # limit reached: saved none
     assert ev["preempted_tiers"] == ["P2"]
     assert rec["title"].startswith("Preemption throws away more than it buys")
+    assert rec["changes"] == ["tier:p2:grace_s=300"]
 
 
 def test_top_tier_waiting_too_long(tmp_path):
