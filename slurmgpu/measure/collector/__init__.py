@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import logging
 import os
+import random
 import sys
 import time
 from collections.abc import Mapping
@@ -154,9 +155,16 @@ def allocated_gpus(text: str) -> tuple[int, ...]:
         return ()
 
 
-def store_admin_comment(summary: JobSummary, *, timeout_s: float = 20.0, tries: int = 3) -> None:
+def store_admin_comment(
+    summary: JobSummary, *, timeout_s: float = 20.0, tries: int = 5, settle_s: float = 1.5
+) -> None:
     """Merge the summary into the job's AdminComment, keeping what is there (the tier
     decision record), and read it back (another node's epilog may race us).
+
+    Read-merge-write is not atomic: the epilogs of a multi-node job's other nodes may read
+    before our write and write after it, dropping our token. So the check reads back only
+    after `settle_s` (plus jitter, so racing nodes do not stay in step) -- longer than
+    another node's read-merge-write takes -- and merges again while our token is missing.
 
     `scontrol update JobId=N AdminComment=...` cannot do it: an Epilog runs after the job
     ended, and slurmctld 22.05 answers "Job has already finished" (seen on the test
@@ -176,6 +184,7 @@ def store_admin_comment(summary: JobSummary, *, timeout_s: float = 20.0, tries: 
         merged = merge_admin_comment(current, summary)
         argv = ["sacctmgr", "-i", "modify", "job", "where", *where]
         _run([*argv, "set", f"AdminComment={merged}"], timeout_s)
+        time.sleep(settle_s + random.uniform(0, settle_s))
         if _holds(_stored_admin_comment(summary, timeout_s), summary):
             return
     raise SlurmCommandError(f"AdminComment of job {summary.job} did not keep the summary")
