@@ -4,37 +4,15 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Sequence
-from pathlib import Path
 
-from slurmgpu.errors import UsageError
-from slurmgpu.model.inventory import Inventory
 from slurmgpu.render.cluster_gres import ClusterGres, render_cluster_gres
 from slurmgpu.render.gres import GresOptions
 from slurmgpu.sources import slurmd, snapshot
 
 
-def snapshot_files(paths: Sequence[str], directory: str | None) -> list[Path]:
-    """The snapshot files named, plus every `*.json` in `directory` (sorted)."""
-    files = [Path(p) for p in paths]
-    if directory is not None:
-        d = Path(directory)
-        if not d.is_dir():
-            raise UsageError(f"--snapshot-dir {directory}: not a directory")
-        found = sorted(d.glob("*.json"))
-        if not found:
-            raise UsageError(f"--snapshot-dir {directory}: no *.json snapshot in it")
-        files += found
-    return files
-
-
-def load_inventories(files: Sequence[Path]) -> list[Inventory]:
-    """Every snapshot, loaded (a bad one stops everything: SnapshotError names the file)."""
-    return [snapshot.load(f) for f in files]
-
-
 def gen_cluster_gres(paths: Sequence[str], directory: str | None, opts: GresOptions) -> ClusterGres:
     """One gres.conf and grouped node lines for every node that has a snapshot."""
-    inventories = load_inventories(snapshot_files(paths, directory))
+    inventories = snapshot.load_many(paths, directory)
     shas = {inv.node_name: snapshot.inventory_sha256(inv) for inv in inventories}
     return render_cluster_gres(inventories, opts, inventory_sha256=shas)
 

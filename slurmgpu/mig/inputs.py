@@ -4,9 +4,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Sequence
-from pathlib import Path
 
-from slurmgpu.errors import SnapshotError, UsageError
 from slurmgpu.model.inventory import Inventory
 
 
@@ -17,19 +15,4 @@ def load_nodes(
     """Inventories from `--snapshot` files and every `*.json` of `--snapshot-dir`, in order."""
     from slurmgpu.sources import snapshot
 
-    paths = [Path(p) for p in snapshots]
-    if snapshot_dir is not None:
-        directory = Path(snapshot_dir)
-        if not directory.is_dir():
-            raise UsageError(f"--snapshot-dir {directory}: not a directory")
-        found = sorted(directory.glob("*.json"))
-        if not found:
-            raise UsageError(f"--snapshot-dir {directory}: no *.json snapshot in it")
-        paths += found
-    out = []
-    for path in paths:
-        try:
-            out.append(snapshot.load(path))
-        except UnicodeDecodeError as exc:  # a binary file given as a snapshot
-            raise SnapshotError(f"{path}: not a JSON snapshot ({exc.reason})") from None
-    return out
+    return snapshot.load_many(snapshots, snapshot_dir)

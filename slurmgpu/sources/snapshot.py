@@ -14,10 +14,11 @@ import json
 import os
 import types
 import typing
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Union
 
-from slurmgpu.errors import SnapshotError
+from slurmgpu.errors import SnapshotError, UsageError
 from slurmgpu.model.inventory import SCHEMA_VERSION, Inventory
 from slurmgpu.model.validate import problems
 from slurmgpu.util.hostlist import format_id_list, parse_id_list
@@ -221,3 +222,22 @@ def load(path: str | os.PathLike[str]) -> Inventory:
 
 # the name slurmgpu.cli.topology reads node snapshots with
 load_snapshot = load
+
+
+def load_many(
+    paths: Sequence[str | os.PathLike[str]] = (),
+    directory: str | os.PathLike[str] | None = None,
+) -> list[Inventory]:
+    """The snapshots named, then every `*.json` of `directory` (sorted), loaded in that order
+    (`--snapshot A --snapshot B` / `--snapshot-dir DIR`); a bad one stops everything with an
+    error naming its file."""
+    files = [Path(p) for p in paths]
+    if directory is not None:
+        d = Path(directory)
+        if not d.is_dir():
+            raise UsageError(f"--snapshot-dir {d}: not a directory")
+        found = sorted(d.glob("*.json"))
+        if not found:
+            raise UsageError(f"--snapshot-dir {d}: no *.json snapshot in it")
+        files += found
+    return [load(f) for f in files]
