@@ -65,16 +65,33 @@ def _resolve(path: str | os.PathLike[str]) -> tuple[Path, os.stat_result | None]
 
 
 def _temp_pattern(target: Path) -> re.Pattern[str]:
-    return re.compile(rf"^\.{re.escape(target.name)}\.(?P<pid>\d+)\.[0-9a-f]+\.tmp$")
+    return re.compile(
+        rf"^\.{re.escape(target.name)}\.(?P<pid>\d+)(?:-(?P<start>\d+))?\.[0-9a-f]+\.tmp$"
+    )
 
 
-def _pid_alive(pid: int) -> bool:
+def _start_time(pid: int) -> int | None:
+    """When process `pid` started (clock ticks since boot, /proc/PID/stat field 22), or None
+    where /proc does not tell. With the PID it names one process: PIDs are reused (pid_max is
+    32768 on many hosts), start times are not."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as fh:
+            fields = fh.read().rsplit(b")", 1)[1].split()
+        return int(fields[19])
+    except (OSError, IndexError, ValueError):
+        return None
+
+
+def _pid_alive(pid: int, start: int | None = None) -> bool:
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
         return False
     except PermissionError:  # alive, owned by someone else
-        return True
+        pass
+    if start is not None:  # the same PID, but is it still the writer that made the temp?
+        now = _start_time(pid)
+        return now is None or now == start
     return True
 
 
@@ -85,7 +102,10 @@ def remove_stale_temps(target: Path) -> list[Path]:
     with contextlib.suppress(OSError):
         for entry in os.scandir(target.parent):
             m = pattern.match(entry.name)
-            if m and int(m.group("pid")) != os.getpid() and not _pid_alive(int(m.group("pid"))):
+            if not m or int(m.group("pid")) == os.getpid():
+                continue
+            start = int(m.group("start")) if m.group("start") else None
+            if not _pid_alive(int(m.group("pid")), start):
                 with contextlib.suppress(FileNotFoundError):
                     os.unlink(entry.path)
                     removed.append(Path(entry.path))
@@ -93,7 +113,12 @@ def remove_stale_temps(target: Path) -> list[Path]:
 
 
 def _temp_path(target: Path) -> Path:
-    return target.with_name(f".{target.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp")
+    """`.NAME.PID-START.RANDOM.tmp`: the writer (PID and its start time) is in the name, so a
+    later write can tell a killed writer's leftovers from a live one's."""
+    pid = os.getpid()
+    start = _start_time(pid)
+    writer = f"{pid}-{start}" if start is not None else str(pid)
+    return target.with_name(f".{target.name}.{writer}.{secrets.token_hex(4)}.tmp")
 
 
 def _fsync_dir(directory: Path) -> None:
@@ -131,6 +156,11 @@ def _backup(target: Path) -> Path:
             with open(tmp, "rb") as fh:
                 os.fsync(fh.fileno())
         os.replace(tmp, backup)
+        # rename(2) does nothing when both names are links to one file: the backup already
+        # is the current target (a writer killed between its two renames left it so), and
+        # the temp link would stay behind
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
     except BaseException:
         with contextlib.suppress(FileNotFoundError):
             tmp.unlink()

@@ -31,7 +31,9 @@ import sys
 from slurmgpu.util.atomic import write_atomic
 lines = range({LINES})
 versions = ["".join(f"version {{i}} line {{n}}\\n" for n in lines) for i in range({VERSIONS})]
-i = 0
+write_atomic(sys.argv[1], versions[0])
+print("writing", flush=True)  # the parent kills only from here on, however loaded the host
+i = 1
 while True:
     write_atomic(sys.argv[1], versions[i % {VERSIONS}])
     i += 1
@@ -49,8 +51,11 @@ def test_sigkill_during_writes_leaves_whole_files_only(tmp_path):
     rng = random.Random(14)
     kills = caught_mid_write = 0
     for _ in range(40):
-        child = subprocess.Popen([sys.executable, "-c", WRITER, str(target)], cwd=ROOT)
-        time.sleep(0.15 + rng.random() * 0.3)
+        child = subprocess.Popen(
+            [sys.executable, "-c", WRITER, str(target)], cwd=ROOT, stdout=subprocess.PIPE
+        )
+        assert child.stdout.readline() == b"writing\n"  # past start-up, in the write loop
+        time.sleep(rng.random() * 0.2)
         child.send_signal(signal.SIGKILL)
         child.wait()
         kills += 1
@@ -145,9 +150,16 @@ def test_stale_temp_files_of_dead_writers_are_removed_live_ones_kept(tmp_path):
     live.write_text("another writer, still busy")
     other = tmp_path / ".topology.conf.999999.00.tmp"  # another target's: not ours to touch
     other.write_text("x")
+    init_start = Path("/proc/1/stat").read_text().rsplit(")", 1)[1].split()[19]
+    live_named = tmp_path / f".gres.conf.1-{init_start}.cafe0001.tmp"  # pid 1 as it started
+    live_named.write_text("busy too")
+    # a killed writer whose PID a new process took (pid_max is often 32768): its start
+    # time in the name differs from the running process's, so the temp is stale
+    reused = tmp_path / f".gres.conf.1-{int(init_start) + 12345}.beef0000.tmp"
+    reused.write_text("half a file of a writer whose pid was reused")
     write_atomic(target, "new\n")
-    assert not stale.exists()
-    assert live.exists() and other.exists()
+    assert not stale.exists() and not reused.exists()
+    assert live.exists() and live_named.exists() and other.exists()
 
 
 def test_failed_validation_keeps_old_file_and_old_backup(tmp_path):
@@ -163,3 +175,16 @@ def test_failed_validation_keeps_old_file_and_old_backup(tmp_path):
     assert target.read_text() == "good\n"
     assert target.with_name("gres.conf.bak").read_text() == "older\n"
     assert _temps(tmp_path) == []
+
+
+def test_backup_already_linked_to_the_target_leaves_no_temp(tmp_path):
+    # a writer killed between its two renames leaves NAME.bak as a second link to NAME;
+    # rename(2) onto a link of the same file does nothing, so the next backup's temp link
+    # must be removed by hand
+    target = tmp_path / "gres.conf"
+    target.write_text("current\n")
+    os.link(target, tmp_path / "gres.conf.bak")
+    write_atomic(target, "new\n")
+    assert _temps(tmp_path) == []
+    assert target.read_text() == "new\n"
+    assert (tmp_path / "gres.conf.bak").read_text() == "current\n"
