@@ -15,6 +15,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -205,6 +206,7 @@ def test_analyze_on_live_sacct_shows_what_the_collector_measured(epilog_cluster,
     measured by the collector shows utilization and a fit-to-slice share in `slurmgpu
     analyze` on live sacct, through the CLI a site runs from cron."""
     c, paths = epilog_cluster
+    time.sleep(2)  # the window starts after every earlier job of the module has ended
     since = datetime.now(UTC).replace(microsecond=0)
     job = c.sbatch("--hold", "--gres=gpu:1", script="#!/bin/sh\nsleep 1\n")
     tree = tmp_path / "host"
