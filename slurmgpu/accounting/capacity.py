@@ -14,7 +14,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
 from slurmgpu.errors import UsageError
-from slurmgpu.model.catalog import COMPUTE_SLICES_PER_GPU
+from slurmgpu.model.catalog import mig_compute_slices
 from slurmgpu.util.hostlist import expand_hostlist
 
 _MIG = re.compile(r"(?:^|[_:-])([1-7])g\.\d+gb(?:\+me)?$")
@@ -42,7 +42,7 @@ def node_gpus(gres: str) -> tuple[float, float, float, str | None]:
         if item.name == "gpu":
             m = _MIG.search(item.type or "")
             if m:
-                equiv += item.count * int(m.group(1)) / COMPUTE_SLICES_PER_GPU
+                equiv += item.count * int(m.group(1)) / mig_compute_slices(item.type or "")
             else:
                 equiv += item.count
                 physical += item.count

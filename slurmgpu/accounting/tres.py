@@ -9,7 +9,7 @@ Rules (see docs/accounting.md and the Slurm TRES docs, `tres.shtml`):
   when listed in AccountingStorageTRES and normally sits next to the generic one: the generic
   count wins; typed counts are summed only when the generic entry is absent.
 - A typed entry whose type ends in a MIG profile (`1g.10gb`, `nvidia_a100_3g.40gb`) is a slice:
-  Slurm counts it as one GPU, slurmgpu counts `gpu_slices / 7` of a physical GPU.
+  Slurm counts it as one GPU, slurmgpu counts `gpu_slices / 7` of a physical GPU (`/ 4` on A30).
 - `gres/shard=N` is an access token, not a GPU; its GPU share needs the node's shards per GPU
   and is resolved later (`shards` is returned as is).
 - `gres/gpumem` and `gres/gpuutil` share the `gres/gpu` prefix: keys are compared exactly, so
@@ -26,7 +26,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from slurmgpu.accounting.fields import fill_struct
-from slurmgpu.model.catalog import COMPUTE_SLICES_PER_GPU
+from slurmgpu.model.catalog import COMPUTE_SLICES_PER_GPU, mig_compute_slices
 
 _ITEM = r"^(?P<key>[A-Za-z][A-Za-z0-9_./:+-]*)=(?P<val>.*)$"
 _COUNT = r"^\d+$"
@@ -177,8 +177,12 @@ def _parse_alloc_tres(values: pa.Array) -> AllocTres:
     typed_sum = per_row(typed_gpu, "sum")
     mig_count = np.nan_to_num(per_row(is_mig, "sum"))
     sel = is_mig & is_count
+    # `Ng` is N of the GPU's compute slices: 7 on A100/H100, 4 on A30 (one look-up per type)
+    per_gpu = np.full(len(keys_np), float(COMPUTE_SLICES_PER_GPU))
+    for name in set(gpu_types[sel].tolist()):
+        per_gpu[sel & (gpu_types == name)] = mig_compute_slices(name)
     mig_equiv = np.bincount(
-        parents[sel], weights=count[sel] * slices[sel] / COMPUTE_SLICES_PER_GPU, minlength=n
+        parents[sel], weights=count[sel] * slices[sel] / per_gpu[sel], minlength=n
     )
     gpu_count = np.where(np.isnan(generic), typed_sum, generic)
     # Slurm counts each MIG slice as one GPU; the rest of the count (if any) are whole GPUs.

@@ -317,6 +317,29 @@ def profiles_named(profile_name: str) -> list[tuple[GpuModel, MigProfile]]:
     return [(m, p) for m in _models() for p in m.mig_profiles if p.name == profile_name]
 
 
+_MIG_PROFILE_IN_TYPE = re.compile(r"(?:^|[_:-])(\d+g\.\d+gb(?:\+me)?)$")
+
+
+def mig_compute_slices(gres_type: str) -> int:
+    """Compute slices of the GPU a MIG GRES type (`1g.10gb`, `nvidia_a100_3g.20gb`,
+    `a30_1g.6gb`) is carved from, so `Ng` is N / that of a GPU: 7 on A100/H100/H200/B200, 4 on
+    A30. The type's prefix names the model where it can; else the profile's name where only
+    one slice count offers it; else 7 (COMPUTE_SLICES_PER_GPU)."""
+    m = _MIG_PROFILE_IN_TYPE.search(gres_type.strip().lower())
+    if m is None:
+        return COMPUTE_SLICES_PER_GPU
+    profile = m.group(1)
+    prefix = gres_type.strip().lower()[: m.start(1)].rstrip("_:-")
+    if prefix:
+        model = resolve(prefix) or next(
+            (x for x in _models() if x.mig_type_prefix.lower() == prefix), None
+        )
+        if model is not None and model.compute_slices:
+            return model.compute_slices
+    counts = {x.compute_slices for x, _ in profiles_named(profile) if x.compute_slices}
+    return counts.pop() if len(counts) == 1 else COMPUTE_SLICES_PER_GPU
+
+
 if __name__ == "__main__":  # python -m slurmgpu.model.catalog: recompile gpus.json
     with open(COMPILED_FILE, "w", encoding="utf-8") as out:
         out.write(compile_json())

@@ -72,3 +72,11 @@ def test_tier_adapters():
     assert _tier_function({"q": "T"})("q") == "T"
     assert _tier_function(str.upper)("p1") == "P1"
     assert _tier_function(None) is None
+
+
+def test_a30_slices_are_quarters_of_a_gpu():
+    from slurmgpu.accounting.capacity import node_gpus
+
+    # an A30 node: 2 GPUs as 4x 1g.6gb, 2 as 2x 2g.12gb (A30 has 4 compute slices, not 7)
+    equiv, physical, shards, _ = node_gpus("gpu:a30_1g.6gb:8,gpu:a30_2g.12gb:4")
+    assert equiv == pytest.approx(8 / 4 + 4 * 2 / 4) and physical == 0 and shards == 0

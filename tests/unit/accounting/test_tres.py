@@ -33,6 +33,9 @@ def test_typed_entries_summed_only_when_generic_absent():
         ("gres/gpu:nvidia_a100_2g.20gb=1", 2 / 7, "2g.20gb"),
         ("gres/gpu:1g.10gb+me=1", 1 / 7, "1g.10gb+me"),
         ("gres/gpu:7g.80gb=1,gres/gpu=1", 1.0, "7g.80gb"),
+        # A30: 4 compute slices, so 1g is a quarter and 2g half a GPU (by profile or prefix)
+        ("gres/gpu:1g.6gb=1,gres/gpu=1", 1 / 4, "1g.6gb"),
+        ("gres/gpu:nvidia_a30_2g.12gb=2,gres/gpu=2", 1.0, "2g.12gb"),
     ],
 )
 def test_mig_profiles_count_as_fractions(text, equiv, profile):
