@@ -21,6 +21,14 @@ import click
     help="Whole GPUs in a partition (repeatable); the cluster model.",
 )
 @click.option(
+    "--inventory",
+    "inventories",
+    multiple=True,
+    metavar="PARTITION=SNAPSHOT",
+    help="A node's inventory snapshot (or a directory of them) in a partition; repeatable. "
+    "The partition's nodes, GPU type and MIG layout come from the snapshots.",
+)
+@click.option(
     "--gpus-per-node",
     "per_node",
     multiple=True,
@@ -138,6 +146,19 @@ def _pairs(values: tuple[str, ...], option: str, convert=str, default_key: str |
     return out
 
 
+def _inventories(values: tuple[str, ...]) -> tuple[tuple[str, str], ...]:
+    """`--inventory PARTITION=SNAPSHOT` values, in order (a partition may take several)."""
+    from slurmgpu.errors import UsageError
+
+    out = []
+    for text in values:
+        part, sep, path = text.partition("=")
+        if not sep or not part or not path:
+            raise UsageError(f"--inventory {text!r}: use PARTITION=SNAPSHOT")
+        out.append((part, path))
+    return tuple(out)
+
+
 def replay_options(params: dict):
     """The command's options as a `ReplayOptions` (bad values are one-line usage errors)."""
     import os
@@ -170,6 +191,7 @@ def replay_options(params: dict):
     processes = params["processes"] or min(os.cpu_count() or 1, max(len(what_if), 1))
     return ReplayOptions(
         capacity=capacity,
+        inventories=_inventories(params["inventories"]),
         gpus_per_node=per_node,
         gpu_types=_pairs(params["gpu_types"], "--gpu-type"),
         gpu_memory_mib=_pairs(params["gpu_memory"], "--gpu-memory", float),

@@ -39,6 +39,8 @@ class ReplayOptions:
     """Everything a replay needs besides the sacct dumps (the CLI fills it from its options)."""
 
     capacity: Mapping[str, float] = field(default_factory=dict)  # partition -> whole GPUs
+    # (partition, snapshot file or directory): nodes as `slurmgpu inventory` recorded them
+    inventories: tuple[tuple[str, str], ...] = ()
     gpus_per_node: Mapping[str, int] = field(default_factory=dict)
     gpu_types: Mapping[str, str] = field(default_factory=dict)
     gpu_memory_mib: Mapping[str, float] = field(default_factory=dict)
@@ -110,7 +112,7 @@ def _with_live(options: ReplayOptions) -> ReplayOptions:
     changes: dict[str, Any] = {
         "config": sched_config(scontrol_show_config(options.env), options.config)
     }
-    if not options.capacity:
+    if not options.capacity and not options.inventories:
         caps, per_node, types = capacity_from_live(options.env)
         changes.update(
             capacity=caps,
@@ -132,10 +134,21 @@ def _with_live(options: ReplayOptions) -> ReplayOptions:
 
 
 def build_model(options: ReplayOptions) -> ClusterModel:
-    """The baseline cluster: --capacity nodes, the QOS, then the baseline changes."""
-    if not options.capacity:
+    """The baseline cluster: --inventory and --capacity nodes, the QOS, then the baseline
+    changes. A partition given by snapshots takes its nodes from them, not from --capacity."""
+    from slurmgpu.replay.inventory import partitions_from_inventory
+
+    if not options.capacity and not options.inventories:
         raise UsageError(
-            "replay needs the cluster: give --capacity PARTITION=GPUS (repeatable) or --live"
+            "replay needs the cluster: give --capacity PARTITION=GPUS or --inventory "
+            "PARTITION=SNAPSHOT (repeatable), or --live"
+        )
+    from_snapshots = partitions_from_inventory(options.inventories)
+    given = {p.name for p in from_snapshots}
+    both = sorted(given & set(options.capacity))
+    if both:
+        raise UsageError(
+            f"partition {both[0]} is given by both --capacity and --inventory: give one"
         )
     model = from_capacity(
         options.capacity,
@@ -143,6 +156,9 @@ def build_model(options: ReplayOptions) -> ClusterModel:
         gpu_types=options.gpu_types,
         gpu_memory_mib=options.gpu_memory_mib,
         qos=options.qos,
+    )
+    model = replace(
+        model, partitions=tuple(sorted((*model.partitions, *from_snapshots), key=lambda p: p.name))
     )
     for change in options.baseline_changes:
         model = apply_change(model, change)
