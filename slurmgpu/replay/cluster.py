@@ -116,9 +116,7 @@ def from_capacity(
         full, rest = divmod(total, per_node)
         nodes = (per_node,) * full + ((rest,) if rest else ())
         gtype = (gpu_types or {}).get(name)
-        mem = (gpu_memory_mib or {}).get(name)
-        if mem is None and gtype and (model := model_for_type(gtype)):
-            mem = float(model.memory_mib)
+        mem = _memory_for(name, gtype, gpu_memory_mib or {})
         parts.append(PartitionModel(name, nodes, gtype, mem))
     return ClusterModel(tuple(parts), tuple(qos))
 
@@ -145,6 +143,23 @@ def qos_from_policy(policy) -> tuple[QosSpec, ...]:
             )
         )
     return tuple(out)
+
+
+def _memory_for(partition: str, gtype: str | None, given: Mapping[str, float]) -> float | None:
+    """A partition's GPU memory: given for the partition, else for its GPU type (any name the
+    catalogue knows it by, as analyze's --gpu-memory TYPE=SIZE), else the catalogue's."""
+    if partition in given:
+        return float(given[partition])
+    if not gtype:
+        return None
+    model = model_for_type(gtype)
+    names = {gtype, gtype.lower()}
+    if model is not None:
+        names |= {model.key, model.short_type, model.autodetect_type}
+    for name, mib in given.items():
+        if name in names or name.lower() in names:
+            return float(mib)
+    return float(model.memory_mib) if model is not None else None
 
 
 # ------------------------------------------------------------------------------- changes

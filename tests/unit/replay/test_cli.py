@@ -101,3 +101,19 @@ def test_an_output_in_a_missing_directory_is_one_line(tmp_path):
     assert res.exit_code == 1, res.output
     assert res.output.startswith("slurmgpu: error: ") and "does not exist" in res.output
     assert res.output.count("\n") == 1
+
+
+def test_gpu_memory_takes_a_type_and_a_size_as_analyze_does():
+    from slurmgpu.cli.replay import _gpu_memory
+    from slurmgpu.errors import UsageError
+
+    assert _gpu_memory(("t4=16G", "gpu=8000"), None) == {"t4": 16384.0, "gpu": 8000.0}
+    res = invoke("--gpu-memory", "h100=lots")
+    assert res.exit_code == 2 and res.output.count("\n") == 1
+    assert "--gpu-memory h100=lots: use a size such as 16G" in res.output
+    try:
+        _gpu_memory(("=16G",), None)
+    except UsageError as exc:
+        assert "TYPE" in str(exc) or "PARTITION" in str(exc)
+    else:
+        raise AssertionError("an empty name was accepted")

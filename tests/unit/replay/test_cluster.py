@@ -84,3 +84,18 @@ def test_shard_and_tier_changes():
     m = apply_change(model(), parse_change("tier:p2:grace_s=600,mode=cancel"))
     assert m.qos_spec("p2") == QosSpec("p2", 100, (), 600, "cancel")
     assert m.qos_spec("p0").preempts == ("p2",)  # others unchanged
+
+
+def test_gpu_memory_is_given_per_type_under_any_of_its_names_or_per_partition():
+    from slurmgpu.replay.cluster import from_capacity
+
+    caps = {"a": 8, "b": 8, "c": 8, "d": 8}
+    types = {"a": "t4", "b": "Tesla T4", "c": "mystery", "d": "t4"}
+    given = {"tesla_t4": 16000.0, "mystery": 8192.0, "d": 12000.0}
+    model = from_capacity(caps, gpu_types=types, gpu_memory_mib=given)
+    mem = {p.name: p.gpu_memory_mib for p in model.partitions}
+    assert mem == {"a": 16000.0, "b": 16000.0, "c": 8192.0, "d": 12000.0}
+    # nothing given: the catalogue's size; an unknown type stays unknown
+    plain = from_capacity(caps, gpu_types=types)
+    assert plain.partition("a").gpu_memory_mib == 15360.0
+    assert plain.partition("c").gpu_memory_mib is None
