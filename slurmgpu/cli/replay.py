@@ -190,6 +190,7 @@ def sweep_options(params: dict):
         partition=got["slurm_partition"],
         time_limit=got["slurm_time"],
         sbatch_args=tuple(got["slurm_options"]),
+        progress=lambda line: click.echo(f"slurmgpu: replay: {line}", err=True),
         **extra,
     )
 

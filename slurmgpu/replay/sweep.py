@@ -24,7 +24,7 @@ import os
 import sys
 import tempfile
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -74,6 +74,7 @@ class SlurmSweepOptions:
     poll_s: float = 5.0
     timeout_s: float | None = None  # give up (and scancel) after this long; None: wait
     env: Mapping[str, str] | None = None  # for sbatch/squeue/sacct (SLURM_CONF...)
+    progress: Callable[[str], None] | None = None  # told the job id once it is submitted
 
 
 @dataclass(frozen=True)
@@ -291,6 +292,9 @@ def sweep_trace_via_slurm(
     script = write_script(run_dir, slurm.python)
     job_id = slurm_array.submit_array(script, len(options.what_if), _sbatch_args(run_dir, slurm),
                                       env=slurm.env)  # fmt: skip
+    if slurm.progress:
+        slurm.progress(f"submitted job array {job_id} ({len(options.what_if)} tasks); "
+                       f"run directory {run_dir}")  # fmt: skip
     try:
         if baseline is None:  # while the tasks run
             baseline = run_engine(trace, model, options.config)
