@@ -16,7 +16,7 @@ that would sink the whole analysis.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -101,6 +101,30 @@ class EffectUnavailable:
 def effect_key(changes: str | Sequence[str]) -> str:
     """The key of a recommendation's effect: its change, or its changes joined by " + "."""
     return changes if isinstance(changes, str) else " + ".join(changes)
+
+
+def analysis_replay_options(
+    capacity: Mapping[str, float],
+    *,
+    gpus_per_node: Mapping[str, float] | None = None,
+    gpu_types: Mapping[str, str] | None = None,
+    tiers: Any = None,
+    processes: int = 1,
+) -> ReplayOptions:
+    """The cluster model from what `analyze` knows: GPUs per partition, GPUs per node (its
+    mean, rounded), GPU types per partition, and the site policy's QOS (when `tiers` is a
+    policy). The analysis' `gpu_memory_mib` is keyed by GPU type, not partition: the replay
+    takes each partition's memory from its type."""
+    from slurmgpu.replay.cluster import qos_from_policy
+
+    return ReplayOptions(
+        capacity=dict(capacity),
+        gpus_per_node={p: round(n) for p, n in (gpus_per_node or {}).items() if n},
+        gpu_types=dict(gpu_types or {}),
+        qos=qos_from_policy(tiers) if hasattr(tiers, "tiers") else (),
+        tiers=tiers,
+        processes=processes,
+    )
 
 
 def estimate_effects(

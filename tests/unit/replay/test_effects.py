@@ -117,3 +117,34 @@ def test_processes_give_the_same_effects():
     two = estimate_effects(history(), ReplayOptions(**{**OPTIONS.__dict__, "processes": 2}),
                            [MOVE, CARVE])  # fmt: skip
     assert one == two
+
+
+def test_the_wiring_analyze_will_use():
+    """What the lead wires into accounting/pipeline.py: analyze's frame and capacity, each
+    recommendation's `changes`, the effect under `estimated_effect["replay"]`."""
+    from slurmgpu.accounting import AnalysisOptions, analyze, runs
+    from slurmgpu.replay.effects import analysis_replay_options
+
+    result = analyze(AnalysisOptions(files=[DATA / "synthetic-mix.txt"],
+                                     capacity={"gpu": 16, "mig": 1}))  # fmt: skip
+    recs = result.document["recommendations"]
+    wanted = [r["changes"] for r in recs if r.get("changes")]
+    assert wanted == [["tier:p2:grace_s=300"]]  # the synthetic dump's one change
+    options = analysis_replay_options({"gpu": 16, "mig": 1}, gpus_per_node={"gpu": 8.0})
+    sizes = runs.gpu_sizes(result.frame, {}, {})
+    effects = estimate_effects(result.frame, options, wanted, gpu_memory_mib=sizes.per_run_mib)
+    effect = effects[effect_key(wanted[0])]
+    assert isinstance(effect, Effect) and effect.changes == ("tier:p2:grace_s=300",)
+    assert effect.jobs == len(trace_from_frame(result.frame))
+    assert [p.partition for p in effect.by_partition][:2] == ["gpu", "mig"]
+    json.dumps(effect.to_dict(), allow_nan=False)
+
+
+def test_analysis_options_take_the_policys_qos():
+    from slurmgpu.replay.effects import analysis_replay_options
+    from slurmgpu.sources.policy_file import load_policy
+
+    policy = load_policy(Path(__file__).resolve().parents[3] / "etc" / "slurmgpu.toml")
+    opts = analysis_replay_options({"gpu": 16}, gpus_per_node={"gpu": 7.6}, tiers=policy)
+    assert opts.gpus_per_node == {"gpu": 8}
+    assert {q.name for q in opts.qos} == {t.qos for t in policy.tiers}
