@@ -59,6 +59,7 @@ SPEC_FORMAT = "slurmgpu-sweep/1"
 SPEC, TRACE, SCRIPT, RESULTS, LOGS = "spec.json", "trace.npz", "task.sh", "results", "logs"
 # after squeue forgets the tasks, slurmdbd may take a moment to record their ends
 SACCT_SETTLE_S = 60.0
+SQUEUE_TRIES = 5  # consecutive failed squeue polls before the gatherer gives up
 _NOT_OVER = {"PENDING", "RUNNING", "REQUEUED", "SUSPENDED", "COMPLETING", "RESIZING"}
 
 
@@ -91,9 +92,13 @@ class FailedTask:
 
     def message(self) -> str:
         said = f": {self.last_log_line}" if self.last_log_line else ""
+        where = f"log: {self.log}"
+        if not self.log.exists():
+            # the task's log is written on the node: absent here, the directory is not shared
+            where = f"no log at {self.log}: is --workdir on a file system the nodes share?"
         return (
             f"sweep task {self.job_id} ({self.change}) ended {self.state}, exit code "
-            f"{self.exit_code}, no result{said} (log: {self.log})"
+            f"{self.exit_code}, no result{said} ({where})"
         )
 
 
@@ -319,7 +324,18 @@ def _wait_for_array(job_id: str, slurm: SlurmSweepOptions) -> None:
     from slurmgpu.sources import slurm_array
 
     deadline = None if slurm.timeout_s is None else time.monotonic() + slurm.timeout_s
-    while slurm_array.active_tasks(job_id, env=slurm.env):
+    failures = 0
+    while True:
+        try:
+            if not slurm_array.active_tasks(job_id, env=slurm.env):
+                return
+            failures = 0
+        except SlurmCommandError:
+            # slurmctld restarting or busy: a sweep of hours is not cancelled for one
+            # unanswered squeue, only when it stays unreachable
+            failures += 1
+            if failures >= SQUEUE_TRIES:
+                raise
         if deadline is not None and time.monotonic() > deadline:
             raise SlurmCommandError(
                 f"sweep array {job_id} still running after {slurm.timeout_s:g} s: cancelled"

@@ -103,3 +103,38 @@ def test_a_failing_task_is_named_and_the_sweep_exits_non_zero(
     assert f"1 of 4 sweep tasks of array job {job} failed" in errors[1]
     got = json.loads(proc.stdout)
     assert [s["change"] for s in got["scenarios"]] == CANDIDATES
+
+
+def test_interrupting_the_gatherer_cancels_the_array(slurm_cluster: SlurmCluster, tmp_path):
+    import os
+    import signal
+    import subprocess
+    import time
+
+    sweep = _sweep_file(tmp_path / "sweep.txt", CANDIDATES[:2])
+    slow = tmp_path / "python-slow"
+    slow.write_text(f'#!/bin/sh\nsleep 60\nexec {sys.executable} "$@"\n')
+    slow.chmod(0o755)
+    argv = [sys.executable, "-m", "slurmgpu", "replay", *MODEL, "--sweep", str(sweep),
+            "--via-slurm", "--workdir", str(tmp_path / "work"), "--slurm-python", str(slow),
+            "--slurm-option=--mem=400M"]  # fmt: skip
+    gatherer = subprocess.Popen(argv, env={**os.environ, **slurm_cluster.env}, text=True,
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE)  # fmt: skip
+    try:
+        first = gatherer.stderr.readline()
+        assert "submitted job array" in first, first
+        job = _job_id(first)
+        slurm_cluster.wait_job_state(int(job), "RUNNING", timeout=30)  # the sleeping tasks
+        gatherer.send_signal(signal.SIGINT)
+        assert gatherer.wait(timeout=30) != 0
+    finally:
+        gatherer.kill()
+    deadline = time.monotonic() + 30
+    while True:
+        rows = slurm_cluster.run(["sacct", "-n", "-X", "-P", "-j", job,
+                                  "--format=JobID,State"]).stdout.splitlines()  # fmt: skip
+        # `CANCELLED by 0`: the gatherer's scancel, as root
+        if sorted(r.split()[0] for r in rows) == [f"{job}_{i}|CANCELLED" for i in range(2)]:
+            break
+        assert time.monotonic() < deadline, rows
+        time.sleep(0.5)

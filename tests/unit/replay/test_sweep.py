@@ -126,7 +126,10 @@ def test_gather_reports_a_task_without_result_and_keeps_the_others(tmp_path):
     assert failed.state.startswith("unknown")
     message = failed.message()
     assert "4242_0" in message and CANDIDATES[0] in message
-    assert "slurmgpu: error: out of memory" in message and "0.out" in message
+    assert "slurmgpu: error: out of memory" in message and "(log: " in message
+    assert message.endswith("0.out)")
+    (run / LOGS / "0.out").unlink()  # as seen from a host that does not share the workdir
+    assert "is --workdir on a file system the nodes share?" in failed.message()
 
 
 def test_task_errors_are_one_line(tmp_path):
