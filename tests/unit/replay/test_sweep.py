@@ -195,3 +195,24 @@ def test_spec_carries_the_model_the_in_process_replay_uses(tmp_path):
         assert getattr(back, name) == getattr(opts, name), name
     assert [format_change(c) for c in back.baseline_changes] == ["carve:gpu:4:3g.20gb=2"]
     assert [format_change(c) for c in back.what_if] == ["shard:gpu:4:4"]
+
+
+def test_without_slurm_or_a_usable_workdir_it_is_one_line(tmp_path):
+    base = ["replay", "--sacct-file", str(DATA / "synthetic-mix.txt"), "--capacity", "gpu=16",
+            "--what-if", "move:gpu:spare:8", "--via-slurm"]  # fmt: skip
+    a_file = tmp_path / "file"
+    a_file.write_text("")
+    res = CliRunner().invoke(main, [*base, "--workdir", str(a_file)])
+    assert res.exit_code == 2 and res.output.count("\n") == 1, res.output
+    assert "Invalid value for '--workdir'" in res.output
+    res = CliRunner().invoke(main, [*base, "--workdir", str(a_file / "sub")])
+    assert res.exit_code == 2, res.output
+    assert res.output == f"slurmgpu: error: --workdir {a_file / 'sub'}: Not a directory\n"
+    # a host without Slurm's commands: sbatch is missing, said in one line, exit 1
+    res = CliRunner().invoke(main, [*base, "--workdir", str(tmp_path / "w")],
+                             env={"PATH": str(tmp_path / "empty")})  # fmt: skip
+    assert res.exit_code == 1, res.output
+    assert res.output == "slurmgpu: error: sbatch: command not found\n"
+    [run] = (tmp_path / "w").iterdir()
+    assert {p.name for p in run.iterdir()} == {"spec.json", "trace.npz", "task.sh", "results",
+                                              "logs"}  # fmt: skip
