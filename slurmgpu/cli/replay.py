@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import click
 
+WORKDIR_DEFAULT = "slurmgpu-sweep"
+
 
 @click.command("replay")
 @click.option(
@@ -97,7 +99,7 @@ import click
 @click.option(
     "--workdir",
     type=click.Path(file_okay=False),
-    default="slurmgpu-sweep",
+    default=WORKDIR_DEFAULT,
     show_default=True,
     help="With --via-slurm: where the run's trace, tasks and results go; it must be on a "
     "file system the compute nodes share.",
@@ -181,6 +183,13 @@ def sweep_options(params: dict):
             "slurm_python")  # fmt: skip
     got = {k: params.pop(k) for k in keys}
     if not got["via_slurm"]:
+        given = [k for k in keys[2:] if got[k]]
+        if got["workdir"] != WORKDIR_DEFAULT:
+            given.insert(0, "workdir")
+        if given:  # never silently ignored
+            from slurmgpu.errors import UsageError
+
+            raise UsageError(f"--{given[0].rstrip('s').replace('_', '-')} needs --via-slurm")
         return None
     from slurmgpu.replay.sweep import SlurmSweepOptions
 

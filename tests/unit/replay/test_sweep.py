@@ -216,3 +216,15 @@ def test_without_slurm_or_a_usable_workdir_it_is_one_line(tmp_path):
     [run] = (tmp_path / "w").iterdir()
     assert {p.name for p in run.iterdir()} == {"spec.json", "trace.npz", "task.sh", "results",
                                               "logs"}  # fmt: skip
+
+
+def test_slurm_options_without_via_slurm_are_refused(tmp_path):
+    base = ["replay", "--sacct-file", str(DATA / "synthetic-mix.txt"), "--capacity", "gpu=16",
+            "--what-if", "move:gpu:spare:8"]  # fmt: skip
+    for args, says in [
+        (["--slurm-partition", "cpu"], "--slurm-partition needs --via-slurm"),
+        (["--slurm-option=--mem=1G"], "--slurm-option needs --via-slurm"),
+        (["--workdir", str(tmp_path)], "--workdir needs --via-slurm"),
+    ]:
+        res = CliRunner().invoke(main, [*base, *args])
+        assert res.exit_code == 2 and res.output == f"slurmgpu: error: {says}\n", res.output
