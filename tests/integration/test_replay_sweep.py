@@ -25,8 +25,9 @@ pytestmark = [
     pytest.mark.integration,
     pytest.mark.slurm_only(
         "host",
-        reason="the tasks run this checkout's venv Python on the node; proven on the host's "
-        "22.05 (a 24.11 root's slurmd has not been tried with it)",
+        reason="the tasks run this checkout's venv Python on the node; a 24.11 slurmd runs "
+        "chrooted in its Debian root, which binds only /dev, /proc, /sys, /tmp and /etc: "
+        "neither the checkout nor its venv is there",
     ),
 ]
 
