@@ -85,11 +85,23 @@ def _tier_function(tiers: Any):
 
 def replay(sacct_files: Sequence[str | os.PathLike[str]], options: ReplayOptions) -> ReplayReport:
     """Load the dumps, build the cluster model, replay the baseline and every what-if."""
+    options, trace = load_for_replay(sacct_files, options)
+    return replay_trace(trace, options)
+
+
+def load_for_replay(
+    sacct_files: Sequence[str | os.PathLike[str]], options: ReplayOptions
+) -> tuple[ReplayOptions, ReplayTrace]:
+    """The options with the live cluster's facts filled in (`--live`), and the dumps' trace.
+
+    The cluster model is built first, so a missing --capacity fails before a long load.
+    """
     from slurmgpu.replay.from_accounting import load_trace
 
     if not sacct_files:
         raise UsageError("replay needs at least one --sacct-file (the history to replay)")
     options = _with_live(options) if options.live else options
+    build_model(options)
     trace = load_trace(
         sacct_files,
         tier_for_qos=_tier_function(options.tiers),
@@ -97,7 +109,7 @@ def replay(sacct_files: Sequence[str | os.PathLike[str]], options: ReplayOptions
         shards_per_gpu=options.shards_per_gpu,
         gpu_types=options.gpu_types,
     )
-    return replay_trace(trace, options)
+    return options, trace
 
 
 def _with_live(options: ReplayOptions) -> ReplayOptions:

@@ -23,7 +23,7 @@ from typing import Any
 import numpy as np
 
 from slurmgpu.errors import UsageError
-from slurmgpu.replay import ReplayOptions, build_model
+from slurmgpu.replay import ReplayOptions, _gpus_by_partition, build_model
 from slurmgpu.replay.changes import Change, format_change, parse_change
 from slurmgpu.replay.cluster import ClusterModel, apply_change
 from slurmgpu.replay.engine import SchedConfig
@@ -155,7 +155,7 @@ def estimate_effects(
         return {k: EffectUnavailable(g, f"the cluster model: {exc}") for k, g in groups.items()}
     baseline = run_engine(trace, model, options.config)
     window = window_of(trace, baseline)
-    before = block_from_outcome("baseline", trace, baseline, _gpus(model), window)
+    before = block_from_outcome("baseline", trace, baseline, _gpus_by_partition(model), window)
     out: dict[str, Effect | EffectUnavailable] = {}
     todo = []
     for key, group in groups.items():
@@ -180,15 +180,13 @@ def _trace(frame: Any, gpu_memory_mib: np.ndarray | None) -> ReplayTrace:
     return trace_from_frame(frame, gpu_memory_mib)
 
 
-def _gpus(model: ClusterModel) -> dict[str, int]:
-    return {p.name: p.total_gpus for p in model.partitions}
-
-
 def _replay_one(args: tuple[ReplayTrace, ClusterModel, tuple[Change, ...], SchedConfig, Window]):
     trace, model, changes, config, window = args
     label = effect_key([format_change(c) for c in changes])
     outcome = run_engine(trace, model, config)
-    return block_from_outcome(label, trace, outcome, _gpus(model), window, change=label)
+    return block_from_outcome(
+        label, trace, outcome, _gpus_by_partition(model), window, change=label
+    )
 
 
 def _replay_all(jobs: list, processes: int) -> list[ResultBlock]:

@@ -34,9 +34,10 @@ from slurmgpu.errors import SlurmCommandError, UsageError
 from slurmgpu.replay import (
     ReplayOptions,
     ReplayReport,
+    _gpus_by_partition,
     _scenario,
-    _with_live,
     build_model,
+    load_for_replay,
 )
 from slurmgpu.replay.changes import format_change, parse_change
 from slurmgpu.replay.cluster import QosSpec, apply_change
@@ -259,20 +260,7 @@ def replay_via_slurm(
     slurm: SlurmSweepOptions,
 ) -> SweepResult:
     """`replay()`'s sweep, each candidate a task of one Slurm job array."""
-    from slurmgpu.replay import _tier_function
-    from slurmgpu.replay.from_accounting import load_trace
-
-    if not sacct_files:
-        raise UsageError("replay needs at least one --sacct-file (the history to replay)")
-    options = _with_live(options) if options.live else options
-    build_model(options)  # the cluster must be known before the dumps are read
-    trace = load_trace(
-        sacct_files,
-        tier_for_qos=_tier_function(options.tiers),
-        timezone=options.timezone,
-        shards_per_gpu=options.shards_per_gpu,
-        gpu_types=options.gpu_types,
-    )
+    options, trace = load_for_replay(sacct_files, options)
     return sweep_trace_via_slurm(trace, options, slurm)
 
 
@@ -287,7 +275,7 @@ def sweep_trace_via_slurm(
     model = build_model(options)
     for change in options.what_if:  # fail before anything is submitted
         apply_change(model, change)
-    gpus = {p.name: p.total_gpus for p in model.partitions}
+    gpus = _gpus_by_partition(model)
     baseline = None
     # the window ends at the last recorded end; only a trace without any needs the baseline
     if np.isnan(trace.recorded_end_s).all():
