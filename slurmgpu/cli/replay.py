@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import click
 
+WORKDIR_DEFAULT = "slurmgpu-sweep"
+
 
 @click.command("replay")
 @click.option(
@@ -99,6 +101,32 @@ import click
     help="Parallel replays (default: the CPUs, at most one per change).",
 )
 @click.option(
+    "--via-slurm",
+    is_flag=True,
+    help="Run the candidates as one Slurm job array (a task each) and gather the results.",
+)
+@click.option(
+    "--workdir",
+    type=click.Path(file_okay=False),
+    default=WORKDIR_DEFAULT,
+    show_default=True,
+    help="With --via-slurm: where the run's trace, tasks and results go; it must be on a "
+    "file system the compute nodes share.",
+)
+@click.option("--slurm-partition", help="With --via-slurm: the partition the tasks run in.")
+@click.option("--slurm-time", help="With --via-slurm: each task's time limit (sbatch --time).")
+@click.option(
+    "--slurm-option",
+    "slurm_options",
+    multiple=True,
+    metavar="OPTION",
+    help="With --via-slurm: another sbatch option (e.g. --slurm-option=--mem=16G); repeatable.",
+)
+@click.option(
+    "--slurm-python",
+    help="With --via-slurm: the Python the tasks run, as the nodes see it (default: this one).",
+)
+@click.option(
     "--timezone", "tz", default="UTC", show_default=True, help="Zone of ISO times in the dumps."
 )
 @click.option(
@@ -113,10 +141,22 @@ def replay(sacct_files: tuple[str, ...], fmt: str, output: str, **params: object
     """Predict a change's effect: replay the history (baseline) and each what-if side by side."""
     from slurmgpu.render.replay import render_replay
     from slurmgpu.replay import replay as run_replay
+
+    slurm = sweep_options(params)
+    if slurm is None:
+        report = run_replay(list(sacct_files), replay_options(params))
+        _write(render_replay(report.to_dict(), fmt), output)
+        return
+    from slurmgpu.replay.sweep import replay_via_slurm
+
+    result = replay_via_slurm(list(sacct_files), replay_options(params), slurm)
+    _write(render_replay(result.report.to_dict(), fmt), output)
+    _fail_on_failed_tasks(result)
+
+
+def _write(text: str, output: str) -> None:
     from slurmgpu.util.atomic import write_atomic
 
-    report = run_replay(list(sacct_files), replay_options(params))
-    text = render_replay(report.to_dict(), fmt)
     if output == "-":
         click.echo(text, nl=False)
         return
@@ -126,6 +166,61 @@ def replay(sacct_files: tuple[str, ...], fmt: str, output: str, **params: object
         from slurmgpu.errors import UsageError
 
         raise UsageError(f"--output {output}: {exc.strerror or exc}") from None
+
+
+def _fail_on_failed_tasks(result) -> None:
+    """One error line per failed task, then exit 1 (the report holds those that finished)."""
+    from slurmgpu.cli.errorpath import one_line
+    from slurmgpu.errors import SlurmgpuError
+
+    if not result.failed:
+        return
+    for task in result.failed:
+        click.echo(f"slurmgpu: error: {one_line(task.message())}", err=True)
+    raise SlurmgpuError(
+        f"{len(result.failed)} of {len(result.changes)} sweep tasks of array job "
+        f"{result.job_id} failed; the report holds the other candidates (run: {result.run_dir})"
+    )
+
+
+def sweep_options(params: dict):
+    """The --via-slurm options as `SlurmSweepOptions` (None without --via-slurm); they are
+    removed from `params` either way."""
+    from pathlib import Path
+
+    keys = ("via_slurm", "workdir", "slurm_partition", "slurm_time", "slurm_options",
+            "slurm_python")  # fmt: skip
+    got = {k: params.pop(k) for k in keys}
+    if not got["via_slurm"]:
+        given = [k for k in keys[2:] if got[k]]
+        if got["workdir"] != WORKDIR_DEFAULT:
+            given.insert(0, "workdir")
+        if given:  # never silently ignored
+            from slurmgpu.errors import UsageError
+
+            raise UsageError(f"--{given[0].rstrip('s').replace('_', '-')} needs --via-slurm")
+        return None
+    from slurmgpu.replay.sweep import SlurmSweepOptions
+
+    extra = {"python": got["slurm_python"]} if got["slurm_python"] else {}
+    return SlurmSweepOptions(
+        workdir=Path(got["workdir"]),
+        partition=got["slurm_partition"],
+        time_limit=got["slurm_time"],
+        sbatch_args=tuple(got["slurm_options"]),
+        progress=lambda line: click.echo(f"slurmgpu: replay: {line}", err=True),
+        **extra,
+    )
+
+
+@click.command("replay-task", hidden=True)
+@click.argument("run_dir", type=click.Path(file_okay=False))
+@click.option("--index", type=click.IntRange(min=0), help="Default: $SLURM_ARRAY_TASK_ID.")
+def replay_task(run_dir: str, index: int | None) -> None:
+    """One task of a `replay --via-slurm` sweep: replay one candidate, write its result."""
+    from slurmgpu.replay.sweep import replay_task as run_task
+
+    run_task(run_dir, index)
 
 
 def _pairs(values: tuple[str, ...], option: str, convert=str, default_key: str | None = None):

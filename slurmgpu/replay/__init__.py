@@ -87,19 +87,37 @@ def _tier_function(tiers: Any):
 
 def replay(sacct_files: Sequence[str | os.PathLike[str]], options: ReplayOptions) -> ReplayReport:
     """Load the dumps, build the cluster model, replay the baseline and every what-if."""
+    options, trace = load_for_replay(sacct_files, options)
+    return replay_trace(trace, options)
+
+
+def load_for_replay(
+    sacct_files: Sequence[str | os.PathLike[str]], options: ReplayOptions
+) -> tuple[ReplayOptions, ReplayTrace]:
+    """The options with the live cluster's facts filled in (`--live`), and the dumps' trace.
+
+    The cluster model is built first, so a missing --capacity fails before a long load.
+    """
     from slurmgpu.replay.from_accounting import load_trace
 
     if not sacct_files:
         raise UsageError("replay needs at least one --sacct-file (the history to replay)")
     options = _with_live(options) if options.live else options
+    model = build_model(options)
+    # a partition's GPU type as the model knows it (--gpu-type, or its snapshots' GPUs)
+    types = {p.name: p.gpu_type for p in model.partitions if p.gpu_type}
+    memory = {
+        p.gpu_type: p.gpu_memory_mib for p in model.partitions if p.gpu_type and p.gpu_memory_mib
+    }
     trace = load_trace(
         sacct_files,
         tier_for_qos=_tier_function(options.tiers),
         timezone=options.timezone,
         shards_per_gpu=options.shards_per_gpu,
-        gpu_types=options.gpu_types,
+        gpu_types={**types, **options.gpu_types},
+        gpu_memory_mib={**memory, **options.gpu_memory_mib},
     )
-    return replay_trace(trace, options)
+    return options, trace
 
 
 def _with_live(options: ReplayOptions) -> ReplayOptions:

@@ -28,6 +28,7 @@ def load_trace(
     timezone: str = "UTC",
     shards_per_gpu: Mapping[str, float] | None = None,
     gpu_types: Mapping[str, str] | None = None,
+    gpu_memory_mib: Mapping[str, float] | None = None,
 ) -> ReplayTrace:
     """Read sacct dumps through the accounting loader and turn its frame into a trace."""
     from slurmgpu.accounting import load as load_mod
@@ -37,7 +38,8 @@ def load_trace(
         timezone=timezone, tier_for_qos=tier_for_qos, shards_per_gpu=dict(shards_per_gpu or {})
     )
     frame = load_mod.load_files(sacct_files, options=options).frame
-    gpu_mem = runs.gpu_sizes(frame, dict(gpu_types or {}), {}).per_run_mib
+    sizes = runs.gpu_sizes(frame, dict(gpu_types or {}), dict(gpu_memory_mib or {}))
+    gpu_mem = sizes.per_run_mib
     return trace_from_frame(frame, gpu_mem)
 
 

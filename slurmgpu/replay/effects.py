@@ -1,0 +1,245 @@
+"""What `analyze`'s recommendations would have done, replayed on the analysis' own runs.
+
+A recommendation's rule-of-thumb estimate ("carving frees 3 GPUs in a median hour") is not
+what an admin acts on; a replay of the same window with and without its `change` is. Given the
+runs (the accounting frame `analyze` holds, or an already-built `ReplayTrace`) and the cluster
+model (`ReplayOptions`: capacity per partition at least), `estimate_effects` replays the
+baseline once and each recommendation's change(s) once, and returns a typed `Effect` per
+recommendation: allocation ratio, waits p50/p95 overall and per partition and tier, GPU-hours
+lost to preemption and jobs that could not run, each as `before` / `after`.
+
+A recommendation made of several changes (a carve in two layouts) is replayed with all of
+them applied together; its key is `effect_key(changes)` (the changes joined by " + "). A
+change that does not fit the model is an `EffectUnavailable` saying why, never an exception
+that would sink the whole analysis.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import numpy as np
+
+from slurmgpu.errors import UsageError
+from slurmgpu.replay import ReplayOptions, _gpus_by_partition, build_model
+from slurmgpu.replay.changes import Change, format_change, parse_change
+from slurmgpu.replay.cluster import ClusterModel, apply_change
+from slurmgpu.replay.engine import SchedConfig
+from slurmgpu.replay.engine import replay as run_engine
+from slurmgpu.replay.jobs import ReplayTrace
+from slurmgpu.replay.results import ResultBlock, Window, block_from_outcome, window_of
+
+
+@dataclass(frozen=True)
+class Delta:
+    """One measure without (`before`: the baseline replay) and with the change (`after`)."""
+
+    before: float | None
+    after: float | None
+
+    @property
+    def difference(self) -> float | None:
+        if self.before is None or self.after is None:
+            return None
+        return self.after - self.before
+
+
+@dataclass(frozen=True)
+class PartitionEffect:
+    partition: str
+    gpus: Delta
+    allocation_ratio: Delta
+    wait_p50_s: Delta
+    wait_p95_s: Delta
+
+
+@dataclass(frozen=True)
+class TierEffect:
+    tier: str
+    wait_p50_s: Delta
+    wait_p95_s: Delta
+
+
+@dataclass(frozen=True)
+class Effect:
+    """A recommendation's replayed effect over the analysis window."""
+
+    changes: tuple[str, ...]
+    jobs: int
+    window_hours: float
+    allocation_ratio: Delta
+    gpu_hours_allocated: Delta
+    useful_gpu_hours: Delta  # measured need, where known
+    wait_p50_s: Delta
+    wait_p95_s: Delta
+    preemptions: Delta
+    gpu_hours_lost: Delta  # thrown away by preemption (requeued work)
+    jobs_not_run: Delta
+    jobs_on_slices: Delta  # whole-GPU jobs that fitted a MIG slice or shards
+    by_partition: tuple[PartitionEffect, ...]
+    by_tier: tuple[TierEffect, ...]
+
+    def to_dict(self) -> dict[str, Any]:
+        from slurmgpu.accounting import json_safe
+
+        return json_safe({"basis": "replay", **asdict(self)})
+
+
+@dataclass(frozen=True)
+class EffectUnavailable:
+    """Why a recommendation's effect could not be replayed (the change does not fit)."""
+
+    changes: tuple[str, ...]
+    reason: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"basis": "replay", "changes": list(self.changes), "unavailable": self.reason}
+
+
+def effect_key(changes: str | Sequence[str]) -> str:
+    """The key of a recommendation's effect: its change, or its changes joined by " + "."""
+    return changes if isinstance(changes, str) else " + ".join(changes)
+
+
+def analysis_replay_options(
+    capacity: Mapping[str, float],
+    *,
+    gpus_per_node: Mapping[str, float] | None = None,
+    gpu_types: Mapping[str, str] | None = None,
+    tiers: Any = None,
+    processes: int = 1,
+) -> ReplayOptions:
+    """The cluster model from what `analyze` knows: GPUs per partition, GPUs per node (its
+    mean, rounded), GPU types per partition, and the site policy's QOS (when `tiers` is a
+    policy). The analysis' `gpu_memory_mib` is keyed by GPU type, not partition: the replay
+    takes each partition's memory from its type."""
+    from slurmgpu.replay.cluster import qos_from_policy
+
+    return ReplayOptions(
+        capacity=dict(capacity),
+        gpus_per_node={p: round(n) for p, n in (gpus_per_node or {}).items() if n},
+        gpu_types=dict(gpu_types or {}),
+        qos=qos_from_policy(tiers) if hasattr(tiers, "tiers") else (),
+        tiers=tiers,
+        processes=processes,
+    )
+
+
+def estimate_effects(
+    runs: Any,
+    options: ReplayOptions,
+    changes: Sequence[str | Sequence[str]],
+    *,
+    gpu_memory_mib: np.ndarray | None = None,
+) -> dict[str, Effect | EffectUnavailable]:
+    """Replay the baseline and each entry of `changes` (a change string, or a recommendation's
+    list of changes applied together) on `runs`; `{effect_key(entry): Effect}`.
+
+    `runs` is the accounting frame (one row per run, as `analyze` holds it; `gpu_memory_mib`
+    its per-run GPU memory, so small whole-GPU jobs may use slices) or a `ReplayTrace`.
+    Returns {} when the cluster model is unknown (`options.capacity` empty).
+    """
+    if not options.capacity or not any(changes):
+        return {}
+    trace = runs if isinstance(runs, ReplayTrace) else _trace(runs, gpu_memory_mib)
+    groups: dict[str, tuple[str, ...]] = {}
+    for entry in changes:
+        if not entry:  # a recommendation without a change ("none", tier advice)
+            continue
+        groups.setdefault(effect_key(entry), (entry,) if isinstance(entry, str) else tuple(entry))
+    try:
+        model = build_model(options)
+    except UsageError as exc:
+        return {k: EffectUnavailable(g, f"the cluster model: {exc}") for k, g in groups.items()}
+    baseline = run_engine(trace, model, options.config)
+    window = window_of(trace, baseline)
+    before = block_from_outcome("baseline", trace, baseline, _gpus_by_partition(model), window)
+    out: dict[str, Effect | EffectUnavailable] = {}
+    todo = []
+    for key, group in groups.items():
+        try:
+            parsed = tuple(parse_change(c) for c in group)
+            changed = model
+            for change in parsed:
+                changed = apply_change(changed, change)
+        except UsageError as exc:
+            out[key] = EffectUnavailable(group, str(exc))
+            continue
+        todo.append((key, (trace, changed, parsed, options.config, window)))
+    blocks = _replay_all([job for _, job in todo], options.processes)
+    for (key, job), block in zip(todo, blocks, strict=True):
+        out[key] = effect_of(before, block, tuple(format_change(c) for c in job[2]))
+    return {k: out[k] for k in groups}  # in the order asked
+
+
+def _trace(frame: Any, gpu_memory_mib: np.ndarray | None) -> ReplayTrace:
+    from slurmgpu.replay.from_accounting import trace_from_frame
+
+    return trace_from_frame(frame, gpu_memory_mib)
+
+
+def _replay_one(args: tuple[ReplayTrace, ClusterModel, tuple[Change, ...], SchedConfig, Window]):
+    trace, model, changes, config, window = args
+    label = effect_key([format_change(c) for c in changes])
+    outcome = run_engine(trace, model, config)
+    return block_from_outcome(
+        label, trace, outcome, _gpus_by_partition(model), window, change=label
+    )
+
+
+def _replay_all(jobs: list, processes: int) -> list[ResultBlock]:
+    if processes > 1 and len(jobs) > 1:
+        import multiprocessing
+
+        with multiprocessing.get_context("fork").Pool(min(processes, len(jobs))) as pool:
+            return pool.map(_replay_one, jobs)
+    return [_replay_one(j) for j in jobs]
+
+
+def effect_of(before: ResultBlock, after: ResultBlock, changes: tuple[str, ...]) -> Effect:
+    """The `Effect` of going from the baseline block to a scenario's block."""
+
+    def d(name: str) -> Delta:
+        return Delta(getattr(before, name), getattr(after, name))
+
+    parts_b = {p.partition: p for p in before.by_partition}
+    parts_a = {p.partition: p for p in after.by_partition}
+    by_partition = []
+    for name in [*parts_b, *(n for n in parts_a if n not in parts_b)]:
+        b, a = parts_b.get(name), parts_a.get(name)
+        by_partition.append(
+            PartitionEffect(
+                name,
+                Delta(b.gpus if b else 0, a.gpus if a else 0),
+                Delta(b.allocation_ratio if b else None, a.allocation_ratio if a else None),
+                Delta(b.wait_s.p50 if b else None, a.wait_s.p50 if a else None),
+                Delta(b.wait_s.p95 if b else None, a.wait_s.p95 if a else None),
+            )
+        )
+    tiers_a = {t.tier: t for t in after.by_tier}
+    by_tier = tuple(
+        TierEffect(
+            t.tier,
+            Delta(t.wait_s.p50, tiers_a[t.tier].wait_s.p50 if t.tier in tiers_a else None),
+            Delta(t.wait_s.p95, tiers_a[t.tier].wait_s.p95 if t.tier in tiers_a else None),
+        )
+        for t in before.by_tier
+    )
+    return Effect(
+        changes=changes,
+        jobs=before.jobs,
+        window_hours=before.window_hours,
+        allocation_ratio=d("allocation_ratio"),
+        gpu_hours_allocated=d("gpu_hours_allocated"),
+        useful_gpu_hours=d("useful_gpu_hours"),
+        wait_p50_s=Delta(before.wait_s.p50, after.wait_s.p50),
+        wait_p95_s=Delta(before.wait_s.p95, after.wait_s.p95),
+        preemptions=d("preemptions"),
+        gpu_hours_lost=d("gpu_hours_lost"),
+        jobs_not_run=d("jobs_not_run"),
+        jobs_on_slices=d("jobs_on_slices"),
+        by_partition=tuple(by_partition),
+        by_tier=by_tier,
+    )
