@@ -14,7 +14,7 @@ from .sacct_text import job, text
 def run(tmp_path, rows, **kw):
     path = tmp_path / "dump.txt"
     path.write_text(text(rows))
-    return analyze(AnalysisOptions(files=[path], **kw)).to_dict()
+    return analyze(AnalysisOptions(files=[path], **kw)).to_json()
 
 
 def small_h100_jobs(n, mem="5000M"):
