@@ -21,10 +21,10 @@ Conventions, one for the whole document:
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, fields
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, ClassVar
 
 SCHEMA_VERSION = 2
 
@@ -434,20 +434,223 @@ class MeasureWarning:
         return cls(data["source"], data["kind"], data["message"], tuple(data["job_ids"]))
 
 
+class _Record:
+    """A frozen record whose JSON is its fields in order, nested records and tuples converted.
+
+    `JSON_KEYS` renames a field in the JSON (`donor` is `"from"`); `READERS` reads a nested
+    field back in `from_json`. Numbers pass through as written: an int stays an int."""
+
+    JSON_KEYS: ClassVar[Mapping[str, str]] = {}
+    READERS: ClassVar[Mapping[str, Callable[[Any], Any]]] = {}
+
+    def to_json(self) -> dict[str, Json]:
+        return {
+            self.JSON_KEYS.get(f.name, f.name): _record_json(getattr(self, f.name))
+            for f in fields(self)  # type: ignore[arg-type]
+        }
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> Any:
+        kwargs = {}
+        for f in fields(cls):  # type: ignore[arg-type]
+            value = data[cls.JSON_KEYS.get(f.name, f.name)]
+            read = cls.READERS.get(f.name)
+            kwargs[f.name] = read(value) if read else value
+        return cls(**kwargs)
+
+
+def _record_json(value: Any) -> Json:
+    if hasattr(value, "to_json"):
+        return value.to_json()
+    if isinstance(value, tuple | list):
+        return [_record_json(v) for v in value]
+    if isinstance(value, Mapping):
+        return {str(k): _record_json(v) for k, v in value.items()}
+    return value
+
+
+def _tuple_of(reader: Callable[[Any], Any] = lambda v: v) -> Callable[[Any], tuple]:
+    return lambda values: tuple(reader(v) for v in values)
+
+
+@dataclass(frozen=True)
+class Layout(_Record):
+    """One MIG layout of a carve: `gpus` GPUs, each as `per_gpu` instances of `profile`."""
+
+    profile: str
+    per_gpu: int
+    gpus: int
+
+
+@dataclass(frozen=True)
+class SliceEvidence(_Record):
+    """What a carve or shard rule saw in one partition (whole-GPU runs with a measured need)."""
+
+    partition: str
+    gpu_runs: int
+    gpu_runs_need_known: int
+    runs_fitting_half_gpu: int
+    runs_fitting_one_slice: int  # need <= one compute slice of the partition's GPU model
+    one_slice: str  # that slice as a share of the GPU: "1/7" (A100/H100/H200), "1/4" (A30)
+    share_fitting_half_gpu: float  # of the runs with a known need
+    small_job_gpu_hours: float
+    p95_concurrent_small_runs: Mapping[str, float]  # per class ("1/7", "1/2"): runs at once
+    basis: str
+
+
+@dataclass(frozen=True)
+class CarveEvidence(SliceEvidence):
+    gpu_model: str = ""  # catalogue key
+    layouts: tuple[Layout, ...] = ()
+
+    READERS: ClassVar[Mapping[str, Callable[[Any], Any]]] = {"layouts": _tuple_of(Layout.from_json)}
+
+
+@dataclass(frozen=True)
+class ShardEvidence(SliceEvidence):
+    gpu_memory_mib: float = 0.0  # the smallest GPU of the partition
+    p95_gpu_memory_mib: float = 0.0  # of the small runs
+
+
+@dataclass(frozen=True)
+class CarveEffect(_Record):
+    """Hour by hour: whole GPUs the small runs would have freed, and hours the slices fell short."""
+
+    gpus_carved: int
+    whole_gpus_freed_p50: float
+    hours_slices_short: int
+    hours: int
+
+
+@dataclass(frozen=True)
+class ShardEffect(_Record):
+    gpus_shared: int
+    shards_per_gpu: int
+    whole_gpus_freed_p50: float
+    hours_slices_short: int
+    hours: int
+
+
+@dataclass(frozen=True)
+class PartitionLoad(_Record):
+    """The numbers of one partition a node move rests on."""
+
+    partition: str
+    allocation_ratio: float | None
+    wait_s: Waits
+    idle_gpu_hours: float | None
+    pending_gpu_hours: float
+
+    READERS: ClassVar[Mapping[str, Callable[[Any], Any]]] = {"wait_s": Waits.from_json}
+
+
+@dataclass(frozen=True)
+class MoveEvidence(_Record):
+    donor: PartitionLoad  # JSON "from"
+    taker: PartitionLoad  # JSON "to"
+    gpus_per_node: float
+
+    JSON_KEYS: ClassVar[Mapping[str, str]] = {"donor": "from", "taker": "to"}
+    READERS: ClassVar[Mapping[str, Callable[[Any], Any]]] = {
+        "donor": PartitionLoad.from_json,
+        "taker": PartitionLoad.from_json,
+    }
+
+
+@dataclass(frozen=True)
+class MoveEffect(_Record):
+    gpus_moved: float
+    donor_allocation_ratio_after: float
+    capacity_gpu_hours_added_to_taker: float
+    demand_gpu_hours_served: float  # waiting GPU-hours the moved GPUs could have served
+
+
+@dataclass(frozen=True)
+class PreemptionEvidence(_Record):
+    preemptions: int
+    gpu_hours_lost_to_preemption: float
+    gpu_hours_wait_saved_estimate: float  # victims' remaining limit (or run time) x GPUs
+    share_of_allocated: float
+    preempted_tiers: tuple[str, ...]
+
+    READERS: ClassVar[Mapping[str, Callable[[Any], Any]]] = {"preempted_tiers": _tuple_of()}
+
+
+@dataclass(frozen=True)
+class PreemptionEffect(_Record):
+    gpu_hours_recovered_max: float
+
+
+@dataclass(frozen=True)
+class TopTierEvidence(_Record):
+    tier: str
+    wait_s: Waits
+    jobs: int
+
+    READERS: ClassVar[Mapping[str, Callable[[Any], Any]]] = {"wait_s": Waits.from_json}
+
+
+@dataclass(frozen=True)
+class TopTierEffect(_Record):
+    target_wait_p95_s: float
+
+
+@dataclass(frozen=True)
+class ChecksEvidence(_Record):
+    """`none`: each check made, and why it did not fire."""
+
+    checks: tuple[str, ...]
+
+    READERS: ClassVar[Mapping[str, Callable[[Any], Any]]] = {"checks": _tuple_of()}
+
+
+@dataclass(frozen=True)
+class NoEffect(_Record):
+    """`none` expects no change: `{}`."""
+
+
+Evidence = (
+    CarveEvidence
+    | ShardEvidence
+    | MoveEvidence
+    | PreemptionEvidence
+    | TopTierEvidence
+    | ChecksEvidence
+)
+Effect = CarveEffect | ShardEffect | MoveEffect | PreemptionEffect | TopTierEffect | NoEffect
+
+
+def _evidence_types(kind: str, evidence: Mapping[str, Any]) -> tuple[type, type]:
+    """The (evidence, effect) classes of a recommendation kind (tier_adjust has two rules)."""
+    if kind == "tier_adjust":
+        if "preemptions" in evidence:
+            return PreemptionEvidence, PreemptionEffect
+        return TopTierEvidence, TopTierEffect
+    try:
+        return {
+            "mig_carve": (CarveEvidence, CarveEffect),
+            "shard": (ShardEvidence, ShardEffect),
+            "move_nodes": (MoveEvidence, MoveEffect),
+            "none": (ChecksEvidence, NoEffect),
+        }[kind]
+    except KeyError:
+        raise ValueError(f"recommendation kind {kind!r}: not one this schema knows") from None
+
+
 @dataclass(frozen=True)
 class Recommendation:
     """One recommended change, with the numbers it rests on and what it expects.
 
-    `evidence` and `estimated_effect` are named numbers (JSON-ready mappings): each rule
-    (`recommend.py`) states the ones it used, so their keys differ by `kind`. `change` /
+    `evidence` and `estimated_effect` are typed per rule (`recommend.py`): a carve's
+    `CarveEvidence`/`CarveEffect`, a node move's `MoveEvidence`/`MoveEffect`, ... `change` /
     `changes` are the change in `slurmgpu replay --what-if` grammar (`replay/changes.py`):
     the first, and all of them (a carve in two layouts lists both); `none` has None, ()."""
 
     kind: str  # "mig_carve", "shard", "move_nodes", "tier_adjust" or "none"
     title: str
     detail: str
-    evidence: Mapping[str, Any]
-    estimated_effect: Mapping[str, Any]
+    evidence: Evidence
+    estimated_effect: Effect
     change: str | None = None
     changes: tuple[str, ...] = ()
 
@@ -456,20 +659,21 @@ class Recommendation:
             "kind": self.kind,
             "title": self.title,
             "detail": self.detail,
-            "evidence": json_safe(self.evidence),
-            "estimated_effect": json_safe(self.estimated_effect),
+            "evidence": json_safe(self.evidence.to_json()),
+            "estimated_effect": json_safe(self.estimated_effect.to_json()),
             "change": self.change,
             "changes": list(self.changes),
         }
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> Recommendation:
+        evidence_type, effect_type = _evidence_types(data["kind"], data["evidence"])
         return cls(
             kind=data["kind"],
             title=data["title"],
             detail=data["detail"],
-            evidence=data["evidence"],
-            estimated_effect=data["estimated_effect"],
+            evidence=evidence_type.from_json(data["evidence"]),
+            estimated_effect=effect_type.from_json(data["estimated_effect"]),
             change=data["change"],
             changes=tuple(data["changes"]),
         )

@@ -19,7 +19,25 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 import pandas as pd
 
-from slurmgpu.accounting.document import GroupRow, Recommendation, Totals
+from slurmgpu.accounting.document import (
+    CarveEffect,
+    CarveEvidence,
+    ChecksEvidence,
+    GroupRow,
+    Layout,
+    MoveEffect,
+    MoveEvidence,
+    NoEffect,
+    PartitionLoad,
+    PreemptionEffect,
+    PreemptionEvidence,
+    Recommendation,
+    ShardEffect,
+    ShardEvidence,
+    TopTierEffect,
+    TopTierEvidence,
+    Totals,
+)
 from slurmgpu.accounting.window import Window
 from slurmgpu.model.catalog import COMPUTE_SLICES_PER_GPU, GpuModel, MigProfile, resolve
 
@@ -191,7 +209,7 @@ def _carve(
             one_slice: hourly(work, tiny, window, ones),
             "1/2": hourly(work, medium, window, ones),
         }
-        evidence = {
+        evidence = {  # the SliceEvidence fields both rules share
             "partition": p,
             "gpu_runs": n,
             "gpu_runs_need_known": n_known,
@@ -230,7 +248,7 @@ def _mig_rec(p, model, entry, window, tiny, medium, mem, conc, held, evidence, c
         n_gpu = math.ceil(round(peak, 6) / per_gpu)
         if n_gpu <= 0:
             continue
-        layouts.append({"profile": prof.name, "per_gpu": per_gpu, "gpus": n_gpu})
+        layouts.append(Layout(profile=prof.name, per_gpu=per_gpu, gpus=n_gpu))
         slices.append((conc[key], per_gpu))
         gpus += n_gpu
     cap = entry.capacity_gpu_hours
@@ -243,9 +261,7 @@ def _mig_rec(p, model, entry, window, tiny, medium, mem, conc, held, evidence, c
             f"GPUs in a median hour: carving {gpus} frees none"
         )
         return None
-    layout_text = " + ".join(
-        f"{x['gpus']} GPU(s) as {x['per_gpu']}x {x['profile']}" for x in layouts
-    )
+    layout_text = " + ".join(f"{x.gpus} GPU(s) as {x.per_gpu}x {x.profile}" for x in layouts)
     return Recommendation(
         kind="mig_carve",
         title=f"Carve {gpus} {model.short_type} GPU(s) of partition {p} into MIG",
@@ -257,11 +273,9 @@ def _mig_rec(p, model, entry, window, tiny, medium, mem, conc, held, evidence, c
             f"hour; the slices would not have sufficed in {effect['hours_slices_short']} of "
             f"{effect['hours']} hours."
         ),
-        evidence={**evidence, "gpu_model": model.key, "layouts": layouts},
-        estimated_effect={"gpus_carved": gpus, **effect},
-        **_changes(
-            _replay_changes().Carve(p, x["gpus"], ((x["profile"], x["per_gpu"]),)) for x in layouts
-        ),
+        evidence=CarveEvidence(**evidence, gpu_model=model.key, layouts=tuple(layouts)),
+        estimated_effect=CarveEffect(gpus_carved=gpus, **effect),
+        **_changes(_replay_changes().Carve(p, x.gpus, ((x.profile, x.per_gpu),)) for x in layouts),
     )
 
 
@@ -299,8 +313,8 @@ def _shard_rec(p, model, gpu_mem, small, mem, conc, held, evidence, checks):
             f"gres/shard ({shards} shards per GPU, each holding the p95 {p95:.0f} MiB + "
             f"{MEMORY_MARGIN - 1:.0%})."
         ),
-        evidence={**evidence, "gpu_memory_mib": size, "p95_gpu_memory_mib": p95},
-        estimated_effect={"gpus_shared": gpus, "shards_per_gpu": shards, **effect},
+        evidence=ShardEvidence(**evidence, gpu_memory_mib=size, p95_gpu_memory_mib=p95),
+        estimated_effect=ShardEffect(gpus_shared=gpus, shards_per_gpu=shards, **effect),
         **_changes([_replay_changes().Shard(p, gpus, shards)]),
     )
 
@@ -373,17 +387,15 @@ def _move_nodes(
                         f"{used / (cap_gpus - moved):.0%} allocated; up to {served:.0f} "
                         "GPU-hours of the waiting demand could have been served."
                     ),
-                    evidence={
-                        "from": _move_evidence(donor),
-                        "to": _move_evidence(taker),
-                        "gpus_per_node": per_node,
-                    },
-                    estimated_effect={
-                        "gpus_moved": moved,
-                        "donor_allocation_ratio_after": float(used / (cap_gpus - moved)),
-                        "capacity_gpu_hours_added_to_taker": float(moved * hours),
-                        "demand_gpu_hours_served": float(served),
-                    },
+                    evidence=MoveEvidence(
+                        donor=_load(donor), taker=_load(taker), gpus_per_node=per_node
+                    ),
+                    estimated_effect=MoveEffect(
+                        gpus_moved=moved,
+                        donor_allocation_ratio_after=float(used / (cap_gpus - moved)),
+                        capacity_gpu_hours_added_to_taker=float(moved * hours),
+                        demand_gpu_hours_served=float(served),
+                    ),
                     **_changes([_replay_changes().Move(name, taker.name, int(moved))]),
                 )
             )
@@ -394,15 +406,15 @@ def _move_nodes(
     return recs
 
 
-def _move_evidence(row: GroupRow) -> dict:
+def _load(row: GroupRow) -> PartitionLoad:
     """The numbers of a partition a node move rests on."""
-    return {
-        "partition": row.name,
-        "allocation_ratio": row.allocation_ratio,
-        "wait_s": row.wait_s.to_json(),
-        "idle_gpu_hours": row.idle_gpu_hours,
-        "pending_gpu_hours": row.pending_gpu_hours,
-    }
+    return PartitionLoad(
+        partition=row.name,
+        allocation_ratio=row.allocation_ratio,
+        wait_s=row.wait_s,
+        idle_gpu_hours=row.idle_gpu_hours,
+        pending_gpu_hours=row.pending_gpu_hours,
+    )
 
 
 SUGGESTED_GRACE_S = 300  # time a preempted job gets to checkpoint, suggested in `change`
@@ -484,14 +496,14 @@ def _tiers(
                         f"({share:.1%} of allocated); the waits they saved are estimated at "
                         f"{saved:.1f} GPU-hours."
                     ),
-                    evidence={
-                        "preemptions": int(pre.sum()),
-                        "gpu_hours_lost_to_preemption": lost,
-                        "gpu_hours_wait_saved_estimate": saved,
-                        "share_of_allocated": share,
-                        "preempted_tiers": tiers_hit,
-                    },
-                    estimated_effect={"gpu_hours_recovered_max": lost},
+                    evidence=PreemptionEvidence(
+                        preemptions=int(pre.sum()),
+                        gpu_hours_lost_to_preemption=lost,
+                        gpu_hours_wait_saved_estimate=saved,
+                        share_of_allocated=share,
+                        preempted_tiers=tuple(tiers_hit),
+                    ),
+                    estimated_effect=PreemptionEffect(gpu_hours_recovered_max=lost),
                     **_changes(
                         _replay_changes().TierChange(q, grace_s=SUGGESTED_GRACE_S)
                         for q in sorted(
@@ -520,8 +532,8 @@ def _tiers(
                     "reserve GPUs for it",
                     detail=f"{top} p95 wait {p95 / 60:.0f} min over {entry.jobs} jobs "
                     f"(target {TOP_TIER_WAIT_P95_S / 60:.0f} min).",
-                    evidence={"tier": top, "wait_s": entry.wait_s.to_json(), "jobs": entry.jobs},
-                    estimated_effect={"target_wait_p95_s": TOP_TIER_WAIT_P95_S},
+                    evidence=TopTierEvidence(tier=top, wait_s=entry.wait_s, jobs=entry.jobs),
+                    estimated_effect=TopTierEffect(target_wait_p95_s=TOP_TIER_WAIT_P95_S),
                     **_preempt_all_changes(frame, top),
                 )
             )
@@ -554,8 +566,8 @@ def recommend(
                 kind="none",
                 title="No change recommended",
                 detail="The data does not support a partition or tier change: " + "; ".join(checks),
-                evidence={"checks": checks},
-                estimated_effect={},
+                evidence=ChecksEvidence(checks=tuple(checks)),
+                estimated_effect=NoEffect(),
                 change=None,
                 changes=(),
             )

@@ -441,10 +441,12 @@ def render_text(analysis: AnalysisDocument) -> str:
         out.append(f"  {i}. {printable(rec.title)}")
         if rec.detail:
             out.append(f"     {printable(rec.detail)}")
-        evidence = _evidence_items(rec.evidence)
+        evidence = _evidence_items(rec.evidence.to_json())
         if evidence:
             out.append(f"     evidence: {printable(', '.join(evidence))}")
-        out.append(f"     estimated effect: {printable(_effect_text(rec.estimated_effect))}")
+        out.append(
+            f"     estimated effect: {printable(_effect_text(rec.estimated_effect.to_json()))}"
+        )
     return "\n".join(out) + "\n"
 
 
@@ -544,8 +546,8 @@ def _html_context(analysis: AnalysisDocument) -> dict[str, Any]:
             "title": printable(r.title),
             "kind": printable(r.kind),
             "detail": str(r.detail or ""),
-            "evidence": _evidence_items(r.evidence),
-            "effect": _effect_text(r.estimated_effect),
+            "evidence": _evidence_items(r.evidence.to_json()),
+            "effect": _effect_text(r.estimated_effect.to_json()),
         }
         for r in analysis.recommendations
     ]

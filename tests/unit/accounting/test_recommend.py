@@ -5,6 +5,7 @@ from datetime import UTC, datetime
 import pytest
 
 from slurmgpu.accounting import AnalysisOptions, analyze
+from slurmgpu.accounting.document import Layout
 from slurmgpu.accounting.recommend import instances_per_gpu, valid_layout
 from slurmgpu.model.catalog import model_for_type
 
@@ -84,13 +85,13 @@ def test_a30_carve_uses_its_4_slice_grid(tmp_path):
     path.write_text(text(mixed_jobs(40, "a30", "2000M", "5000M")))
     document = analyze(AnalysisOptions(files=[path], capacity={"gpu": 8})).document
     rec = next(r for r in document.recommendations if r.kind == "mig_carve")
-    assert rec.evidence["one_slice"] == "1/4"
-    assert rec.evidence["runs_fitting_one_slice"] == 40
-    assert set(rec.evidence["p95_concurrent_small_runs"]) == {"1/4", "1/2"}
+    assert rec.evidence.one_slice == "1/4" and rec.evidence.gpu_model == "a30"
+    assert rec.evidence.runs_fitting_one_slice == 40
+    assert set(rec.evidence.p95_concurrent_small_runs) == {"1/4", "1/2"}
     # 4 at once x headroom 1.25 = 5 slices -> 2 GPUs of 4x 1g.6gb
-    assert rec.evidence["layouts"] == [{"profile": "1g.6gb", "per_gpu": 4, "gpus": 2}]
+    assert rec.evidence.layouts == (Layout("1g.6gb", per_gpu=4, gpus=2),)
     assert rec.changes == ("carve:gpu:2:1g.6gb=4",)
-    assert rec.estimated_effect["whole_gpus_freed_p50"] == pytest.approx(4 - 2)
+    assert rec.estimated_effect.whole_gpus_freed_p50 == pytest.approx(4 - 2)
 
 
 def test_a100_carve_uses_its_7_slice_grid(tmp_path):
@@ -99,13 +100,13 @@ def test_a100_carve_uses_its_7_slice_grid(tmp_path):
     path.write_text(text(mixed_jobs(40, "a100", "2000M", "15000M")))
     document = analyze(AnalysisOptions(files=[path], capacity={"gpu": 8})).document
     rec = next(r for r in document.recommendations if r.kind == "mig_carve")
-    assert rec.evidence["one_slice"] == "1/7" and rec.evidence["runs_fitting_one_slice"] == 20
+    assert rec.evidence.one_slice == "1/7" and rec.evidence.runs_fitting_one_slice == 20
     # 2 of each at once x 1.25 = 2.5 -> 1 GPU of 7x 1g.5gb and 2 GPUs of 2x 3g.20gb
-    assert rec.evidence["layouts"] == [
-        {"profile": "1g.5gb", "per_gpu": 7, "gpus": 1},
-        {"profile": "3g.20gb", "per_gpu": 2, "gpus": 2},
-    ]
-    assert rec.estimated_effect["gpus_carved"] == 3
+    assert rec.evidence.layouts == (
+        Layout("1g.5gb", per_gpu=7, gpus=1),
+        Layout("3g.20gb", per_gpu=2, gpus=2),
+    )
+    assert rec.estimated_effect.gpus_carved == 3
     assert rec.changes == ("carve:gpu:1:1g.5gb=7", "carve:gpu:2:3g.20gb=2")
 
 

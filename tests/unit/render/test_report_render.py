@@ -105,7 +105,11 @@ def test_text_totals(analysis):
     assert "2,400.0 of the 3,000.0 GPU-hours with gres/gpuutil (mean utilization 80.0%" in text
     assert "note: 8 allocation rows fall outside the window" in text
     assert "by reason: bad ElapsedRaw 1, wrong column count 1" in text
-    assert "estimated effect: allocation_ratio_gain=0.09, gpus_carved=4" in text
+    assert (
+        "estimated effect: gpus_carved=4, whole_gpus_freed_p50=2.5, hours_slices_short=3, "
+        "hours=168" in text
+    )
+    assert "evidence: preemptions=14, gpu_hours_lost_to_preemption=35.5," in text
 
 
 def test_text_partition_table_columns_line_up(analysis):
@@ -161,6 +165,11 @@ def test_document_reads_back_what_it_writes(analysis):
     assert AnalysisDocument.from_json(document.to_json()) == document
     assert document.by_qos[0].tier and document.by_partition[0].name == "gpu"
     assert document.totals.wait_s.p95 == 5400
+    carve, tier = document.recommendations
+    assert (
+        carve.evidence.layouts[1].profile == "3g.40gb" and carve.estimated_effect.gpus_carved == 4
+    )
+    assert tier.evidence.preempted_tiers == ("P2",)
 
 
 def test_document_refuses_another_schema_version(analysis):
