@@ -178,12 +178,12 @@ def stage_report(path: Path, _args: argparse.Namespace) -> dict:
 
     base = _peak_rss_mib()
     start, cpu0 = time.perf_counter(), time.process_time()
-    analysis = _analyze(path).to_dict()
+    analysis = _analyze(path).document
     analyzed = time.perf_counter()
     sizes = {fmt: len(render_report(analysis, fmt)) for fmt in FORMATS}
     seconds, cpu = time.perf_counter() - start, time.process_time() - cpu0
     return {
-        "rows": analysis["totals"]["rows_read"],
+        "rows": analysis.totals.rows_read,
         "seconds": seconds,
         "cpu_seconds": cpu,
         "render_seconds": seconds - (analyzed - start),

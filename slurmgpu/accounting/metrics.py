@@ -19,6 +19,17 @@ import numpy as np
 import pandas as pd
 
 from slurmgpu.accounting.columns import codes as column_codes
+from slurmgpu.accounting.document import (
+    FitFraction,
+    FitShare,
+    FitShares,
+    GroupRow,
+    GroupStats,
+    TimePoint,
+    Timeseries,
+    UnknownGpuType,
+    Waits,
+)
 from slurmgpu.accounting.runs import NEED_BASES
 from slurmgpu.accounting.window import Window
 
@@ -74,10 +85,10 @@ def summarize_groups(
     n: int,
     capacity_gpus: Sequence[float | None],
     window: Window,
-) -> list[dict]:
+) -> list[GroupStats]:
     """The numbers of each group 0..n-1 (runs labelled by `codes`), computed together.
 
-    The keys of a by_* entry; docs/accounting.md defines each.
+    `GroupStats` (accounting/document.py) documents each field.
     """
     gh = w["gpu_hours"].to_numpy()
     util = w["util"].to_numpy()
@@ -115,31 +126,31 @@ def summarize_groups(
         cap_h = cap * window.hours if cap is not None else None
         has_util = n_known[i] > 0
         out.append(
-            {
-                "jobs": round(float(jobs[i])),
-                "gpu_jobs": round(float(gpu_jobs[i])),
-                "pending_jobs": round(float(pending[i])),
-                "gpu_hours_allocated": float(alloc[i]),
-                "gpu_hours_used": float(used[i]) if has_util else None,
-                "capacity_gpu_hours": cap_h,
-                "allocation_ratio": float(alloc[i] / cap_h) if cap_h else None,
-                "idle_gpu_hours": float(max(cap_h - alloc[i], 0.0)) if cap_h else None,
-                "pending_gpu_hours": float(pending_gh[i]),
-                "gpu_util_mean": float(100 * used[i] / known_h[i]) if has_util else None,
-                "util_known_gpu_hours": float(known_h[i]),
-                "waste_gpu_hours": float(known_h[i] - used[i]) if has_util else None,
-                "low_memory_gpu_hours": float(low_mem[i]) if n_mem[i] > 0 else None,
-                "wait_s": {"p50": _opt(p50[i]), "p95": _opt(p95[i]), "max": _opt(pmax[i])},
-                "preemptions": int(pre_n[i]),
-                "requeues": int(req_n[i]),
-                "gpu_hours_lost_to_preemption": float(lost_pre[i]),
-                "gpu_hours_lost_to_requeue": float(lost_req[i]),
-            }
+            GroupStats(
+                jobs=round(float(jobs[i])),
+                gpu_jobs=round(float(gpu_jobs[i])),
+                pending_jobs=round(float(pending[i])),
+                gpu_hours_allocated=float(alloc[i]),
+                gpu_hours_used=float(used[i]) if has_util else None,
+                capacity_gpu_hours=cap_h,
+                allocation_ratio=float(alloc[i] / cap_h) if cap_h else None,
+                idle_gpu_hours=float(max(cap_h - alloc[i], 0.0)) if cap_h else None,
+                pending_gpu_hours=float(pending_gh[i]),
+                gpu_util_mean=float(100 * used[i] / known_h[i]) if has_util else None,
+                util_known_gpu_hours=float(known_h[i]),
+                waste_gpu_hours=float(known_h[i] - used[i]) if has_util else None,
+                low_memory_gpu_hours=float(low_mem[i]) if n_mem[i] > 0 else None,
+                wait_s=Waits(_opt(p50[i]), _opt(p95[i]), _opt(pmax[i])),
+                preemptions=int(pre_n[i]),
+                requeues=int(req_n[i]),
+                gpu_hours_lost_to_preemption=float(lost_pre[i]),
+                gpu_hours_lost_to_requeue=float(lost_req[i]),
+            )
         )
     return out
 
 
-def summarize(w: pd.DataFrame, capacity_gpus: float | None, window: Window) -> dict:
+def summarize(w: pd.DataFrame, capacity_gpus: float | None, window: Window) -> GroupStats:
     """One group's numbers: all runs of `w` together."""
     return summarize_groups(w, np.zeros(len(w), dtype=np.int64), 1, [capacity_gpus], window)[0]
 
@@ -152,11 +163,12 @@ def by_group(
     capacity: Mapping[str, float] | None = None,
     extra: Sequence[str] = (),
     need: np.ndarray | None = None,
-) -> list[dict]:
+) -> tuple[GroupRow, ...]:
     """The numbers per value of `column` (sorted by GPU-hours, then name).
 
     Partitions with known capacity and no run in the window are listed too (idle is news).
-    With `need` (per-run share of a GPU), each entry gets its own `fit_fraction`.
+    With `need` (per-run share of a GPU), each row gets its own `fit_fraction`. `extra`
+    (only "tier", for by_qos) names the values of that column among the group's runs.
     """
     codes, uniques = column_codes(frame, column)
     names = list(uniques)
@@ -166,23 +178,25 @@ def by_group(
     stats = summarize_groups(work, codes.astype(np.int64), n, caps, window)
     out = []
     for i, (name, entry) in enumerate(zip(names, stats, strict=True)):
-        entry = {column: name, **entry}
+        fit = None
         if need is not None:
             sel = codes == i
             gpu_job = sel & work["gpu_job"].to_numpy() & (work["gpus"].to_numpy() > 0)
-            entry["fit_fraction"] = fit_shares(
+            fit = fit_shares(
                 gpu_job, need, work["gpu_hours"].to_numpy(), work["job_weight"].to_numpy()
             )
+        tier = None
         for col in extra:
+            if col != "tier":
+                raise ValueError(f"by_group: no row field for extra column {col!r}")
+            tier = ""
             if i < len(uniques):
                 extra_vals = frame[col].to_numpy(dtype=object, na_value="")
                 vals = pd.unique(extra_vals[codes == i])
-                entry[col] = vals[0] if len(vals) == 1 else ",".join(sorted(map(str, vals)))
-            else:
-                entry[col] = ""
-        out.append(entry)
-    out.sort(key=lambda e: (-e["gpu_hours_allocated"], str(e[column])))
-    return out
+                tier = vals[0] if len(vals) == 1 else ",".join(sorted(map(str, vals)))
+        out.append(GroupRow(**entry.as_fields(), name=str(name), tier=tier, fit_fraction=fit))
+    out.sort(key=lambda e: (-e.gpu_hours_allocated, e.name))
+    return tuple(out)
 
 
 def timeseries(
@@ -191,7 +205,7 @@ def timeseries(
     capacity_gpus: float | None,
     freq: str | None = None,
     partitions: np.ndarray | None = None,
-) -> dict:
+) -> Timeseries:
     """GPU-hours per bucket, each run split across the buckets it spans (exactly, vectorized).
 
     With G(t) = sum_j g_j * |[s_j, e_j] ∩ (-inf, t]|, a bucket's GPU-hours is G(b1) - G(b0);
@@ -241,18 +255,20 @@ def timeseries(
         alloc = float(total[i])
         t = pd.Timestamp(edges[i]).isoformat() + "Z"
         points.append(
-            {
-                "t": t,
-                "gpu_hours_allocated": alloc,
-                "capacity_gpu_hours": cap,
-                "allocation_ratio": alloc / cap if cap else None,
-                "by_partition": {p: float(v[i]) for p, v in sorted(per_part.items())},
-            }
+            TimePoint(
+                t=t,
+                gpu_hours_allocated=alloc,
+                capacity_gpu_hours=cap,
+                allocation_ratio=alloc / cap if cap else None,
+                by_partition={p: float(v[i]) for p, v in sorted(per_part.items())},
+            )
         )
-    return {"freq": freq, "points": points}
+    return Timeseries(freq, tuple(points))
 
 
-def fit_shares(gpu_job: np.ndarray, need: np.ndarray, gh: np.ndarray, weight: np.ndarray) -> dict:
+def fit_shares(
+    gpu_job: np.ndarray, need: np.ndarray, gh: np.ndarray, weight: np.ndarray
+) -> FitShares:
     """Share of GPU runs (jobs, GPU-hours) whose need fits 1/7, 1/4, 1/2 of one GPU.
 
     Shares are over runs whose need is KNOWN; runs with an unknown need (still running, no
@@ -262,17 +278,19 @@ def fit_shares(gpu_job: np.ndarray, need: np.ndarray, gh: np.ndarray, weight: np
     unknown = gpu_job & np.isnan(need)
     w, h = np.maximum(weight, 0), gh
     n_jobs, total_h = w[known].sum(), h[known].sum()
-    out: dict = {}
+    shares = {}
     for label, frac in FIT_FRACTIONS.items():
         fits = known & (np.nan_to_num(need, nan=np.inf) <= frac + 1e-9)
-        out[label] = {
-            "jobs": float(w[fits].sum() / n_jobs) if n_jobs else None,
-            "gpu_hours": float(h[fits].sum() / total_h) if total_h else None,
-        }
-    out["known_runs"] = int(known.sum())
-    out["unknown_runs"] = int(unknown.sum())
-    out["unknown_gpu_hours"] = float(h[unknown].sum())
-    return out
+        shares[label] = FitShare(
+            jobs=float(w[fits].sum() / n_jobs) if n_jobs else None,
+            gpu_hours=float(h[fits].sum() / total_h) if total_h else None,
+        )
+    return FitShares(
+        shares=shares,
+        known_runs=int(known.sum()),
+        unknown_runs=int(unknown.sum()),
+        unknown_gpu_hours=float(h[unknown].sum()),
+    )
 
 
 def fit_fraction(
@@ -280,13 +298,12 @@ def fit_fraction(
     need: np.ndarray,
     basis: np.ndarray,
     unknown_types: Mapping[str, int] | None = None,
-) -> dict:
+) -> FitFraction:
     """Cluster-wide fit shares, the basis of each run's need, and what would fix unknowns."""
     gpu_job = work["gpu_job"].to_numpy() & (work["gpus"].to_numpy() > 0)
-    out = fit_shares(gpu_job, need, work["gpu_hours"].to_numpy(), work["job_weight"].to_numpy())
+    shares = fit_shares(gpu_job, need, work["gpu_hours"].to_numpy(), work["job_weight"].to_numpy())
     counts = {name: int((basis[gpu_job] == i).sum()) for i, name in enumerate(NEED_BASES)}
-    out["basis_counts"] = counts
-    out["basis"] = (
+    text = (
         f"of {int(gpu_job.sum())} GPU runs: {counts['measured_gpumem']} measured GPU memory; "
         f"{counts['requested_slice']} requested a MIG/shard slice; "
         f"{counts['multi_gpu_request']} held more than one GPU (fit no fraction); "
@@ -294,13 +311,17 @@ def fit_fraction(
         f"{counts['unknown_gpu_size']} unknown (memory measured, GPU size unknown)"
     )
     missing = {t: n for t, n in (unknown_types or {}).items() if n}
-    out["unknown_gpu_types"] = [
-        {
-            "type": t,
-            "gpu_runs": n,
-            "fix": f"give its size: --gpu-memory {t}=SIZE (or gpu_memory in the site policy, "
-            "or an --inventory snapshot)",
-        }
-        for t, n in sorted(missing.items())
-    ]
-    return out
+    return FitFraction(
+        **shares.as_fields(),
+        basis_counts=counts,
+        basis=text,
+        unknown_gpu_types=tuple(
+            UnknownGpuType(
+                type=t,
+                gpu_runs=n,
+                fix=f"give its size: --gpu-memory {t}=SIZE (or gpu_memory in the site policy, "
+                "or an --inventory snapshot)",
+            )
+            for t, n in sorted(missing.items())
+        ),
+    )

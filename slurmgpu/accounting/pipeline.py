@@ -3,7 +3,8 @@
 read (`read.py`: row sources) -> normalize (`load.py`: typed columns, steps folded into runs,
 requeued runs apart, bad rows rejected with file:line:reason) -> runs (`runs.py`: window-
 clipped GPU-hours, GPU sizes, measures, need) -> metrics (`metrics.py`) -> recommendations
-(`recommend.py`) -> the document (`document.py`).
+(`recommend.py`) -> the typed `AnalysisDocument` (`document.py`), whose `to_json()` is the JSON
+contract.
 """
 
 from __future__ import annotations
@@ -13,9 +14,10 @@ from collections.abc import Sequence
 from datetime import timedelta
 from typing import Any
 
+from slurmgpu.accounting import document as doc_mod
 from slurmgpu.accounting import load as load_mod
 from slurmgpu.accounting.capacity import Capacity
-from slurmgpu.accounting.document import SCHEMA_VERSION, AnalysisResult
+from slurmgpu.accounting.document import SCHEMA_VERSION, AnalysisDocument, AnalysisResult
 from slurmgpu.accounting.options import AnalysisOptions, parse_version
 from slurmgpu.errors import SacctParseError, SlurmCommandError
 
@@ -32,16 +34,13 @@ def analyze(options: AnalysisOptions) -> AnalysisResult:
     opts = options.validated()
     now = opts.now
     assert now is not None
-    source: dict[str, Any] = {"kind": "file", "files": [os.fspath(p) for p in opts.files]}
-    cap, version = Capacity(), None
+    cap, version, capacity_error = Capacity(), None, None
     since, until = opts.since, opts.until
     if not opts.files:
-        cap, version, source = _live_facts(opts, source)
+        cap, version, capacity_error = _live_facts(opts)
         since = since or (now - timedelta(days=LIVE_DEFAULT_DAYS))
         until = until or now
     reading = _usage_reading(opts.slurm_version, version)
-    source["slurm_version"] = "{}.{:02d}.{}".format(*version) if version else opts.slurm_version
-    source["usage_reading"] = reading["text"]
     shards = {**cap.shards_per_gpu, **opts.shards_per_gpu}
     normalize = load_mod.Options(
         timezone=opts.timezone,
@@ -53,8 +52,14 @@ def analyze(options: AnalysisOptions) -> AnalysisResult:
     request = read.ReadRequest(opts, normalize, since, until, version)
     got = read.source_for(opts).read(request)
     loaded = got.loaded
-    if not opts.files:
-        source.update(kind=got.kind, files=[], backend_note=got.note)
+    source = doc_mod.Source(
+        kind=got.kind if not opts.files else "file",
+        files=tuple(os.fspath(p) for p in opts.files),
+        slurm_version="{}.{:02d}.{}".format(*version) if version else opts.slurm_version,
+        usage_reading=reading["text"],
+        capacity_error=capacity_error,
+        backend_note=got.note if not opts.files else None,
+    )
 
     frame = loaded.frame
     win = window.window_for(frame, since, until)
@@ -71,8 +76,10 @@ def analyze(options: AnalysisOptions) -> AnalysisResult:
     if not part_gpus:
         total_gpus = None
 
-    totals = metrics.summarize(work, total_gpus, win)
-    totals.update(
+    if loaded.rows_read != loaded.rows_analyzed + loaded.rows_rejected:
+        raise SacctParseError("internal: row accounting does not reconcile")
+    totals = doc_mod.Totals(
+        **metrics.summarize(work, total_gpus, win).as_fields(),
         rows_read=loaded.rows_read,
         rows_analyzed=loaded.rows_analyzed,
         rows_rejected=loaded.rows_rejected,
@@ -88,39 +95,9 @@ def analyze(options: AnalysisOptions) -> AnalysisResult:
         ),
         steps_gpu_usage_over_100=loaded.usage_over_100,
     )
-    if loaded.rows_read != loaded.rows_analyzed + loaded.rows_rejected:
-        raise SacctParseError("internal: row accounting does not reconcile")
     by_partition = metrics.by_group(frame, work, "partition", win, part_gpus, need=r.need)
     by_tier = metrics.by_group(frame, work, "tier", win, None)
-    doc: dict[str, Any] = {
-        "schema_version": SCHEMA_VERSION,
-        "generated_at": now.isoformat().replace("+00:00", "Z"),
-        "window": win.iso(),
-        "source": source,
-        "totals": totals,
-        "utilization_basis": r.util_basis,
-        "measure_warnings": [
-            {"source": w.source, "kind": w.kind, "message": w.message, "job_ids": list(w.job_ids)}
-            for w in r.measure_warnings
-        ],
-        "by_partition": by_partition,
-        "by_qos": metrics.by_group(frame, work, "qos", win, None, extra=("tier",)),
-        "by_tier": by_tier,
-        "by_account": metrics.by_group(frame, work, "account", win, None),
-        "by_user": metrics.by_group(frame, work, "user", win, None),
-        "by_kind": metrics.by_group(frame, work, "kind", win, None),
-        "fit_fraction": metrics.fit_fraction(work, r.need, r.need_basis, r.unknown_gpu_types),
-        "timeseries": metrics.timeseries(
-            work,
-            win,
-            total_gpus,
-            opts.freq,
-            partitions=frame["partition"].to_numpy(dtype=object, na_value=""),
-        ),
-        "rejected": [{"file": x.file, "line": x.line, "reason": x.reason} for x in loaded.rejected],
-        "notes": _option_notes(opts, frame, part_gpus),
-    }
-    doc["recommendations"] = recommend.recommend(
+    recommendations = recommend.recommend(
         frame,
         work,
         need=r.need,
@@ -131,6 +108,37 @@ def analyze(options: AnalysisOptions) -> AnalysisResult:
         window=win,
         partition_types=types,
         gpus_per_node=dict(cap.gpus_per_node),
+    )
+    doc = AnalysisDocument(
+        schema_version=SCHEMA_VERSION,
+        generated_at=now,
+        window=doc_mod.Window(*win.datetimes()),
+        source=source,
+        totals=totals,
+        utilization_basis=dict(r.util_basis),
+        measure_warnings=tuple(
+            doc_mod.MeasureWarning(w.source, w.kind, w.message, tuple(w.job_ids))
+            for w in r.measure_warnings
+        ),
+        by_partition=by_partition,
+        by_qos=metrics.by_group(frame, work, "qos", win, None, extra=("tier",)),
+        by_tier=by_tier,
+        by_account=metrics.by_group(frame, work, "account", win, None),
+        by_user=metrics.by_group(frame, work, "user", win, None),
+        by_kind=metrics.by_group(frame, work, "kind", win, None),
+        fit_fraction=metrics.fit_fraction(work, r.need, r.need_basis, r.unknown_gpu_types),
+        timeseries=metrics.timeseries(
+            work,
+            win,
+            total_gpus,
+            opts.freq,
+            partitions=frame["partition"].to_numpy(dtype=object, na_value=""),
+        ),
+        rejected=tuple(
+            doc_mod.Rejected(str(x.file), int(x.line), str(x.reason)) for x in loaded.rejected
+        ),
+        notes=tuple(_option_notes(opts, frame, part_gpus)),
+        recommendations=tuple(recommendations),
     )
     return AnalysisResult(document=doc, frame=frame, load=loaded)
 
@@ -155,8 +163,11 @@ def _option_notes(opts: AnalysisOptions, frame: Any, part_gpus: dict[str, float]
     return notes
 
 
-def _live_facts(opts: AnalysisOptions, source: dict[str, Any]):
-    """Slurm's version and the partitions' capacity, asked from the live cluster."""
+def _live_facts(
+    opts: AnalysisOptions,
+) -> tuple[Capacity, tuple[int, int, int] | None, str | None]:
+    """Slurm's version and the partitions' capacity, asked from the live cluster (and why
+    capacity is unknown, when scontrol failed)."""
     from slurmgpu.accounting import capacity as cap_mod
     from slurmgpu.sources import slurm as slurm_src
 
@@ -164,15 +175,15 @@ def _live_facts(opts: AnalysisOptions, source: dict[str, Any]):
         version = slurm_src.slurm_version(opts.env)
     except SlurmCommandError:
         version = None
-    cap = Capacity()
+    cap, capacity_error = Capacity(), None
     try:
         cap = cap_mod.capacity_from_scontrol(
             slurm_src.scontrol_show("node", env=opts.env),
             slurm_src.scontrol_show("partition", env=opts.env),
         )
     except SlurmCommandError as exc:
-        source["capacity_error"] = str(exc)
-    return cap, version, source
+        capacity_error = str(exc)
+    return cap, version, capacity_error
 
 
 def _usage_reading(given: str | None, live: tuple[int, int, int] | None) -> dict[str, Any]:

@@ -1,8 +1,13 @@
 """Partition and tier recommendations from the metrics, each with its evidence and effect.
 
-Every rule states the numbers it used (`evidence`) and what it expects to change
-(`estimated_effect`). When no rule fires, one `{"kind": "none"}` entry says which checks were
-made and why none applies: an honest "no change" is an answer, not a failure.
+Every rule reads the typed metrics (`GroupRow`s, `Totals`) and returns `Recommendation`s
+(accounting/document.py) stating the numbers it used (`evidence`) and what it expects to change
+(`estimated_effect`). When no rule fires, one `none` entry says which checks were made and why
+none applies: an honest "no change" is an answer, not a failure.
+
+MIG carving follows the GPU model's own grid (catalogue `compute_slices` and profiles): the
+smallest class of small jobs is those needing at most one compute slice (1/7 of an A100/H100/
+H200, 1/4 of an A30), and a layout never has more instances than the GPU has slices.
 """
 
 from __future__ import annotations
@@ -14,8 +19,27 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 import pandas as pd
 
+from slurmgpu.accounting.document import (
+    CarveEffect,
+    CarveEvidence,
+    ChecksEvidence,
+    GroupRow,
+    Layout,
+    MoveEffect,
+    MoveEvidence,
+    NoEffect,
+    PartitionLoad,
+    PreemptionEffect,
+    PreemptionEvidence,
+    Recommendation,
+    ShardEffect,
+    ShardEvidence,
+    TopTierEffect,
+    TopTierEvidence,
+    Totals,
+)
 from slurmgpu.accounting.window import Window
-from slurmgpu.model.catalog import GpuModel, MigProfile, resolve
+from slurmgpu.model.catalog import COMPUTE_SLICES_PER_GPU, GpuModel, MigProfile, resolve
 
 # Too few GPU runs make every share noise; 20 is the smallest sample where a 20% share means
 # at least 4 jobs.
@@ -73,13 +97,30 @@ def _smallest_profile(model: GpuModel, memory_mib: float) -> MigProfile | None:
     return min(fitting, key=lambda p: (p.gpu_slices, p.memory_slices), default=None)
 
 
+def compute_slices(model: GpuModel | None) -> int:
+    """The MIG compute slices of one GPU of `model`: 7 on A100/H100/H200/B200, 4 on A30; 7 for
+    a model without MIG or unknown (only then does the smallest class not decide a profile)."""
+    return (
+        model.compute_slices
+        if model is not None and model.compute_slices
+        else (COMPUTE_SLICES_PER_GPU)
+    )
+
+
 def valid_layout(profile: MigProfile, count: int) -> bool:
-    """`count` instances of `profile` fit one GPU (max instances, 8 memory slices, placements)."""
+    """`count` instances of `profile` fit one GPU (max instances, its memory-slice grid:
+    8 slices on A100/H100, 4 on A30; placements)."""
     return (
         count <= profile.max_instances
-        and count * profile.placement_size <= 8
+        and count * profile.placement_size <= profile.memory_slices_of_gpu
         and count <= len(profile.placements)
     )
+
+
+def instances_per_gpu(profile: MigProfile) -> int:
+    """The most instances of `profile` one GPU holds (0: none, a catalogue inconsistency)."""
+    counts = [c for c in range(1, profile.compute_slices_of_gpu + 1) if valid_layout(profile, c)]
+    return max(counts, default=0)
 
 
 def hourly(work: pd.DataFrame, mask: np.ndarray, window: Window, per_run: np.ndarray) -> np.ndarray:
@@ -95,7 +136,7 @@ def hourly(work: pd.DataFrame, mask: np.ndarray, window: Window, per_run: np.nda
         }
     )
     ts = timeseries(w, window, None, "1h")
-    hours = np.array([p["gpu_hours_allocated"] for p in ts["points"]], dtype=float)
+    hours = np.array([p.gpu_hours_allocated for p in ts.points], dtype=float)
     return hours  # GPU-hours in a 1 h bucket = mean concurrency in that hour
 
 
@@ -126,11 +167,11 @@ def _carve(
     work: pd.DataFrame,
     need: np.ndarray,
     need_basis: np.ndarray,
-    partitions: Sequence[dict],
+    partitions: Sequence[GroupRow],
     types: Mapping[str, str],
     window: Window,
     checks: list[str],
-) -> list[dict]:
+) -> list[Recommendation]:
     recs = []
     parts = frame["partition"].to_numpy(dtype=object, na_value="")
     equiv = work["gpus"].to_numpy()
@@ -139,7 +180,7 @@ def _carve(
     measured = need_basis == 0
     ones = np.ones(len(work))
     for entry in partitions:
-        p = entry["partition"]
+        p = entry.name
         sel = (parts == p) & work["gpu_job"].to_numpy() & (equiv > 0)
         known = sel & ~np.isnan(need)
         n, n_known = int(sel.sum()), int(known.sum())
@@ -159,16 +200,22 @@ def _carve(
             )
             continue
         model = _partition_model(frame, p, types)
-        tiny = small & (need <= 1 / 7)
+        slices = compute_slices(model)
+        one_slice = f"1/{slices}"
+        tiny = small & (need <= 1 / slices + 1e-9)
         medium = small & ~tiny
         held = hourly(work, small, window, equiv)
-        conc = {"1/7": hourly(work, tiny, window, ones), "1/2": hourly(work, medium, window, ones)}
-        evidence = {
+        conc = {
+            one_slice: hourly(work, tiny, window, ones),
+            "1/2": hourly(work, medium, window, ones),
+        }
+        evidence = {  # the SliceEvidence fields both rules share
             "partition": p,
             "gpu_runs": n,
             "gpu_runs_need_known": n_known,
             "runs_fitting_half_gpu": int(small.sum()),
-            "runs_fitting_seventh_gpu": int(tiny.sum()),
+            "runs_fitting_one_slice": int(tiny.sum()),
+            "one_slice": one_slice,
             "share_fitting_half_gpu": float(share),
             "small_job_gpu_hours": float(gh[small].sum()),
             "p95_concurrent_small_runs": {
@@ -188,21 +235,23 @@ def _carve(
 
 def _mig_rec(p, model, entry, window, tiny, medium, mem, conc, held, evidence, checks):
     layouts, slices, gpus = [], [], 0
-    for cls, key in ((tiny, "1/7"), (medium, "1/2")):
+    for cls, key in ((tiny, f"1/{compute_slices(model)}"), (medium, "1/2")):
         if not cls.any():
             continue
         prof = _smallest_profile(model, float(np.percentile(mem[cls], 95)))
         if prof is None:
             continue
-        per_gpu = max(c for c in range(1, 8) if valid_layout(prof, c))
+        per_gpu = instances_per_gpu(prof)
+        if per_gpu <= 0:
+            continue
         peak = float(np.percentile(conc[key], 95)) * SLICE_HEADROOM if len(conc[key]) else 0.0
         n_gpu = math.ceil(round(peak, 6) / per_gpu)
         if n_gpu <= 0:
             continue
-        layouts.append({"profile": prof.name, "per_gpu": per_gpu, "gpus": n_gpu})
+        layouts.append(Layout(profile=prof.name, per_gpu=per_gpu, gpus=n_gpu))
         slices.append((conc[key], per_gpu))
         gpus += n_gpu
-    cap = entry.get("capacity_gpu_hours")
+    cap = entry.capacity_gpu_hours
     if cap and window.hours:
         gpus = min(gpus, int(cap / window.hours))
     effect = _concurrency_effect(held, slices, gpus)
@@ -212,13 +261,11 @@ def _mig_rec(p, model, entry, window, tiny, medium, mem, conc, held, evidence, c
             f"GPUs in a median hour: carving {gpus} frees none"
         )
         return None
-    layout_text = " + ".join(
-        f"{x['gpus']} GPU(s) as {x['per_gpu']}x {x['profile']}" for x in layouts
-    )
-    return {
-        "kind": "mig_carve",
-        "title": f"Carve {gpus} {model.short_type} GPU(s) of partition {p} into MIG",
-        "detail": (
+    layout_text = " + ".join(f"{x.gpus} GPU(s) as {x.per_gpu}x {x.profile}" for x in layouts)
+    return Recommendation(
+        kind="mig_carve",
+        title=f"Carve {gpus} {model.short_type} GPU(s) of partition {p} into MIG",
+        detail=(
             f"{evidence['share_fitting_half_gpu']:.0%} of {evidence['gpu_runs_need_known']} GPU "
             f"runs in {p} with a known need used at most half a GPU's memory; layout: "
             f"{layout_text} (valid {model.key} MIG profiles). Hour by hour, the small jobs "
@@ -226,12 +273,10 @@ def _mig_rec(p, model, entry, window, tiny, medium, mem, conc, held, evidence, c
             f"hour; the slices would not have sufficed in {effect['hours_slices_short']} of "
             f"{effect['hours']} hours."
         ),
-        "evidence": {**evidence, "gpu_model": model.key, "layouts": layouts},
-        "estimated_effect": {"gpus_carved": gpus, **effect},
-        **_changes(
-            _replay_changes().Carve(p, x["gpus"], ((x["profile"], x["per_gpu"]),)) for x in layouts
-        ),
-    }
+        evidence=CarveEvidence(**evidence, gpu_model=model.key, layouts=tuple(layouts)),
+        estimated_effect=CarveEffect(gpus_carved=gpus, **effect),
+        **_changes(_replay_changes().Carve(p, x.gpus, ((x.profile, x.per_gpu),)) for x in layouts),
+    )
 
 
 def _shard_rec(p, model, gpu_mem, small, mem, conc, held, evidence, checks):
@@ -250,75 +295,74 @@ def _shard_rec(p, model, gpu_mem, small, mem, conc, held, evidence, checks):
             f"room for {shards} per {size:.0f} MiB GPU: sharing would overcommit memory"
         )
         return None
-    total = conc["1/7"] + conc["1/2"] if len(conc["1/7"]) else conc["1/2"]
+    one_slice = next(k for k in conc if k != "1/2")
+    total = conc[one_slice] + conc["1/2"] if len(conc[one_slice]) else conc["1/2"]
     peak = float(np.percentile(total, 95)) * SLICE_HEADROOM if len(total) else 0.0
     gpus = max(1, math.ceil(round(peak, 6) / shards))
     effect = _concurrency_effect(held, [(total, shards)], gpus)
     if effect["whole_gpus_freed_p50"] <= 0:
         checks.append(f"{p}: sharing {gpus} GPU(s) frees none in a median hour")
         return None
-    return {
-        "kind": "shard",
-        "title": f"Offer {gpus} GPU(s) of partition {p} as shards",
-        "detail": (
+    return Recommendation(
+        kind="shard",
+        title=f"Offer {gpus} GPU(s) of partition {p} as shards",
+        detail=(
             f"{evidence['share_fitting_half_gpu']:.0%} of {evidence['gpu_runs_need_known']} GPU "
             f"runs in {p} with a known need fit half a GPU and the GPU model "
             f"({model.key if model else 'not in the catalogue'}) has no MIG: share GPUs with "
             f"gres/shard ({shards} shards per GPU, each holding the p95 {p95:.0f} MiB + "
             f"{MEMORY_MARGIN - 1:.0%})."
         ),
-        "evidence": {**evidence, "gpu_memory_mib": size, "p95_gpu_memory_mib": p95},
-        "estimated_effect": {"gpus_shared": gpus, "shards_per_gpu": shards, **effect},
+        evidence=ShardEvidence(**evidence, gpu_memory_mib=size, p95_gpu_memory_mib=p95),
+        estimated_effect=ShardEffect(gpus_shared=gpus, shards_per_gpu=shards, **effect),
         **_changes([_replay_changes().Shard(p, gpus, shards)]),
-    }
+    )
 
 
 def _move_nodes(
-    partitions: Sequence[dict], hours: float, gpus_per_node: Mapping[str, float], checks: list[str]
-) -> list[dict]:
+    partitions: Sequence[GroupRow],
+    hours: float,
+    gpus_per_node: Mapping[str, float],
+    checks: list[str],
+) -> list[Recommendation]:
     """Graded node moves: whole nodes from the most idle partitions to the most starved.
 
     Donors rank by idle GPU-hours (capacity - allocated), takers by unmet demand (pending
     GPU-hours); nodes move while the donor stays at or under DONOR_TARGET_RATIO allocated.
     """
-    known = [e for e in partitions if e.get("allocation_ratio") is not None]
+    known = [e for e in partitions if e.allocation_ratio is not None]
     if len(known) < 2:
         checks.append("move_nodes: capacity known for fewer than 2 partitions")
         return []
     takers = sorted(
-        (
-            e
-            for e in known
-            if e["pending_gpu_hours"] > 0 and (e["wait_s"]["p95"] or 0) >= STARVED_WAIT_P95_S
-        ),
-        key=lambda e: -e["pending_gpu_hours"],
+        (e for e in known if e.pending_gpu_hours > 0 and (e.wait_s.p95 or 0) >= STARVED_WAIT_P95_S),
+        key=lambda e: -e.pending_gpu_hours,
     )
     donors = sorted(
         (
             e
             for e in known
-            if e["allocation_ratio"] < DONOR_TARGET_RATIO
-            and (e["wait_s"]["p95"] or 0) < STARVED_WAIT_P95_S
+            if e.allocation_ratio < DONOR_TARGET_RATIO and (e.wait_s.p95 or 0) < STARVED_WAIT_P95_S
         ),
-        key=lambda e: -(e["idle_gpu_hours"] or 0),
+        key=lambda e: -(e.idle_gpu_hours or 0),
     )
     if not takers or not donors:
         checks.append(
             f"move_nodes: partitions with unmet demand and p95 wait >= "
-            f"{_dur(STARVED_WAIT_P95_S)}: {[e['partition'] for e in takers]}; partitions under "
+            f"{_dur(STARVED_WAIT_P95_S)}: {[e.name for e in takers]}; partitions under "
             f"{DONOR_TARGET_RATIO:.0%} allocated without long waits: "
-            f"{[e['partition'] for e in donors]}: no pair"
+            f"{[e.name for e in donors]}: no pair"
         )
         return []
     recs = []
     spare = {}
     for d in donors:
-        cap_gpus, used = d["capacity_gpu_hours"] / hours, d["gpu_hours_allocated"] / hours
-        spare[d["partition"]] = cap_gpus - used / DONOR_TARGET_RATIO
+        cap_gpus, used = d.capacity_gpu_hours / hours, d.gpu_hours_allocated / hours
+        spare[d.name] = cap_gpus - used / DONOR_TARGET_RATIO
     for taker in takers:
-        demand_gpus = taker["pending_gpu_hours"] / hours  # GPUs that would have served it
+        demand_gpus = taker.pending_gpu_hours / hours  # GPUs that would have served it
         for donor in donors:
-            name = donor["partition"]
+            name = donor.name
             per_node = gpus_per_node.get(name) or DEFAULT_GPUS_PER_NODE
             nodes = int(min(spare[name], math.ceil(demand_gpus / per_node) * per_node) // per_node)
             if nodes < 1:
@@ -326,37 +370,34 @@ def _move_nodes(
             moved = nodes * per_node
             spare[name] -= moved
             demand_gpus -= moved
-            cap_gpus = donor["capacity_gpu_hours"] / hours
-            used = donor["gpu_hours_allocated"] / hours
-            served = min(moved * hours, taker["pending_gpu_hours"])
+            cap_gpus = donor.capacity_gpu_hours / hours
+            used = donor.gpu_hours_allocated / hours
+            served = min(moved * hours, taker.pending_gpu_hours)
             recs.append(
-                {
-                    "kind": "move_nodes",
-                    "title": f"Move {nodes} node(s) ({moved:g} GPUs) from {name} "
-                    f"to {taker['partition']}",
-                    "detail": (
-                        f"{taker['partition']}: p95 wait {_dur(taker['wait_s']['p95'])} at "
-                        f"{taker['allocation_ratio']:.0%} allocated, "
-                        f"{taker['pending_gpu_hours']:.0f} GPU-hours of demand waited; "
-                        f"{name}: {donor['allocation_ratio']:.0%} allocated "
-                        f"({donor['idle_gpu_hours']:.0f} idle GPU-hours), p95 wait "
-                        f"{_dur(donor['wait_s']['p95'] or 0)}. After the move {name} would be "
+                Recommendation(
+                    kind="move_nodes",
+                    title=f"Move {nodes} node(s) ({moved:g} GPUs) from {name} to {taker.name}",
+                    detail=(
+                        f"{taker.name}: p95 wait {_dur(taker.wait_s.p95)} at "
+                        f"{taker.allocation_ratio:.0%} allocated, "
+                        f"{taker.pending_gpu_hours:.0f} GPU-hours of demand waited; "
+                        f"{name}: {donor.allocation_ratio:.0%} allocated "
+                        f"({donor.idle_gpu_hours:.0f} idle GPU-hours), p95 wait "
+                        f"{_dur(donor.wait_s.p95 or 0)}. After the move {name} would be "
                         f"{used / (cap_gpus - moved):.0%} allocated; up to {served:.0f} "
                         "GPU-hours of the waiting demand could have been served."
                     ),
-                    "evidence": {
-                        "from": {k: donor[k] for k in MOVE_KEYS},
-                        "to": {k: taker[k] for k in MOVE_KEYS},
-                        "gpus_per_node": per_node,
-                    },
-                    "estimated_effect": {
-                        "gpus_moved": moved,
-                        "donor_allocation_ratio_after": float(used / (cap_gpus - moved)),
-                        "capacity_gpu_hours_added_to_taker": float(moved * hours),
-                        "demand_gpu_hours_served": float(served),
-                    },
-                    **_changes([_replay_changes().Move(name, taker["partition"], int(moved))]),
-                }
+                    evidence=MoveEvidence(
+                        donor=_load(donor), taker=_load(taker), gpus_per_node=per_node
+                    ),
+                    estimated_effect=MoveEffect(
+                        gpus_moved=moved,
+                        donor_allocation_ratio_after=float(used / (cap_gpus - moved)),
+                        capacity_gpu_hours_added_to_taker=float(moved * hours),
+                        demand_gpu_hours_served=float(served),
+                    ),
+                    **_changes([_replay_changes().Move(name, taker.name, int(moved))]),
+                )
             )
             if demand_gpus <= 0:
                 break
@@ -365,9 +406,15 @@ def _move_nodes(
     return recs
 
 
-MOVE_KEYS = (
-    "partition", "allocation_ratio", "wait_s", "idle_gpu_hours", "pending_gpu_hours",
-)  # fmt: skip
+def _load(row: GroupRow) -> PartitionLoad:
+    """The numbers of a partition a node move rests on."""
+    return PartitionLoad(
+        partition=row.name,
+        allocation_ratio=row.allocation_ratio,
+        wait_s=row.wait_s,
+        idle_gpu_hours=row.idle_gpu_hours,
+        pending_gpu_hours=row.pending_gpu_hours,
+    )
 
 
 SUGGESTED_GRACE_S = 300  # time a preempted job gets to checkpoint, suggested in `change`
@@ -381,9 +428,10 @@ def _replay_changes():
 
 
 def _changes(items) -> dict:
-    """`change` (the first, a string `replay --what-if` takes) and `changes` (all of them):
-    a recommendation made of several changes (a carve in two layouts) lists each."""
-    texts = [_replay_changes().format_change(c) for c in items]
+    """`change` (the first, a string `replay --what-if` takes) and `changes` (all of them), as
+    `Recommendation` keywords: a recommendation made of several changes (a carve in two
+    layouts) lists each."""
+    texts = tuple(_replay_changes().format_change(c) for c in items)
     return {"change": texts[0] if texts else None, "changes": texts}
 
 
@@ -415,12 +463,12 @@ def _top_tier(tiers: Sequence[str]) -> str | None:
 
 
 def _tiers(
-    frame: pd.DataFrame, work: pd.DataFrame, by_tier: Sequence[dict], totals: dict,
+    frame: pd.DataFrame, work: pd.DataFrame, by_tier: Sequence[GroupRow], totals: Totals,
     checks: list[str],
-) -> list[dict]:  # fmt: skip
+) -> list[Recommendation]:  # fmt: skip
     recs = []
-    lost = totals["gpu_hours_lost_to_preemption"]
-    alloc = totals["gpu_hours_allocated"] or 0.0
+    lost = totals.gpu_hours_lost_to_preemption
+    alloc = totals.gpu_hours_allocated or 0.0
     pre = work["preempted"].to_numpy()
     if pre.any():
         # What preemption saved: the preemptors would otherwise have waited for the victims to
@@ -434,35 +482,35 @@ def _tiers(
         if lost > saved or share >= PREEMPT_LOSS_SHARE:
             tiers_hit = sorted(set(frame["tier"].to_numpy(dtype=object, na_value="")[pre]))
             recs.append(
-                {
-                    "kind": "tier_adjust",
-                    "title": (
+                Recommendation(
+                    kind="tier_adjust",
+                    title=(
                         "Preemption throws away more than it buys"
                         if lost > saved
                         else f"Preemption loses {share:.0%} of allocated GPU-hours"
                     )
                     + ": add GraceTime or checkpointing, or stop preempting "
                     + ", ".join(map(str, tiers_hit)),
-                    "detail": (
+                    detail=(
                         f"{int(pre.sum())} preempted runs lost {lost:.1f} GPU-hours "
                         f"({share:.1%} of allocated); the waits they saved are estimated at "
                         f"{saved:.1f} GPU-hours."
                     ),
-                    "evidence": {
-                        "preemptions": int(pre.sum()),
-                        "gpu_hours_lost_to_preemption": lost,
-                        "gpu_hours_wait_saved_estimate": saved,
-                        "share_of_allocated": share,
-                        "preempted_tiers": tiers_hit,
-                    },
-                    "estimated_effect": {"gpu_hours_recovered_max": lost},
+                    evidence=PreemptionEvidence(
+                        preemptions=int(pre.sum()),
+                        gpu_hours_lost_to_preemption=lost,
+                        gpu_hours_wait_saved_estimate=saved,
+                        share_of_allocated=share,
+                        preempted_tiers=tuple(tiers_hit),
+                    ),
+                    estimated_effect=PreemptionEffect(gpu_hours_recovered_max=lost),
                     **_changes(
                         _replay_changes().TierChange(q, grace_s=SUGGESTED_GRACE_S)
                         for q in sorted(
                             set(frame["qos"].to_numpy(dtype=object, na_value="")[pre]) - {""}
                         )
                     ),
-                }
+                )
             )
         else:
             checks.append(
@@ -470,24 +518,24 @@ def _tiers(
             )
     else:
         checks.append("tier_adjust: no preemptions in the window")
-    top = _top_tier([e["tier"] for e in by_tier])
+    top = _top_tier([e.name for e in by_tier])
     if top is not None:
-        entry = next(e for e in by_tier if e["tier"] == top)
-        p95 = entry["wait_s"]["p95"]
-        if entry["jobs"] < MIN_TIER_JOBS:
-            checks.append(f"tier_adjust: {top} has {entry['jobs']} jobs, too few to judge waits")
+        entry = next(e for e in by_tier if e.name == top)
+        p95 = entry.wait_s.p95
+        if entry.jobs < MIN_TIER_JOBS:
+            checks.append(f"tier_adjust: {top} has {entry.jobs} jobs, too few to judge waits")
         elif p95 is not None and p95 > TOP_TIER_WAIT_P95_S:
             recs.append(
-                {
-                    "kind": "tier_adjust",
-                    "title": f"{top} jobs wait too long: let {top} preempt more tiers or "
+                Recommendation(
+                    kind="tier_adjust",
+                    title=f"{top} jobs wait too long: let {top} preempt more tiers or "
                     "reserve GPUs for it",
-                    "detail": f"{top} p95 wait {p95 / 60:.0f} min over {entry['jobs']} jobs "
+                    detail=f"{top} p95 wait {p95 / 60:.0f} min over {entry.jobs} jobs "
                     f"(target {TOP_TIER_WAIT_P95_S / 60:.0f} min).",
-                    "evidence": {"tier": top, "wait_s": entry["wait_s"], "jobs": entry["jobs"]},
-                    "estimated_effect": {"target_wait_p95_s": TOP_TIER_WAIT_P95_S},
+                    evidence=TopTierEvidence(tier=top, wait_s=entry.wait_s, jobs=entry.jobs),
+                    estimated_effect=TopTierEffect(target_wait_p95_s=TOP_TIER_WAIT_P95_S),
                     **_preempt_all_changes(frame, top),
-                }
+                )
             )
         else:
             checks.append(f"tier_adjust: {top} p95 wait {p95} s within target")
@@ -500,13 +548,13 @@ def recommend(
     *,
     need: np.ndarray,
     need_basis: np.ndarray,
-    by_partition: Sequence[dict],
-    by_tier: Sequence[dict],
-    totals: dict,
+    by_partition: Sequence[GroupRow],
+    by_tier: Sequence[GroupRow],
+    totals: Totals,
     window: Window,
     partition_types: Mapping[str, str],
     gpus_per_node: Mapping[str, float],
-) -> list[dict]:
+) -> list[Recommendation]:
     """All recommendations, or one honest `none` entry listing the checks made."""
     checks: list[str] = []
     recs = _carve(frame, work, need, need_basis, by_partition, partition_types, window, checks)
@@ -514,15 +562,14 @@ def recommend(
     recs += _tiers(frame, work, by_tier, totals, checks)
     if not recs:
         recs.append(
-            {
-                "kind": "none",
-                "title": "No change recommended",
-                "detail": "The data does not support a partition or tier change: "
-                + "; ".join(checks),
-                "evidence": {"checks": checks},
-                "estimated_effect": {},
-                "change": None,
-                "changes": [],
-            }
+            Recommendation(
+                kind="none",
+                title="No change recommended",
+                detail="The data does not support a partition or tier change: " + "; ".join(checks),
+                evidence=ChecksEvidence(checks=tuple(checks)),
+                estimated_effect=NoEffect(),
+                change=None,
+                changes=(),
+            )
         )
     return recs

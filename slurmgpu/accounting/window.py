@@ -28,12 +28,13 @@ class Window:
     def hours(self) -> float:
         return float((self.until - self.since) / ONE_SECOND) / 3600.0
 
-    def iso(self) -> dict[str, str]:
-        def fmt(t: np.datetime64) -> str:
-            ts = pd.Timestamp(t).to_pydatetime().replace(tzinfo=UTC)
-            return ts.isoformat().replace("+00:00", "Z")
+    def datetimes(self) -> tuple[datetime, datetime]:
+        """(since, until) as aware UTC datetimes (the document's `Window`)."""
 
-        return {"since": fmt(self.since), "until": fmt(self.until)}
+        def aware(t: np.datetime64) -> datetime:
+            return pd.Timestamp(t).to_pydatetime().replace(tzinfo=UTC)
+
+        return aware(self.since), aware(self.until)
 
 
 def to64(t: datetime) -> np.datetime64:

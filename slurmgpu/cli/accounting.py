@@ -41,7 +41,7 @@ def analyze(
     options = analysis_options_from(
         analysis, files=list(sacct_files), since=t_since, until=t_until, now=now
     )
-    text = render_report(run_analysis(options).to_dict(), fmt)
+    text = render_report(run_analysis(options).document, fmt)
     if output == "-":
         click.echo(text, nl=False)
     else:

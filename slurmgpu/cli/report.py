@@ -127,7 +127,7 @@ def report(
     label = "reading sacct dumps" if sacct_files else "querying sacct"
     with LoadProgress(label, sacct_files):
         result = analyze(options)
-    text = render_report(result.to_dict(), fmt)
+    text = render_report(result.document, fmt)
     if output == "-":
         click.echo(text, nl=False)
         return

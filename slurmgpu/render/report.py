@@ -1,9 +1,9 @@
 """Reports from an accounting analysis: terminal text, JSON, self-contained HTML, Prometheus.
 
-Pure functions from the analysis dict (`AnalysisResult.to_dict()`, schema in
-docs/accounting.md) to text. `None` in the analysis means *unknown* (e.g. no `gres/gpuutil`
-before Slurm 23.02): it is shown as "unknown"/"n/a" and left out of the Prometheus file,
-never turned into 0.
+Pure functions from the typed `AnalysisDocument` (slurmgpu/accounting/document.py; its
+`to_json()` is the schema in docs/accounting.md) to text: they read its attributes. `None`
+means *unknown* (e.g. no `gres/gpuutil` before Slurm 23.02): it is shown as "unknown"/"n/a"
+and left out of the Prometheus file, never turned into 0.
 """
 
 from __future__ import annotations
@@ -15,6 +15,15 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 from slurmgpu import __version__
+from slurmgpu.accounting.document import (
+    AnalysisDocument,
+    FitShares,
+    GroupRow,
+    GroupStats,
+    Source,
+    Totals,
+    iso_utc,
+)
 from slurmgpu.render import svg
 from slurmgpu.render.templating import render as render_template
 
@@ -28,9 +37,9 @@ HTML_TOP_N = 50
 REJECTED_SHOWN = 20
 
 
-def render_report(analysis: Mapping[str, Any], fmt: str) -> str:
-    """Render `analysis` in one of `FORMATS`."""
-    renderers: dict[str, Callable[[Mapping[str, Any]], str]] = {
+def render_report(doc: AnalysisDocument, fmt: str) -> str:
+    """Render `doc` in one of `FORMATS`."""
+    renderers: dict[str, Callable[[AnalysisDocument], str]] = {
         "text": render_text,
         "json": render_json,
         "html": render_html,
@@ -40,7 +49,7 @@ def render_report(analysis: Mapping[str, Any], fmt: str) -> str:
         renderer = renderers[fmt]
     except KeyError:
         raise ValueError(f"unknown report format {fmt!r} (one of {', '.join(FORMATS)})") from None
-    return renderer(analysis)
+    return renderer(doc)
 
 
 # --------------------------------------------------------------------------- formatting
@@ -117,48 +126,49 @@ def text_table(headers: Sequence[str], rows: Iterable[Sequence[str]], *, left: i
     return "\n".join(out)
 
 
-def _wait(group: Mapping[str, Any], key: str) -> Any:
-    return (group.get("wait_s") or {}).get(key)
+def _wait(group: GroupStats, key: str) -> float | None:
+    """One of the group's wait percentiles ("p50", "p95", "max")."""
+    return getattr(group.wait_s, key)
 
 
-Column = tuple[str, Callable[[Mapping[str, Any]], str]]
+Column = tuple[str, Callable[[GroupRow], str]]
 
 
 def _group_columns(name_key: str, *, capacity: bool) -> tuple[list[Column], list[Column]]:
     """The two tables of a grouping (GPU-hours; waits and preemption), text and HTML alike."""
-    name: list[Column] = [(name_key.upper(), lambda g: printable(g.get(name_key), 32))]
+    name: list[Column] = [(name_key.upper(), lambda g: printable(g.name, 32))]
     if name_key == "qos":
-        name.append(("TIER", lambda g: printable(g.get("tier"), 16)))
+        name.append(("TIER", lambda g: printable(g.tier, 16)))
     hours: list[Column] = [
-        ("JOBS", lambda g: fmt_int(g.get("jobs"))),
-        ("GPU JOBS", lambda g: fmt_int(g.get("gpu_jobs"))),
-        ("PENDING", lambda g: fmt_int(g.get("pending_jobs"))),
-        ("GPU-H ALLOC", lambda g: fmt_gpu_hours(g.get("gpu_hours_allocated"))),
+        ("JOBS", lambda g: fmt_int(g.jobs)),
+        ("GPU JOBS", lambda g: fmt_int(g.gpu_jobs)),
+        ("PENDING", lambda g: fmt_int(g.pending_jobs)),
+        ("GPU-H ALLOC", lambda g: fmt_gpu_hours(g.gpu_hours_allocated)),
     ]
     if capacity:
         hours += [
-            ("CAPACITY GPU-H", lambda g: fmt_gpu_hours(g.get("capacity_gpu_hours"))),
-            ("ALLOC", lambda g: fmt_ratio(g.get("allocation_ratio"))),
+            ("CAPACITY GPU-H", lambda g: fmt_gpu_hours(g.capacity_gpu_hours)),
+            ("ALLOC", lambda g: fmt_ratio(g.allocation_ratio)),
         ]
     hours += [
-        ("GPU-H USED", lambda g: fmt_gpu_hours(g.get("gpu_hours_used"))),
-        ("GPU UTIL", lambda g: fmt_percent(g.get("gpu_util_mean"))),
-        ("WASTE GPU-H", lambda g: fmt_gpu_hours(g.get("waste_gpu_hours"))),
-        ("LOW-MEM GPU-H", lambda g: fmt_gpu_hours(g.get("low_memory_gpu_hours"))),
+        ("GPU-H USED", lambda g: fmt_gpu_hours(g.gpu_hours_used)),
+        ("GPU UTIL", lambda g: fmt_percent(g.gpu_util_mean)),
+        ("WASTE GPU-H", lambda g: fmt_gpu_hours(g.waste_gpu_hours)),
+        ("LOW-MEM GPU-H", lambda g: fmt_gpu_hours(g.low_memory_gpu_hours)),
     ]
     waits: list[Column] = [
         ("WAIT P50", lambda g: fmt_duration(_wait(g, "p50"))),
         ("WAIT P95", lambda g: fmt_duration(_wait(g, "p95"))),
         ("WAIT MAX", lambda g: fmt_duration(_wait(g, "max"))),
-        ("PREEMPTED", lambda g: fmt_int(g.get("preemptions"))),
-        ("LOST GPU-H", lambda g: fmt_gpu_hours(g.get("gpu_hours_lost_to_preemption"))),
-        ("REQUEUED", lambda g: fmt_int(g.get("requeues"))),
-        ("REQUEUE LOST GPU-H", lambda g: fmt_gpu_hours(g.get("gpu_hours_lost_to_requeue"))),
+        ("PREEMPTED", lambda g: fmt_int(g.preemptions)),
+        ("LOST GPU-H", lambda g: fmt_gpu_hours(g.gpu_hours_lost_to_preemption)),
+        ("REQUEUED", lambda g: fmt_int(g.requeues)),
+        ("REQUEUE LOST GPU-H", lambda g: fmt_gpu_hours(g.gpu_hours_lost_to_requeue)),
     ]
     return name + hours, name + waits
 
 
-# (section title, analysis key, name key, has capacity columns, rows shown: None = all)
+# (section title, document attribute, name key, has capacity columns, rows limited)
 _GROUP_SECTIONS: tuple[tuple[str, str, str, bool, bool], ...] = (
     ("By partition", "by_partition", "partition", True, False),
     ("By QOS", "by_qos", "qos", True, False),
@@ -169,21 +179,24 @@ _GROUP_SECTIONS: tuple[tuple[str, str, str, bool, bool], ...] = (
 )
 
 
-def _sorted_groups(groups: Sequence[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
-    """Largest GPU-hours first (unknown last), then by name, for a stable order."""
+def _sorted_groups(groups: Sequence[GroupRow], name_key: str) -> list[GroupRow]:
+    """Largest GPU-hours first (unknown last), then by the whole row, for a stable order."""
 
-    def key(g: Mapping[str, Any]) -> tuple[float, str]:
-        hours = g.get("gpu_hours_allocated")
-        return (-float(hours) if is_known(hours) else math.inf, json.dumps(g, sort_keys=True))
+    def key(g: GroupRow) -> tuple[float, str]:
+        hours = g.gpu_hours_allocated
+        return (
+            -float(hours) if is_known(hours) else math.inf,
+            json.dumps(g.to_json(name_key), sort_keys=True),
+        )
 
     return sorted(groups, key=key)
 
 
 def _group_tables(
-    groups: Sequence[Mapping[str, Any]], name_key: str, capacity: bool, top: int | None
+    groups: Sequence[GroupRow], name_key: str, capacity: bool, top: int | None
 ) -> tuple[list[tuple[list[str], list[list[str]]]], int]:
     """[(headers, formatted rows)] for both tables, and how many rows were left off."""
-    ordered = _sorted_groups(groups)
+    ordered = _sorted_groups(groups, name_key)
     shown = ordered if top is None else ordered[:top]
     tables = [
         ([h for h, _ in cols], [[fmt(g) for _, fmt in cols] for g in shown])
@@ -221,52 +234,52 @@ def _evidence_value(value: Any) -> str:
     return str(value)
 
 
-def _source_line(source: Mapping[str, Any]) -> str:
-    kind = source.get("kind") or "unknown"
-    files = source.get("files") or []
+def _source_line(source: Source) -> str:
+    kind = source.kind or "unknown"
+    files = source.files
     where = f"{kind}"
     if files:
         where += f" ({len(files)} file{'s' if len(files) != 1 else ''}: "
         where += ", ".join(printable(f) for f in files[:3])
         where += ", …)" if len(files) > 3 else ")"
-    version = source.get("slurm_version")
+    version = source.slurm_version
     line = f"{where}; Slurm {printable(version) if version else 'version unknown'}"
-    if source.get("backend_note") and source.get("backend_note") != kind:
-        line += f" ({printable(source['backend_note'])})"
+    if source.backend_note and source.backend_note != kind:
+        line += f" ({printable(source.backend_note)})"
     return line
 
 
-def _notes(analysis: Mapping[str, Any]) -> list[str]:
+def _notes(analysis: AnalysisDocument) -> list[str]:
     """Caveats a reader must see next to the numbers (why something is unknown)."""
     notes = []
-    source = analysis.get("source") or {}
-    if source.get("capacity_error"):
-        notes.append(f"capacity unknown: {source['capacity_error']}")
-    totals = analysis.get("totals") or {}
-    outside = totals.get("rows_outside_window")
+    source = analysis.source
+    if source.capacity_error:
+        notes.append(f"capacity unknown: {source.capacity_error}")
+    totals = analysis.totals
+    outside = totals.rows_outside_window
     if is_known(outside) and outside:
         notes.append(f"{fmt_int(outside)} allocation rows fall outside the window (not counted)")
-    latin1 = totals.get("rows_latin1_decoded")
+    latin1 = totals.rows_latin1_decoded
     if is_known(latin1) and latin1:
         notes.append(f"{fmt_int(latin1)} lines were not UTF-8: decoded as Latin-1")
-    if source.get("usage_reading"):
-        notes.append(f"GPU usage: {source['usage_reading']}")
-    fit = analysis.get("fit_fraction") or {}
-    for entry in fit.get("unknown_gpu_types") or []:
+    if source.usage_reading:
+        notes.append(f"GPU usage: {source.usage_reading}")
+    fit = analysis.fit_fraction
+    for entry in fit.unknown_gpu_types:
         notes.append(
-            f"GPU type {entry.get('type')}: memory size unknown for "
-            f"{fmt_int(entry.get('gpu_runs'))} GPU runs; {entry.get('fix')}"
+            f"GPU type {entry.type}: memory size unknown for "
+            f"{fmt_int(entry.gpu_runs)} GPU runs; {entry.fix}"
         )
-    notes += [str(n) for n in analysis.get("notes") or []]
-    basis = {k: v for k, v in (analysis.get("utilization_basis") or {}).items() if v}
+    notes += [str(n) for n in analysis.notes]
+    basis = {k: v for k, v in analysis.utilization_basis.items() if v}
     if basis:
         shown = ", ".join(f"{name} {fmt_int(runs)}" for name, runs in sorted(basis.items()))
         notes.append(f"GPU use measured by (runs): {shown}")
-    for w in analysis.get("measure_warnings") or []:
-        jobs = w.get("job_ids") or []
+    for w in analysis.measure_warnings:
+        jobs = w.job_ids
         where = f" (jobs {','.join(jobs[:5])}{'...' if len(jobs) > 5 else ''})" if jobs else ""
-        notes.append(f"measure {w.get('source')}: {w.get('kind')}: {w.get('message')}{where}")
-    unknown_shards = totals.get("shard_runs_unknown_fraction")
+        notes.append(f"measure {w.source}: {w.kind}: {w.message}{where}")
+    unknown_shards = totals.shard_runs_unknown_fraction
     if is_known(unknown_shards) and unknown_shards:
         notes.append(
             f"{fmt_int(unknown_shards)} gres/shard runs have no known shards-per-GPU: "
@@ -278,52 +291,52 @@ def _notes(analysis: Mapping[str, Any]) -> list[str]:
 # --------------------------------------------------------------------------- text
 
 
-def _totals_lines(t: Mapping[str, Any]) -> list[tuple[str, str]]:
+def _totals_lines(t: Totals) -> list[tuple[str, str]]:
     """(label, value) pairs of the totals block, shared by the text and HTML reports."""
-    wait = t.get("wait_s") or {}
-    capacity = t.get("capacity_gpu_hours")
-    alloc_line = fmt_gpu_hours(t.get("gpu_hours_allocated"), "unknown")
+    wait = t.wait_s
+    capacity = t.capacity_gpu_hours
+    alloc_line = fmt_gpu_hours(t.gpu_hours_allocated, "unknown")
     if is_known(capacity):
         alloc_line += f" of {fmt_gpu_hours(capacity)} capacity"
-        alloc_line += f" ({fmt_ratio(t.get('allocation_ratio'), 'ratio unknown')})"
+        alloc_line += f" ({fmt_ratio(t.allocation_ratio, 'ratio unknown')})"
     else:
         alloc_line += " (capacity unknown)"
-    used = t.get("gpu_hours_used")
+    used = t.gpu_hours_used
     if is_known(used):
         used_line = (
-            f"{fmt_gpu_hours(used)} of the {fmt_gpu_hours(t.get('util_known_gpu_hours'))} "
+            f"{fmt_gpu_hours(used)} of the {fmt_gpu_hours(t.util_known_gpu_hours)} "
             f"GPU-hours with gres/gpuutil (mean utilization "
-            f"{fmt_percent(t.get('gpu_util_mean'))}; "
-            f"waste {fmt_gpu_hours(t.get('waste_gpu_hours'))})"
+            f"{fmt_percent(t.gpu_util_mean)}; "
+            f"waste {fmt_gpu_hours(t.waste_gpu_hours)})"
         )
     else:
         used_line = "unknown (no gres/gpuutil in this accounting: Slurm >= 23.02, never for MIG)"
-    jobs_line = f"{fmt_int(t.get('jobs'), 'unknown')} ({fmt_int(t.get('gpu_jobs'))} with GPUs"
-    if is_known(t.get("pending_jobs")):
-        jobs_line += f", {fmt_int(t.get('pending_jobs'))} pending"
+    jobs_line = f"{fmt_int(t.jobs, 'unknown')} ({fmt_int(t.gpu_jobs)} with GPUs"
+    if is_known(t.pending_jobs):
+        jobs_line += f", {fmt_int(t.pending_jobs)} pending"
     jobs_line += ")"
     preempt_line = (
-        f"{fmt_int(t.get('preemptions'), 'unknown')} preempted "
-        f"({fmt_gpu_hours(t.get('gpu_hours_lost_to_preemption'))} GPU-hours lost), "
-        f"{fmt_int(t.get('requeues'), 'unknown')} requeued"
+        f"{fmt_int(t.preemptions, 'unknown')} preempted "
+        f"({fmt_gpu_hours(t.gpu_hours_lost_to_preemption)} GPU-hours lost), "
+        f"{fmt_int(t.requeues, 'unknown')} requeued"
     )
-    if is_known(t.get("gpu_hours_lost_to_requeue")):
-        preempt_line += f" ({fmt_gpu_hours(t.get('gpu_hours_lost_to_requeue'))} GPU-hours lost)"
+    if is_known(t.gpu_hours_lost_to_requeue):
+        preempt_line += f" ({fmt_gpu_hours(t.gpu_hours_lost_to_requeue)} GPU-hours lost)"
     return [
         ("jobs", jobs_line),
         ("GPU-hours allocated", alloc_line),
         ("GPU-hours used", used_line),
         (
             "queue wait",
-            f"p50 {fmt_duration(wait.get('p50'))}, p95 {fmt_duration(wait.get('p95'))}, "
-            f"max {fmt_duration(wait.get('max'))}",
+            f"p50 {fmt_duration(wait.p50)}, p95 {fmt_duration(wait.p95)}, "
+            f"max {fmt_duration(wait.max)}",
         ),
         ("preemption", preempt_line),
         (
             "sacct rows",
-            f"{fmt_int(t.get('rows_read'), '?')} read = "
-            f"{fmt_int(t.get('rows_analyzed'), '?')} analyzed + "
-            f"{fmt_int(t.get('rows_rejected'), '?')} rejected",
+            f"{fmt_int(t.rows_read, '?')} read = "
+            f"{fmt_int(t.rows_analyzed, '?')} analyzed + "
+            f"{fmt_int(t.rows_rejected, '?')} rejected",
         ),
     ]
 
@@ -333,52 +346,48 @@ def left_cols(name_key: str) -> int:
     return 2 if name_key == "qos" else 1
 
 
-def _fit_rows(fit: Mapping[str, Any]) -> list[list[str]]:
+def _fit_rows(fit: FitShares) -> list[list[str]]:
     rows = []
     for name in FIT_SLICES:
-        entry = fit.get(name) or {}
-        rows.append(
-            [name + " GPU", fmt_ratio(entry.get("jobs")), fmt_ratio(entry.get("gpu_hours"))]
-        )
+        entry = fit.share(name)
+        rows.append([name + " GPU", fmt_ratio(entry.jobs), fmt_ratio(entry.gpu_hours)])
     return rows
 
 
 FIT_PARTITION_HEADERS = ["PARTITION", *(f"{n} GPU JOBS" for n in FIT_SLICES), "UNKNOWN NEED"]
 
 
-def _fit_partition_rows(analysis: Mapping[str, Any]) -> list[list[str]]:
+def _fit_partition_rows(analysis: AnalysisDocument) -> list[list[str]]:
     """Per partition: share of its GPU runs (with a known need) fitting each slice."""
     rows = []
-    for g in analysis.get("by_partition") or []:
-        fit = g.get("fit_fraction")
-        if not fit or not (fit.get("known_runs") or fit.get("unknown_runs")):
+    for g in analysis.by_partition:
+        fit = g.fit_fraction
+        if not fit or not (fit.known_runs or fit.unknown_runs):
             continue
         rows.append(
-            [printable(g.get("partition"), 32)]
-            + [fmt_ratio((fit.get(n) or {}).get("jobs")) for n in FIT_SLICES]
-            + [f"{fmt_int(fit.get('unknown_runs'))} runs"]
+            [printable(g.name, 32)]
+            + [fmt_ratio(fit.share(n).jobs) for n in FIT_SLICES]
+            + [f"{fmt_int(fit.unknown_runs)} runs"]
         )
     return rows
 
 
-def render_text(analysis: Mapping[str, Any]) -> str:
+def render_text(analysis: AnalysisDocument) -> str:
     """Fixed-width tables for a person at a terminal."""
-    window = analysis.get("window") or {}
+    window = analysis.window
     out = [
-        f"slurmgpu report: {printable(window.get('since') or '?')} .. "
-        f"{printable(window.get('until') or '?')}",
-        f"source: {_source_line(analysis.get('source') or {})}; "
-        f"generated {printable(analysis.get('generated_at') or '?')}",
+        f"slurmgpu report: {iso_utc(window.since)} .. {iso_utc(window.until)}",
+        f"source: {_source_line(analysis.source)}; generated {iso_utc(analysis.generated_at)}",
         "",
         "Totals",
     ]
-    totals = _totals_lines(analysis.get("totals") or {})
+    totals = _totals_lines(analysis.totals)
     label_w = max(len(label) for label, _ in totals)
     out += [f"  {label.ljust(label_w)}  {value}" for label, value in totals]
     out += [f"  note: {printable(note)}" for note in _notes(analysis)]
 
     for title, key, name_key, capacity, limited in _GROUP_SECTIONS:
-        groups = analysis.get(key) or []
+        groups = getattr(analysis, key)
         out += ["", title]
         if not groups:
             out.append("  (none)")
@@ -392,52 +401,52 @@ def render_text(analysis: Mapping[str, Any]) -> str:
         if left_off:
             out.append(f"  ... {left_off} more (see --format json)")
 
-    fit = analysis.get("fit_fraction") or {}
+    fit = analysis.fit_fraction
     out += ["", "Would fit in a slice of their GPU (share of GPU jobs)"]
     out += [
         "  " + ln for ln in text_table(["SLICE", "JOBS", "GPU-HOURS"], _fit_rows(fit)).splitlines()
     ]
-    if fit.get("basis"):
-        out.append(f"  basis: {printable(fit['basis'])}")
+    if fit.basis:
+        out.append(f"  basis: {printable(fit.basis)}")
     part_rows = _fit_partition_rows(analysis)
     if part_rows:
         out += ["", "  By partition"]
         out += ["  " + ln for ln in text_table(FIT_PARTITION_HEADERS, part_rows).splitlines()]
-    if fit.get("unknown_runs"):
+    if fit.unknown_runs:
         out.append(
-            f"  shares are over the {fmt_int(fit.get('known_runs'))} GPU runs with a known need; "
-            f"{fmt_int(fit.get('unknown_runs'))} runs "
-            f"({fmt_gpu_hours(fit.get('unknown_gpu_hours'))} GPU-hours) have an unknown need"
+            f"  shares are over the {fmt_int(fit.known_runs)} GPU runs with a known need; "
+            f"{fmt_int(fit.unknown_runs)} runs "
+            f"({fmt_gpu_hours(fit.unknown_gpu_hours)} GPU-hours) have an unknown need"
         )
 
-    rejected = analysis.get("rejected") or []
-    n_rejected = (analysis.get("totals") or {}).get("rows_rejected")
+    rejected = analysis.rejected
+    n_rejected = analysis.totals.rows_rejected
     out += ["", f"Rejected rows: {fmt_int(n_rejected, str(len(rejected)))}"]
-    reasons = (analysis.get("totals") or {}).get("rejected_reasons") or {}
+    reasons = analysis.totals.rejected_reasons
     if reasons:
         out.append(
             "  by reason: "
             + printable(", ".join(f"{k} {v}" for k, v in sorted(reasons.items(), key=_by_count)))
         )
     for row in rejected[:REJECTED_SHOWN]:
-        out.append(
-            f"  {printable(row.get('file'))}:{row.get('line')}: {printable(row.get('reason'))}"
-        )
+        out.append(f"  {printable(row.file)}:{row.line}: {printable(row.reason)}")
     if len(rejected) > REJECTED_SHOWN:
         out.append(f"  ... {len(rejected) - REJECTED_SHOWN} more (see --format json)")
 
-    recs = analysis.get("recommendations") or []
+    recs = analysis.recommendations
     out += ["", "Recommendations"]
     if not recs:
         out.append("  none")
     for i, rec in enumerate(recs, 1):
-        out.append(f"  {i}. {printable(rec.get('title'))}")
-        if rec.get("detail"):
-            out.append(f"     {printable(rec.get('detail'))}")
-        evidence = _evidence_items(rec.get("evidence"))
+        out.append(f"  {i}. {printable(rec.title)}")
+        if rec.detail:
+            out.append(f"     {printable(rec.detail)}")
+        evidence = _evidence_items(rec.evidence.to_json())
         if evidence:
             out.append(f"     evidence: {printable(', '.join(evidence))}")
-        out.append(f"     estimated effect: {printable(_effect_text(rec.get('estimated_effect')))}")
+        out.append(
+            f"     estimated effect: {printable(_effect_text(rec.estimated_effect.to_json()))}"
+        )
     return "\n".join(out) + "\n"
 
 
@@ -448,32 +457,23 @@ def _by_count(item: tuple[str, Any]) -> tuple[float, str]:
 # --------------------------------------------------------------------------- JSON
 
 
-def _clean_json(value: Any) -> Any:
-    """NaN/inf -> None (JSON has no NaN; unknown is null), tuples -> lists, keys -> str."""
-    if isinstance(value, float):
-        return value if math.isfinite(value) else None
-    if isinstance(value, Mapping):
-        return {str(k): _clean_json(v) for k, v in value.items()}
-    if isinstance(value, list | tuple):
-        return [_clean_json(v) for v in value]
-    return value
-
-
-def render_json(analysis: Mapping[str, Any]) -> str:
-    """The analysis itself (docs/accounting.md schema), strict JSON, one trailing newline."""
-    return json.dumps(_clean_json(analysis), indent=2, ensure_ascii=False, allow_nan=False) + "\n"
+def render_json(analysis: AnalysisDocument) -> str:
+    """The document's `to_json()` (docs/accounting.md schema), strict JSON, one trailing
+    newline."""
+    text = json.dumps(analysis.to_json(), indent=2, ensure_ascii=False, allow_nan=False)
+    return text + "\n"
 
 
 # --------------------------------------------------------------------------- HTML
 
 
-def _html_context(analysis: Mapping[str, Any]) -> dict[str, Any]:
+def _html_context(analysis: AnalysisDocument) -> dict[str, Any]:
     """Everything the template prints, as plain strings (escaped there with `|e`) or SVG."""
-    window = analysis.get("window") or {}
-    totals = analysis.get("totals") or {}
+    window = analysis.window
+    totals = analysis.totals
     tables = []
     for title, key, name_key, capacity, limited in _GROUP_SECTIONS:
-        groups = analysis.get(key) or []
+        groups = getattr(analysis, key)
         parts, left_off = _group_tables(groups, name_key, capacity, HTML_TOP_N if limited else None)
         tables.append(
             {
@@ -483,24 +483,21 @@ def _html_context(analysis: Mapping[str, Any]) -> dict[str, Any]:
             }
         )
 
-    points = (analysis.get("timeseries") or {}).get("points") or []
-    partitions = _sorted_groups(analysis.get("by_partition") or [])
-    qos = _sorted_groups(analysis.get("by_qos") or [])
-    fit = analysis.get("fit_fraction") or {}
-    tiers = _sorted_groups(analysis.get("by_tier") or [])
-    wait_groups = [("all jobs", totals.get("wait_s") or {})] + [
-        (str(g.get("partition")), g.get("wait_s") or {}) for g in partitions
-    ]
+    points = analysis.timeseries.points
+    partitions = _sorted_groups(analysis.by_partition, "partition")
+    qos = _sorted_groups(analysis.by_qos, "qos")
+    fit = analysis.fit_fraction
+    tiers = _sorted_groups(analysis.by_tier, "tier")
+    wait_groups = [("all jobs", totals.wait_s)] + [(str(g.name), g.wait_s) for g in partitions]
     plots = [
         {
-            "title": "GPU-hours allocated per "
-            + _freq_word((analysis.get("timeseries") or {}).get("freq")),
+            "title": "GPU-hours allocated per " + _freq_word(analysis.timeseries.freq),
             "svg": svg.timeseries_chart(points),
         },
         {
             "title": "GPU-hours allocated by partition",
             "svg": svg.bar_chart(
-                [(str(g.get("partition")), [g.get("gpu_hours_allocated")]) for g in partitions],
+                [(str(g.name), [g.gpu_hours_allocated]) for g in partitions],
                 series=["GPU-hours"],
                 value_format=fmt_gpu_hours,
             ),
@@ -508,10 +505,7 @@ def _html_context(analysis: Mapping[str, Any]) -> dict[str, Any]:
         {
             "title": "GPU-hours allocated by QOS (tier)",
             "svg": svg.bar_chart(
-                [
-                    (f"{g.get('qos')} ({g.get('tier') or '?'})", [g.get("gpu_hours_allocated")])
-                    for g in qos
-                ],
+                [(f"{g.name} ({g.tier or '?'})", [g.gpu_hours_allocated]) for g in qos],
                 series=["GPU-hours"],
                 value_format=fmt_gpu_hours,
             ),
@@ -520,7 +514,7 @@ def _html_context(analysis: Mapping[str, Any]) -> dict[str, Any]:
             "title": "Share of GPU jobs that would fit a slice of their GPU",
             "svg": svg.bar_chart(
                 [
-                    (f"{name} GPU", [(fit.get(name) or {}).get(k) for k in ("jobs", "gpu_hours")])
+                    (f"{name} GPU", [fit.share(name).jobs, fit.share(name).gpu_hours])
                     for name in FIT_SLICES
                 ],
                 series=["jobs", "GPU-hours"],
@@ -531,7 +525,7 @@ def _html_context(analysis: Mapping[str, Any]) -> dict[str, Any]:
         {
             "title": "Queue wait (eligible to start), all jobs and per partition (log scale)",
             "svg": svg.bar_chart(
-                [(name, [w.get("p50"), w.get("p95"), w.get("max")]) for name, w in wait_groups],
+                [(name, [w.p50, w.p95, w.max]) for name, w in wait_groups],
                 series=["p50", "p95", "max"],
                 value_format=fmt_duration,
                 log_scale=True,
@@ -540,10 +534,7 @@ def _html_context(analysis: Mapping[str, Any]) -> dict[str, Any]:
         {
             "title": "Queue wait per tier (log scale)",
             "svg": svg.bar_chart(
-                [
-                    (str(g.get("tier")), [_wait(g, "p50"), _wait(g, "p95"), _wait(g, "max")])
-                    for g in tiers
-                ],
+                [(str(g.name), [_wait(g, "p50"), _wait(g, "p95"), _wait(g, "max")]) for g in tiers],
                 series=["p50", "p95", "max"],
                 value_format=fmt_duration,
                 log_scale=True,
@@ -552,35 +543,32 @@ def _html_context(analysis: Mapping[str, Any]) -> dict[str, Any]:
     ]
     recs = [
         {
-            "title": printable(r.get("title")),
-            "kind": printable(r.get("kind")),
-            "detail": str(r.get("detail") or ""),
-            "evidence": _evidence_items(r.get("evidence")),
-            "effect": _effect_text(r.get("estimated_effect")),
+            "title": printable(r.title),
+            "kind": printable(r.kind),
+            "detail": str(r.detail or ""),
+            "evidence": _evidence_items(r.evidence.to_json()),
+            "effect": _effect_text(r.estimated_effect.to_json()),
         }
-        for r in analysis.get("recommendations") or []
+        for r in analysis.recommendations
     ]
-    rejected = analysis.get("rejected") or []
+    rejected = analysis.rejected
     fit_rows = _fit_rows(fit)
     return {
         "version": __version__,
-        "since": str(window.get("since") or "?"),
-        "until": str(window.get("until") or "?"),
-        "generated_at": str(analysis.get("generated_at") or "?"),
-        "source": _source_line(analysis.get("source") or {}),
+        "since": iso_utc(window.since),
+        "until": iso_utc(window.until),
+        "generated_at": iso_utc(analysis.generated_at),
+        "source": _source_line(analysis.source),
         "totals": _totals_lines(totals),
         "notes": _notes(analysis),
         "tables": tables,
         "plots": plots,
         "fit_rows": fit_rows,
-        "fit_basis": str(fit.get("basis") or ""),
+        "fit_basis": str(fit.basis or ""),
         "fit_partition_headers": FIT_PARTITION_HEADERS,
         "fit_partition_rows": _fit_partition_rows(analysis),
-        "rejected": [
-            (str(r.get("file")), str(r.get("line")), str(r.get("reason")))
-            for r in rejected[:REJECTED_SHOWN]
-        ],
-        "rejected_count": fmt_int(totals.get("rows_rejected"), str(len(rejected))),
+        "rejected": [(str(r.file), str(r.line), str(r.reason)) for r in rejected[:REJECTED_SHOWN]],
+        "rejected_count": fmt_int(totals.rows_rejected, str(len(rejected))),
         "rejected_left_off": max(0, len(rejected) - REJECTED_SHOWN),
         "recommendations": recs,
     }
@@ -592,7 +580,7 @@ def _freq_word(freq: Any) -> str:
     )
 
 
-def render_html(analysis: Mapping[str, Any]) -> str:
+def render_html(analysis: AnalysisDocument) -> str:
     """One self-contained HTML page (inline CSS and SVG; nothing fetched at view time)."""
     return render_template("report.html.j2", **_html_context(analysis))
 
@@ -623,35 +611,35 @@ def _prom_number(value: Any) -> str | None:
 
 
 # (metric suffix, help, getter) for each group gauge; the prefix says the grouping.
-def _util_ratio(group: Mapping[str, Any]) -> Any:
+def _util_ratio(group: GroupStats) -> float | None:
     """The analysis gives mean gres/gpuutil in percent; Prometheus convention is 0..1."""
-    value = group.get("gpu_util_mean")
+    value = group.gpu_util_mean
     return float(value) / 100 if is_known(value) else None
 
 
-_GROUP_METRICS: tuple[tuple[str, str, Callable[[Mapping], Any]], ...] = (
-    ("jobs", "Jobs (allocations) in the report window", lambda g: g.get("jobs")),
-    ("gpu_jobs", "Jobs that were allocated GPUs", lambda g: g.get("gpu_jobs")),
-    ("pending_jobs", "Jobs that never started", lambda g: g.get("pending_jobs")),
+_GROUP_METRICS: tuple[tuple[str, str, Callable[[GroupStats], Any]], ...] = (
+    ("jobs", "Jobs (allocations) in the report window", lambda g: g.jobs),
+    ("gpu_jobs", "Jobs that were allocated GPUs", lambda g: g.gpu_jobs),
+    ("pending_jobs", "Jobs that never started", lambda g: g.pending_jobs),
     (
         "gpu_hours_allocated",
         "GPU-hours allocated (AllocTRES GPUs x elapsed, MIG/shard weighted) in the window",
-        lambda g: g.get("gpu_hours_allocated"),
+        lambda g: g.gpu_hours_allocated,
     ),
     (
         "capacity_gpu_hours",
         "GPU-hours the nodes could have given in the window",
-        lambda g: g.get("capacity_gpu_hours"),
+        lambda g: g.capacity_gpu_hours,
     ),
     (
         "allocation_ratio",
         "GPU-hours allocated / capacity (0..1)",
-        lambda g: g.get("allocation_ratio"),
+        lambda g: g.allocation_ratio,
     ),
     (
         "gpu_hours_used",
         "GPU-hours actually used (allocated x gres/gpuutil, where measured)",
-        lambda g: g.get("gpu_hours_used"),
+        lambda g: g.gpu_hours_used,
     ),
     (
         "gpu_util_mean_ratio",
@@ -661,38 +649,38 @@ _GROUP_METRICS: tuple[tuple[str, str, Callable[[Mapping], Any]], ...] = (
     (
         "waste_gpu_hours",
         "GPU-hours allocated x (1 - utilization), where gres/gpuutil is known",
-        lambda g: g.get("waste_gpu_hours"),
+        lambda g: g.waste_gpu_hours,
     ),
     (
         "low_memory_gpu_hours",
         "GPU-hours of runs whose measured gres/gpumem stayed under 1/4 of the memory given",
-        lambda g: g.get("low_memory_gpu_hours"),
+        lambda g: g.low_memory_gpu_hours,
     ),
     ("wait_p50_seconds", "Median queue wait (eligible to start)", lambda g: _wait(g, "p50")),
     ("wait_p95_seconds", "95th percentile queue wait", lambda g: _wait(g, "p95")),
     ("wait_max_seconds", "Longest queue wait", lambda g: _wait(g, "max")),
-    ("preemptions", "Preempted job runs in the window", lambda g: g.get("preemptions")),
+    ("preemptions", "Preempted job runs in the window", lambda g: g.preemptions),
     (
         "gpu_hours_lost_to_preemption",
         "GPU-hours of runs that ended preempted",
-        lambda g: g.get("gpu_hours_lost_to_preemption"),
+        lambda g: g.gpu_hours_lost_to_preemption,
     ),
-    ("requeues", "Requeued job runs in the window", lambda g: g.get("requeues")),
+    ("requeues", "Requeued job runs in the window", lambda g: g.requeues),
     (
         "gpu_hours_lost_to_requeue",
         "GPU-hours of runs that ended requeued",
-        lambda g: g.get("gpu_hours_lost_to_requeue"),
+        lambda g: g.gpu_hours_lost_to_requeue,
     ),
 )
 
-_TOTAL_METRICS: tuple[tuple[str, str, Callable[[Mapping], Any]], ...] = (
-    ("sacct_rows_read", "sacct rows read", lambda t: t.get("rows_read")),
-    ("sacct_rows_analyzed", "sacct rows analyzed", lambda t: t.get("rows_analyzed")),
-    ("sacct_rows_rejected", "sacct rows rejected as malformed", lambda t: t.get("rows_rejected")),
+_TOTAL_METRICS: tuple[tuple[str, str, Callable[[Totals], Any]], ...] = (
+    ("sacct_rows_read", "sacct rows read", lambda t: t.rows_read),
+    ("sacct_rows_analyzed", "sacct rows analyzed", lambda t: t.rows_analyzed),
+    ("sacct_rows_rejected", "sacct rows rejected as malformed", lambda t: t.rows_rejected),
 )
 
 
-def render_prom(analysis: Mapping[str, Any]) -> str:
+def render_prom(analysis: AnalysisDocument) -> str:
     """A node_exporter textfile-collector file: gauges over the report window.
 
     Families: `slurmgpu_<metric>` (cluster totals, no labels), `slurmgpu_partition_<metric>`
@@ -714,22 +702,22 @@ def render_prom(analysis: Mapping[str, Any]) -> str:
             out.append(f"# TYPE {name} gauge")
             out.extend(lines)
 
-    window = analysis.get("window") or {}
-    totals = analysis.get("totals") or {}
+    window = analysis.window
+    totals = analysis.totals
     family(
         "slurmgpu_report_generated_timestamp_seconds",
         "When the analysis was made (Unix time); alert when it gets old",
-        [({}, _timestamp(analysis.get("generated_at")))],
+        [({}, analysis.generated_at.timestamp())],
     )
     family(
         "slurmgpu_report_window_start_timestamp_seconds",
         "Start of the report window (Unix time)",
-        [({}, _timestamp(window.get("since")))],
+        [({}, window.since.timestamp())],
     )
     family(
         "slurmgpu_report_window_end_timestamp_seconds",
         "End of the report window (Unix time)",
-        [({}, _timestamp(window.get("until")))],
+        [({}, window.until.timestamp())],
     )
     for suffix, help_text, get in _TOTAL_METRICS:
         family(f"slurmgpu_{suffix}", help_text, [({}, get(totals))])
@@ -739,57 +727,33 @@ def render_prom(analysis: Mapping[str, Any]) -> str:
         family(
             f"slurmgpu_partition_{suffix}",
             help_text + ", per partition",
-            [
-                ({"partition": g.get("partition")}, get(g))
-                for g in analysis.get("by_partition") or []
-            ],
+            [({"partition": g.name}, get(g)) for g in analysis.by_partition],
         )
     for suffix, help_text, get in _GROUP_METRICS:
         family(
             f"slurmgpu_qos_{suffix}",
             help_text + ", per QOS",
-            [
-                ({"qos": g.get("qos"), "tier": g.get("tier") or ""}, get(g))
-                for g in analysis.get("by_qos") or []
-            ],
+            [({"qos": g.name, "tier": g.tier or ""}, get(g)) for g in analysis.by_qos],
         )
-    fit = analysis.get("fit_fraction") or {}
+    fit = analysis.fit_fraction
     family(
         "slurmgpu_fit_fraction_jobs_ratio",
         "Share of GPU jobs that would fit in this slice of their GPU (0..1)",
-        [({"slice": s}, (fit.get(s) or {}).get("jobs")) for s in FIT_SLICES],
+        [({"slice": s}, fit.share(s).jobs) for s in FIT_SLICES],
     )
     family(
         "slurmgpu_fit_fraction_gpu_hours_ratio",
         "Share of GPU-hours of jobs that would fit in this slice of their GPU (0..1)",
-        [({"slice": s}, (fit.get(s) or {}).get("gpu_hours")) for s in FIT_SLICES],
+        [({"slice": s}, fit.share(s).gpu_hours) for s in FIT_SLICES],
     )
-    recs = analysis.get("recommendations") or []
-    kinds = sorted({str(r.get("kind") or "other") for r in recs})
+    recs = analysis.recommendations
+    kinds = sorted({str(r.kind or "other") for r in recs})
     family(
         "slurmgpu_recommendations",
         "Recommendations made by the analysis, per kind",
-        [({"kind": k}, sum(1 for r in recs if str(r.get("kind") or "other") == k)) for k in kinds],
+        [({"kind": k}, sum(1 for r in recs if str(r.kind or "other") == k)) for k in kinds],
     )
     return "\n".join(out) + "\n"
-
-
-def _timestamp(value: Any) -> float | None:
-    """ISO-8601 (with Z or offset; naive means UTC) or epoch seconds -> epoch seconds."""
-    import datetime as dt
-
-    if not is_known(value):
-        return None
-    if isinstance(value, int | float):
-        return float(value)
-    text = str(value).strip()
-    try:
-        parsed = dt.datetime.fromisoformat(text.replace("Z", "+00:00"))
-    except ValueError:
-        return None
-    if parsed.tzinfo is None:
-        parsed = parsed.replace(tzinfo=dt.UTC)
-    return parsed.timestamp()
 
 
 _PROM_SAMPLE = re.compile(

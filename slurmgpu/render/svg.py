@@ -9,7 +9,10 @@ from __future__ import annotations
 import html
 import math
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from slurmgpu.accounting.document import TimePoint
 
 # Colour-blind-safe palette (Okabe-Ito); the browser test looks for the first colour.
 PALETTE: tuple[str, ...] = ("#0072b2", "#e69f00", "#009e73", "#cc79a7", "#56b4e9", "#d55e00")
@@ -54,14 +57,14 @@ def _fmt_axis(value: float) -> str:
     return f"{value:g}"
 
 
-def timeseries_chart(points: Sequence[dict[str, Any]]) -> str:
+def timeseries_chart(points: Sequence[TimePoint]) -> str:
     """GPU-hours allocated per interval (filled) against capacity (dashed); "" without data."""
     if not points:
         return ""
     height, left, right, top, bottom = 260, 56, 16, 28, 44
     plot_w, plot_h = WIDTH - left - right, height - top - bottom
-    alloc = [p.get("gpu_hours_allocated") for p in points]
-    cap = [p.get("capacity_gpu_hours") for p in points]
+    alloc = [p.gpu_hours_allocated for p in points]
+    cap = [p.capacity_gpu_hours for p in points]
     known = [float(v) for v in alloc + cap if _known(v)]
     y_max = nice_ceiling(max(known) if known else 1.0)
     n = len(points)
@@ -91,7 +94,7 @@ def timeseries_chart(points: Sequence[dict[str, Any]]) -> str:
         if i % label_every == 0 or i == n - 1:
             parts.append(
                 f'<text x="{x(i):.1f}" y="{height - bottom + 18}" text-anchor="middle" '
-                f'class="axis">{esc(_short_time(p.get("t")))}</text>'
+                f'class="axis">{esc(_short_time(p.t))}</text>'
             )
     # Allocated, stacked by partition when the analysis splits it (largest at the bottom),
     # one set of polygons per run of known buckets (an unknown bucket leaves a gap).
@@ -136,8 +139,8 @@ def timeseries_chart(points: Sequence[dict[str, Any]]) -> str:
         )
     for i, p in enumerate(points):
         if _known(alloc[i]):
-            ratio = p.get("allocation_ratio")
-            tip = f"{p.get('t')}: {float(alloc[i]):,.1f} GPU-h allocated"
+            ratio = p.allocation_ratio
+            tip = f"{p.t}: {float(alloc[i]):,.1f} GPU-h allocated"
             if _known(cap[i]):
                 tip += f" of {float(cap[i]):,.1f}"
             if _known(ratio):
@@ -156,15 +159,15 @@ def timeseries_chart(points: Sequence[dict[str, Any]]) -> str:
 MAX_LAYERS = 5
 
 
-def _partition_layers(points: Sequence[dict[str, Any]]) -> list[tuple[str, list[float]]]:
+def _partition_layers(points: Sequence[TimePoint]) -> list[tuple[str, list[float]]]:
     """[(name, value per point)]: the largest partitions, the rest as "other"; or one
     "allocated" layer when the points carry no per-partition split. Sums to the total."""
     totals: dict[str, float] = {}
     for p in points:
-        for name, v in (p.get("by_partition") or {}).items():
+        for name, v in p.by_partition.items():
             if _known(v):
                 totals[str(name)] = totals.get(str(name), 0.0) + float(v)
-    alloc = [float(p["gpu_hours_allocated"]) if _known(p.get("gpu_hours_allocated")) else 0.0
+    alloc = [float(p.gpu_hours_allocated) if _known(p.gpu_hours_allocated) else 0.0
              for p in points]  # fmt: skip
     if not totals:
         return [("allocated", alloc)]
@@ -174,7 +177,7 @@ def _partition_layers(points: Sequence[dict[str, Any]]) -> list[tuple[str, list[
     for name in shown:
         values = []
         for p in points:
-            v = (p.get("by_partition") or {}).get(name)
+            v = p.by_partition.get(name)
             values.append(float(v) if _known(v) else 0.0)
         layers.append((name, values))
     stacked = [sum(values[i] for _, values in layers) for i in range(len(points))]

@@ -133,7 +133,7 @@ def test_states_and_gpu_hours_from_live_sacct(
 ) -> None:
     c = slurm_cluster
     result = _analysis(c, ran)
-    doc = result.to_dict()
+    doc = result.to_json()
     # the Slurm under test: 22.05.8 on the host, 24.11.5 from the Debian 13 root
     series = "{}.{:02d}.".format(*slurm_series)
     assert doc["source"]["kind"] == "sacct" and doc["source"]["slurm_version"].startswith(series)
@@ -226,8 +226,8 @@ def test_split_live_query_matches_one_call(slurm_cluster: SlurmCluster, ran: dic
         return sorted(map(tuple, f.to_numpy().tolist()))
 
     assert mine(split.frame) == mine(one.frame)
-    assert split.to_dict()["totals"]["rows_overlap_skipped"] > 0
-    assert "sacct calls of" in split.to_dict()["source"]["backend_note"]
+    assert split.document.totals.rows_overlap_skipped > 0
+    assert "sacct calls of" in (split.document.source.backend_note or "")
 
 
 def test_cli_json_from_live_cluster(slurm_cluster: SlurmCluster, ran: dict) -> None:
@@ -284,7 +284,7 @@ def sliced(slurm_cluster: SlurmCluster):
 def test_mig_and_shard_jobs_count_as_gpu_fractions(slurm_cluster: SlurmCluster, sliced) -> None:
     c = slurm_cluster
     f = sliced["result"].frame
-    doc = sliced["result"].to_dict()
+    doc = sliced["result"].to_json()
     mig = f[f["job_id"] == str(sliced["mig"])].iloc[0]
     assert mig["mig_profile"] == "1g.10gb" and mig["gpu_count"] == 1
     ((s, e),) = _times(c, f"mig-{sliced['mig']}.out")

@@ -19,6 +19,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from slurmgpu.accounting.document import AnalysisDocument
 from slurmgpu.render.report import render_html
 from slurmgpu.render.svg import PALETTE
 from slurmgpu.util.proc import run
@@ -83,7 +84,7 @@ def chromium() -> str:
 def page(tmp_path_factory) -> Path:
     analysis = json.loads((DATA / "analysis-week.json").read_text())
     path = tmp_path_factory.mktemp("report") / "report.html"
-    path.write_text(render_html(analysis), encoding="utf-8")
+    path.write_text(render_html(AnalysisDocument.from_json(analysis)), encoding="utf-8")
     return path
 
 

@@ -22,7 +22,7 @@ EXAMPLES = Path(__file__).resolve().parents[3] / "etc" / "examples"
 def run(tmp_path, rows, **kw):
     path = tmp_path / "dump.txt"
     path.write_text(text(rows))
-    return analyze(AnalysisOptions(files=[path], **kw)).to_dict()
+    return analyze(AnalysisOptions(files=[path], **kw)).to_json()
 
 
 def t4_jobs(gres="gres/gpu:tesla_t4=1,gres/gpu=1", n=4):

@@ -12,7 +12,7 @@ from .sacct_text import job, text
 def run(tmp_path, rows, **kw):
     path = tmp_path / "dump.txt"
     path.write_text(text(rows))
-    return analyze(AnalysisOptions(files=[path], **kw)).to_dict()
+    return analyze(AnalysisOptions(files=[path], **kw)).to_json()
 
 
 def at(h, m=0):

@@ -5,7 +5,8 @@ from datetime import UTC, datetime
 import pytest
 
 from slurmgpu.accounting import AnalysisOptions, analyze
-from slurmgpu.accounting.recommend import valid_layout
+from slurmgpu.accounting.document import Layout
+from slurmgpu.accounting.recommend import instances_per_gpu, valid_layout
 from slurmgpu.model.catalog import model_for_type
 
 from .sacct_text import job, text
@@ -14,7 +15,7 @@ from .sacct_text import job, text
 def run(tmp_path, rows, **kw):
     path = tmp_path / "dump.txt"
     path.write_text(text(rows))
-    return analyze(AnalysisOptions(files=[path], **kw)).to_dict()
+    return analyze(AnalysisOptions(files=[path], **kw)).to_json()
 
 
 def small_h100_jobs(n, mem="5000M"):
@@ -32,7 +33,8 @@ def test_mig_carve_for_measured_small_jobs(tmp_path):
     assert len(recs) == 1
     rec = recs[0]
     ev = rec["evidence"]
-    assert ev["gpu_runs"] == 40 and ev["runs_fitting_seventh_gpu"] == 40
+    assert ev["gpu_runs"] == 40 and ev["runs_fitting_one_slice"] == 40
+    assert ev["one_slice"] == "1/7"  # an H100 has 7 compute slices
     assert ev["basis"] == "measured GPU memory"
     # p95 concurrency 4 x headroom 1.25 = 5 slices -> one GPU as 7x 1g.10gb
     assert ev["layouts"] == [{"profile": "1g.10gb", "per_gpu": 7, "gpus": 1}]
@@ -63,6 +65,60 @@ def test_no_mig_model_gets_shards(tmp_path):
     assert rec["kind"] == "shard"
     effect = rec["estimated_effect"]
     assert rec["change"] == f"shard:gpu:{effect['gpus_shared']}:{effect['shards_per_gpu']}"
+
+
+def mixed_jobs(n, gres_type, small_mem, large_mem):
+    """n single-GPU jobs of `gres_type`, 4 at a time, each 1 h, half measured at each memory."""
+    return [
+        job(i, "gpu", 0, ((i - 1) // 4) * 3600, ((i - 1) // 4) * 3600 + 3600,
+            f"gres/gpu:{gres_type}=1,gres/gpu=1",
+            usage=f"gres/gpumem={small_mem if i % 2 else large_mem},gres/gpuutil=30")
+        for i in range(1, n + 1)
+    ]  # fmt: skip
+
+
+def test_a30_carve_uses_its_4_slice_grid(tmp_path):
+    # 2000M and 5000M of a 24 GiB A30 both fit one of its 4 compute slices (1g.6gb holds the
+    # p95 5000M + 10%): one class, one layout of 4x 1g.6gb (a 7-slice grid would split them
+    # into a 1/7 and a 1/2 class and carve a GPU for each)
+    path = tmp_path / "dump.txt"
+    path.write_text(text(mixed_jobs(40, "a30", "2000M", "5000M")))
+    document = analyze(AnalysisOptions(files=[path], capacity={"gpu": 8})).document
+    rec = next(r for r in document.recommendations if r.kind == "mig_carve")
+    assert rec.evidence.one_slice == "1/4" and rec.evidence.gpu_model == "a30"
+    assert rec.evidence.runs_fitting_one_slice == 40
+    assert set(rec.evidence.p95_concurrent_small_runs) == {"1/4", "1/2"}
+    # 4 at once x headroom 1.25 = 5 slices -> 2 GPUs of 4x 1g.6gb
+    assert rec.evidence.layouts == (Layout("1g.6gb", per_gpu=4, gpus=2),)
+    assert rec.changes == ("carve:gpu:2:1g.6gb=4",)
+    assert rec.estimated_effect.whole_gpus_freed_p50 == pytest.approx(4 - 2)
+
+
+def test_a100_carve_uses_its_7_slice_grid(tmp_path):
+    # on a 40 GB A100, 2000M fits 1/7 (1g.5gb, 7 per GPU); 15000M only 1/2 (3g.20gb, 2 per GPU)
+    path = tmp_path / "dump.txt"
+    path.write_text(text(mixed_jobs(40, "a100", "2000M", "15000M")))
+    document = analyze(AnalysisOptions(files=[path], capacity={"gpu": 8})).document
+    rec = next(r for r in document.recommendations if r.kind == "mig_carve")
+    assert rec.evidence.one_slice == "1/7" and rec.evidence.runs_fitting_one_slice == 20
+    # 2 of each at once x 1.25 = 2.5 -> 1 GPU of 7x 1g.5gb and 2 GPUs of 2x 3g.20gb
+    assert rec.evidence.layouts == (
+        Layout("1g.5gb", per_gpu=7, gpus=1),
+        Layout("3g.20gb", per_gpu=2, gpus=2),
+    )
+    assert rec.estimated_effect.gpus_carved == 3
+    assert rec.changes == ("carve:gpu:1:1g.5gb=7", "carve:gpu:2:3g.20gb=2")
+
+
+def test_instances_per_gpu_follow_the_models_grid():
+    a30, a100 = model_for_type("a30"), model_for_type("a100")
+    assert [instances_per_gpu(a30.profile(p)) for p in ("1g.6gb", "2g.12gb", "4g.24gb")] == [
+        4, 2, 1,
+    ]  # fmt: skip
+    assert valid_layout(a30.profile("1g.6gb"), 4) and not valid_layout(a30.profile("1g.6gb"), 5)
+    assert [instances_per_gpu(a100.profile(p)) for p in ("1g.5gb", "3g.20gb", "7g.40gb")] == [
+        7, 2, 1,
+    ]  # fmt: skip
 
 
 def test_layout_validity_from_catalogue():

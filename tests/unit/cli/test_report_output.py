@@ -142,22 +142,23 @@ def test_progress_counts_earlier_files_as_read(tmp_path):
 
 
 def test_fit_by_partition_in_text_and_html():
+    import json
+
+    from slurmgpu.accounting.document import AnalysisDocument
     from slurmgpu.render.report import render_html, render_text
 
-    analysis = {
-        "by_partition": [
-            {
-                "partition": "t4",
-                "fit_fraction": {
-                    "1/7": {"jobs": 0.0}, "1/4": {"jobs": 0.5}, "1/2": {"jobs": 1.0},
-                    "known_runs": 2, "unknown_runs": 3,
-                },
-            }
-        ],
-        "fit_fraction": {"known_runs": 2, "unknown_runs": 3, "unknown_gpu_hours": 1.5},
+    data = Path(__file__).resolve().parents[2] / "data" / "reports" / "analysis-week.json"
+    analysis = json.loads(data.read_text())
+    analysis["by_partition"][0]["partition"] = "t4"
+    analysis["by_partition"][0]["fit_fraction"] = {
+        "1/7": {"jobs": 0.0, "gpu_hours": 0.0}, "1/4": {"jobs": 0.5, "gpu_hours": 0.4},
+        "1/2": {"jobs": 1.0, "gpu_hours": 1.0},
+        "known_runs": 2, "unknown_runs": 3, "unknown_gpu_hours": 1.5,
     }  # fmt: skip
-    text = render_text(analysis)
+    analysis["fit_fraction"].update(known_runs=2, unknown_runs=3, unknown_gpu_hours=1.5)
+    document = AnalysisDocument.from_json(analysis)
+    text = render_text(document)
     assert "By partition" in text and "3 runs" in text
     assert "shares are over the 2 GPU runs with a known need; 3 runs" in text
-    html = render_html(analysis)
+    html = render_html(document)
     assert 'id="fit-by-partition"' in html and "<td>t4</td>" in html

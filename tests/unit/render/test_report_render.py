@@ -1,4 +1,7 @@
-"""The report renderers, on a recorded-shape analysis dict (tests/data/reports)."""
+"""The report renderers, on a recorded-shape analysis document (tests/data/reports).
+
+Each test edits the JSON (a dict, as a site's numbers would differ) and renders the typed
+`AnalysisDocument` read from it (`doc()`), as `analyze()` hands it to the renderers."""
 
 from __future__ import annotations
 
@@ -11,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from slurmgpu.accounting.document import AnalysisDocument
 from slurmgpu.render import report
 from slurmgpu.render.report import (
     check_prom_text,
@@ -31,6 +35,15 @@ EVIL_USER = "<script>alert('x')</script>"
 @pytest.fixture
 def analysis() -> dict:
     return json.loads((DATA / "analysis-week.json").read_text())
+
+
+def doc(data: dict) -> AnalysisDocument:
+    return AnalysisDocument.from_json(data)
+
+
+def _row(like: dict, **changes) -> dict:
+    """A by_* row shaped like `like` (every GROUP key), with `changes`."""
+    return {**copy.deepcopy(like), **changes}
 
 
 @pytest.fixture
@@ -76,14 +89,14 @@ def test_text_table_aligns_columns():
 
 def test_unknown_format_is_rejected(analysis):
     with pytest.raises(ValueError, match="unknown report format 'pdf'"):
-        render_report(analysis, "pdf")
+        render_report(doc(analysis), "pdf")
 
 
 # --------------------------------------------------------------------------- text
 
 
 def test_text_totals(analysis):
-    text = render_text(analysis)
+    text = render_text(doc(analysis))
     assert "GPU-hours allocated  7,312.0 of 10,752.0 capacity (68.0%)" in text
     assert "jobs                 812 (640 with GPUs, 9 pending)" in text
     assert "p50 2m 00s, p95 1h 30m, max 23h 53m" in text
@@ -92,11 +105,15 @@ def test_text_totals(analysis):
     assert "2,400.0 of the 3,000.0 GPU-hours with gres/gpuutil (mean utilization 80.0%" in text
     assert "note: 8 allocation rows fall outside the window" in text
     assert "by reason: bad ElapsedRaw 1, wrong column count 1" in text
-    assert "estimated effect: allocation_ratio_gain=0.09, gpus_carved=4" in text
+    assert (
+        "estimated effect: gpus_carved=4, whole_gpus_freed_p50=2.5, hours_slices_short=3, "
+        "hours=168" in text
+    )
+    assert "evidence: preemptions=14, gpu_hours_lost_to_preemption=35.5," in text
 
 
 def test_text_partition_table_columns_line_up(analysis):
-    lines = render_text(analysis).splitlines()
+    lines = render_text(doc(analysis)).splitlines()
     start = lines.index("By partition") + 1
     header, rule, *rows = lines[start : start + 5]
     jobs_end = header.index("JOBS") + len("JOBS")
@@ -112,16 +129,17 @@ def test_text_partition_table_columns_line_up(analysis):
 
 
 def test_text_escapes_control_characters_in_names(analysis):
-    text = render_text(analysis)
+    text = render_text(doc(analysis))
     assert 'bob "the\\builder"\\nx' in text  # the newline stays on one table line
     assert "\nx  " not in text
 
 
 def test_text_sorts_users_by_gpu_hours_and_limits_rows(analysis):
+    like = analysis["by_user"][0]
     analysis["by_user"] += [
-        {"user": f"u{i:02d}", "jobs": 1, "gpu_hours_allocated": float(i)} for i in range(20)
+        _row(like, user=f"u{i:02d}", jobs=1, gpu_hours_allocated=float(i)) for i in range(20)
     ]
-    text = render_text(analysis)
+    text = render_text(doc(analysis))
     section = text[text.index("By user") : text.index("Would fit")]
     assert section.index("bob") < section.index("alice") < section.index("u19")
     assert f"... {23 - report.TOP_N} more (see --format json)" in section
@@ -129,7 +147,7 @@ def test_text_sorts_users_by_gpu_hours_and_limits_rows(analysis):
 
 def test_text_unknowns_and_no_recommendation(unknown_analysis):
     unknown_analysis["totals"]["gpu_hours_used"] = None
-    text = render_text(unknown_analysis)
+    text = render_text(doc(unknown_analysis))
     assert "7,312.0 (capacity unknown)" in text
     assert re.search(r"GPU-hours used\s+unknown \(no gres/gpuutil", text)
     assert "Recommendations\n  none" in text
@@ -139,13 +157,31 @@ def test_text_unknowns_and_no_recommendation(unknown_analysis):
 
 
 def test_json_is_the_analysis(analysis):
-    assert json.loads(render_json(analysis)) == analysis
+    assert json.loads(render_json(doc(analysis))) == analysis
+
+
+def test_document_reads_back_what_it_writes(analysis):
+    document = doc(analysis)
+    assert AnalysisDocument.from_json(document.to_json()) == document
+    assert document.by_qos[0].tier and document.by_partition[0].name == "gpu"
+    assert document.totals.wait_s.p95 == 5400
+    carve, tier = document.recommendations
+    assert (
+        carve.evidence.layouts[1].profile == "3g.40gb" and carve.estimated_effect.gpus_carved == 4
+    )
+    assert tier.evidence.preempted_tiers == ("P2",)
+
+
+def test_document_refuses_another_schema_version(analysis):
+    analysis["schema_version"] = 1
+    with pytest.raises(ValueError, match="schema_version 1"):
+        doc(analysis)
 
 
 def test_json_turns_nan_into_null(analysis):
     analysis["totals"]["gpu_hours_used"] = math.nan
     analysis["by_partition"][0]["gpu_util_mean"] = math.inf
-    text = render_json(analysis)
+    text = render_json(doc(analysis))
     assert "NaN" not in text and "Infinity" not in text
     parsed = json.loads(text)
     assert parsed["totals"]["gpu_hours_used"] is None
@@ -178,7 +214,7 @@ def _parse(page: str) -> _Collector:
 
 
 def test_html_escapes_every_site_string(analysis):
-    page = render_html(analysis)
+    page = render_html(doc(analysis))
     assert EVIL_USER not in page
     assert "&lt;script&gt;alert(&#39;x&#39;)&lt;/script&gt;" in page
     assert "<b>lab</b>" not in page  # partition name, in tables and in SVG labels
@@ -191,7 +227,7 @@ def test_html_escapes_every_site_string(analysis):
 
 
 def test_html_is_self_contained(analysis):
-    page = render_html(analysis)
+    page = render_html(doc(analysis))
     assert "http://" not in page and "https://" not in page
     assert "//" not in re.sub(r"<!--.*?-->", "", page).replace("file://", "")
     parsed = _parse(page)
@@ -202,7 +238,7 @@ def test_html_is_self_contained(analysis):
 
 
 def test_html_shows_totals_and_plots(analysis):
-    page = render_html(analysis)
+    page = render_html(doc(analysis))
     text = " ".join(_parse(page).text)
     assert "7,312.0 of 10,752.0 capacity (68.0%)" in text
     assert page.count("<svg ") == 6
@@ -215,7 +251,7 @@ def test_html_shows_totals_and_plots(analysis):
 
 
 def test_html_unknown_values_are_not_drawn_as_zero(unknown_analysis):
-    page = render_html(unknown_analysis)
+    page = render_html(doc(unknown_analysis))
     assert page.count("<svg ") == 5  # no time series points: no chart
     assert "No data in this window." in page
     assert "p50: unknown" in page  # the third partition has no waits
@@ -223,7 +259,7 @@ def test_html_unknown_values_are_not_drawn_as_zero(unknown_analysis):
 
 
 def test_html_is_deterministic(analysis):
-    assert render_html(analysis) == render_html(copy.deepcopy(analysis))
+    assert render_html(doc(analysis)) == render_html(doc(copy.deepcopy(analysis)))
 
 
 # --------------------------------------------------------------------------- Prometheus
@@ -238,7 +274,7 @@ def _samples(text: str) -> dict[str, str]:
 
 
 def test_prom_format_is_valid_and_families_are_declared_once(analysis):
-    text = render_prom(analysis)
+    text = render_prom(doc(analysis))
     check_prom_text(text)
     names = [ln.split()[2] for ln in text.splitlines() if ln.startswith("# TYPE")]
     assert len(names) == len(set(names))
@@ -253,7 +289,7 @@ def test_prom_format_is_valid_and_families_are_declared_once(analysis):
 
 
 def test_prom_values(analysis):
-    samples = _samples(render_prom(analysis))
+    samples = _samples(render_prom(doc(analysis)))
     assert samples["slurmgpu_gpu_hours_allocated"] == "7312"
     assert samples["slurmgpu_allocation_ratio"] == "0.68"
     assert samples['slurmgpu_partition_gpu_hours_allocated{partition="gpu"}'] == "6100"
@@ -266,7 +302,7 @@ def test_prom_values(analysis):
 
 def test_prom_omits_unknowns(analysis):
     analysis["totals"]["gpu_hours_used"] = None
-    text = render_prom(analysis)
+    text = render_prom(doc(analysis))
     assert "slurmgpu_gpu_hours_used " not in text  # null in totals: no sample, no family
     assert "# TYPE slurmgpu_gpu_hours_used gauge" not in text
     samples = _samples(text)
@@ -279,7 +315,7 @@ def test_prom_omits_unknowns(analysis):
 
 def test_prom_escapes_label_values(analysis):
     analysis["by_partition"][0]["partition"] = 'we"ird\\part\nname'
-    text = render_prom(analysis)
+    text = render_prom(doc(analysis))
     check_prom_text(text)
     assert 'slurmgpu_partition_jobs{partition="we\\"ird\\\\part\\nname"} 512' in text
     assert prom_label_value('a\\b"c\nd') == 'a\\\\b\\"c\\nd'
@@ -307,7 +343,8 @@ def test_docs_list_exactly_the_exported_metrics(analysis):
             capacity_gpu_hours=10.0,
             allocation_ratio=0.1,
         )
-    exported = {ln.split()[2] for ln in render_prom(full).splitlines() if ln.startswith("# TYPE")}
+    text = render_prom(doc(full))
+    exported = {ln.split()[2] for ln in text.splitlines() if ln.startswith("# TYPE")}
     docs = (Path(__file__).resolve().parents[3] / "docs" / "reports.md").read_text()
     named = set(re.findall(r"`(slurmgpu_[a-z0-9_]+)[`{]", docs))
     per_group = set(re.findall(r"^\| `([a-z0-9_]+)` \|", docs, flags=re.MULTILINE))
