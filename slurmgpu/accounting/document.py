@@ -638,6 +638,44 @@ def _evidence_types(kind: str, evidence: Mapping[str, Any]) -> tuple[type, type]
 
 
 @dataclass(frozen=True)
+class ReplayedEffect:
+    """What `slurmgpu replay` predicts for a recommendation's change(s), replayed on the
+    window's own runs with and without them (`replay/effects.py`, docs/replay.md "Effects").
+
+    The pairs are (before, after): the baseline replay and the replay with the change. `full`
+    is the replay's whole effect (per partition and tier) as its JSON; `unavailable` says why
+    the change could not be replayed (it does not fit the cluster model), then the pairs are
+    (None, None)."""
+
+    changes: tuple[str, ...]
+    allocation_ratio: tuple[float | None, float | None]
+    wait_p95_s: tuple[float | None, float | None]
+    gpu_hours_lost: tuple[float | None, float | None]
+    jobs_not_run: tuple[float | None, float | None]
+    full: Mapping[str, Json]
+    unavailable: str | None = None
+
+    def to_json(self) -> dict[str, Json]:
+        return dict(json_safe(dict(self.full)))
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> ReplayedEffect:
+        def pair(name: str) -> tuple[float | None, float | None]:
+            d = data.get(name) or {}
+            return (d.get("before"), d.get("after"))
+
+        return cls(
+            changes=tuple(data.get("changes", ())),
+            allocation_ratio=pair("allocation_ratio"),
+            wait_p95_s=pair("wait_p95_s"),
+            gpu_hours_lost=pair("gpu_hours_lost"),
+            jobs_not_run=pair("jobs_not_run"),
+            full=dict(data),
+            unavailable=data.get("unavailable"),
+        )
+
+
+@dataclass(frozen=True)
 class Recommendation:
     """One recommended change, with the numbers it rests on and what it expects.
 
@@ -653,14 +691,19 @@ class Recommendation:
     estimated_effect: Effect
     change: str | None = None
     changes: tuple[str, ...] = ()
+    # the change(s) replayed on the window's runs (in the JSON: `estimated_effect.replay`)
+    replayed: ReplayedEffect | None = None
 
     def to_json(self) -> dict[str, Json]:
+        effect = json_safe(self.estimated_effect.to_json())
+        if self.replayed is not None:
+            effect = {**effect, "replay": self.replayed.to_json()}
         return {
             "kind": self.kind,
             "title": self.title,
             "detail": self.detail,
             "evidence": json_safe(self.evidence.to_json()),
-            "estimated_effect": json_safe(self.estimated_effect.to_json()),
+            "estimated_effect": effect,
             "change": self.change,
             "changes": list(self.changes),
         }
@@ -668,14 +711,17 @@ class Recommendation:
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> Recommendation:
         evidence_type, effect_type = _evidence_types(data["kind"], data["evidence"])
+        effect = dict(data["estimated_effect"])
+        replayed = effect.pop("replay", None)
         return cls(
             kind=data["kind"],
             title=data["title"],
             detail=data["detail"],
             evidence=evidence_type.from_json(data["evidence"]),
-            estimated_effect=effect_type.from_json(data["estimated_effect"]),
+            estimated_effect=effect_type.from_json(effect),
             change=data["change"],
             changes=tuple(data["changes"]),
+            replayed=ReplayedEffect.from_json(replayed) if replayed is not None else None,
         )
 
 

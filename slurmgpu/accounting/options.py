@@ -44,6 +44,10 @@ class AnalysisOptions:
     # gres/gpuutil and gres/gpumem of a step are read (sums over GPUs from 24.05 on)
     slurm_version: str | None = None
     measure_sources: Sequence[MeasureSource] = ()
+    # replay each recommendation's change on the window's runs (`slurmgpu.replay.effects`):
+    # "auto" when the cluster model is known and the window holds at most
+    # REPLAY_EFFECTS_AUTO_RUNS runs, "always" when the model is known, "never"
+    replay_effects: str = "auto"
 
     def validated(self) -> AnalysisOptions:
         """Check values that can be checked up front; times made timezone-aware UTC."""
@@ -55,6 +59,8 @@ class AnalysisOptions:
             raise UsageError(f"time zone {self.timezone!r}: not a time zone name") from None
         if not self.chunk_hours > 0:
             raise UsageError(f"sacct query chunk of {self.chunk_hours} hours: must be > 0")
+        if self.replay_effects not in ("auto", "always", "never"):
+            raise UsageError(f"replay effects {self.replay_effects!r}: use auto, always or never")
         if self.freq not in (None, "1h", "1D"):
             raise UsageError(f"time-series bucket {self.freq!r}: use 1h or 1D")
         if self.slurm_version is not None:

@@ -22,6 +22,9 @@ from slurmgpu.accounting.options import AnalysisOptions, parse_version
 from slurmgpu.errors import SacctParseError, SlurmCommandError
 
 LIVE_DEFAULT_DAYS = 7
+# `replay_effects="auto"` replays recommendations only up to this many runs in the window
+# (a replay of a million runs takes minutes; `slurmgpu replay` is the tool for those)
+REPLAY_EFFECTS_AUTO_RUNS = 100_000
 # Slurm 24.05 changed gres/gpuutil and gres/gpumem of a step to sums over its GPUs
 # (CHANGELOG/slurm-24.05.md: "gpuutil/gpumem will record sums of all GPUS in the step").
 USAGE_SUMS_FROM = (24, 5)
@@ -109,6 +112,9 @@ def analyze(options: AnalysisOptions) -> AnalysisResult:
         partition_types=types,
         gpus_per_node=dict(cap.gpus_per_node),
     )
+    recommendations, effects_note = _replay_effects(
+        opts, recommendations, frame, part_gpus, cap, types, sizes
+    )
     doc = AnalysisDocument(
         schema_version=SCHEMA_VERSION,
         generated_at=now,
@@ -137,10 +143,44 @@ def analyze(options: AnalysisOptions) -> AnalysisResult:
         rejected=tuple(
             doc_mod.Rejected(str(x.file), int(x.line), str(x.reason)) for x in loaded.rejected
         ),
-        notes=tuple(_option_notes(opts, frame, part_gpus)),
+        notes=tuple(_option_notes(opts, frame, part_gpus)) + effects_note,
         recommendations=tuple(recommendations),
     )
     return AnalysisResult(document=doc, frame=frame, load=loaded)
+
+
+def _replay_effects(opts, recommendations, frame, part_gpus, cap, types, sizes):
+    """Each recommendation with its change(s) replayed on the window's runs (its
+    `replayed`), when the cluster model is known; and a note when they were not replayed."""
+    from dataclasses import replace
+
+    wanted = [r.changes for r in recommendations if r.changes]
+    if not wanted or opts.replay_effects == "never":
+        return recommendations, ()
+    if not part_gpus:
+        return recommendations, (
+            "recommendations were not replayed: the cluster's capacity is unknown (give "
+            "capacity PARTITION=GPUS, or analyze the live cluster)",
+        )
+    if opts.replay_effects == "auto" and len(frame) > REPLAY_EFFECTS_AUTO_RUNS:
+        return recommendations, (
+            f"recommendations were not replayed: {len(frame):,} runs in the window is more than "
+            f"{REPLAY_EFFECTS_AUTO_RUNS:,} (ask for replay effects always, or run `slurmgpu "
+            "replay --what-if CHANGE` on the dump)",
+        )
+    from slurmgpu.replay.effects import analysis_replay_options, effect_key, estimate_effects
+
+    options = analysis_replay_options(
+        part_gpus, gpus_per_node=cap.gpus_per_node, gpu_types=types, tiers=opts.tiers
+    )
+    effects = estimate_effects(frame, options, wanted, gpu_memory_mib=sizes.per_run_mib)
+    out = []
+    for rec in recommendations:
+        effect = effects.get(effect_key(list(rec.changes))) if rec.changes else None
+        if effect is not None:
+            rec = replace(rec, replayed=doc_mod.ReplayedEffect.from_json(effect.to_dict()))
+        out.append(rec)
+    return out, ()
 
 
 def _option_notes(opts: AnalysisOptions, frame: Any, part_gpus: dict[str, float]) -> list[str]:

@@ -84,6 +84,14 @@ _OPTIONS = [
         help="Zone of ISO times in --sacct-file dumps (sacct prints local time).",
     ),
     click.option("--freq", type=click.Choice(["1h", "1D"]), help="Time-series bucket."),
+    click.option(
+        "--replay-effects",
+        type=click.Choice(["auto", "always", "never"]),
+        default="auto",
+        show_default=True,
+        help="Replay each recommendation's change on the window's runs (needs the capacity); "
+        "auto: up to 100,000 runs.",
+    ),
 ]
 
 ANALYSIS_PARAMS = (
@@ -99,6 +107,7 @@ ANALYSIS_PARAMS = (
     "backend",
     "tz",
     "freq",
+    "replay_effects",
 )
 
 
@@ -172,6 +181,7 @@ def analysis_options_from(params: dict[str, Any], **fields: Any) -> Any:
         freq=opts["freq"],
         chunk_hours=opts["chunk_hours"],
         slurm_version=opts["slurm_version"],
+        replay_effects=opts["replay_effects"],
         measure_sources=measure_sources,
         **fields,
     )

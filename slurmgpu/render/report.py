@@ -447,7 +447,25 @@ def render_text(analysis: AnalysisDocument) -> str:
         out.append(
             f"     estimated effect: {printable(_effect_text(rec.estimated_effect.to_json()))}"
         )
+        if rec.replayed is not None:
+            out.append(f"     replayed: {printable(replayed_text(rec.replayed))}")
     return "\n".join(out) + "\n"
+
+
+def replayed_text(effect: Any) -> str:
+    """A `ReplayedEffect` in one line: before -> after for what an admin weighs first."""
+    if effect.unavailable:
+        return f"not replayed: {effect.unavailable}"
+
+    def pair(values: tuple[float | None, float | None], fmt: Callable[[float], str]) -> str:
+        return " -> ".join("?" if v is None else fmt(v) for v in values)
+
+    return (
+        f"allocation {pair(effect.allocation_ratio, lambda v: f'{v:.0%}')}, "
+        f"p95 wait {pair(effect.wait_p95_s, fmt_duration)}, "
+        f"GPU-hours lost to preemption {pair(effect.gpu_hours_lost, lambda v: f'{v:,.0f}')}, "
+        f"jobs that cannot run {pair(effect.jobs_not_run, lambda v: f'{v:,.0f}')}"
+    )
 
 
 def _by_count(item: tuple[str, Any]) -> tuple[float, str]:
@@ -548,6 +566,7 @@ def _html_context(analysis: AnalysisDocument) -> dict[str, Any]:
             "detail": str(r.detail or ""),
             "evidence": _evidence_items(r.evidence.to_json()),
             "effect": _effect_text(r.estimated_effect.to_json()),
+            "replayed": replayed_text(r.replayed) if r.replayed is not None else "",
         }
         for r in analysis.recommendations
     ]

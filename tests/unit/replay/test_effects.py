@@ -119,18 +119,17 @@ def test_processes_give_the_same_effects():
     assert one == two
 
 
-def test_the_wiring_analyze_will_use():
-    """What the lead wires into accounting/pipeline.py: analyze's frame and capacity, each
-    recommendation's `changes`, the effect under `estimated_effect["replay"]`."""
+def test_analyze_fills_each_recommendation_with_the_same_replay():
+    """analyze's `replayed` is what estimate_effects gives on analyze's own frame and capacity."""
     from slurmgpu.accounting import AnalysisOptions, analyze, runs
     from slurmgpu.replay.effects import analysis_replay_options
 
     result = analyze(AnalysisOptions(files=[DATA / "synthetic-mix.txt"],
                                      capacity={"gpu": 16, "mig": 1}))  # fmt: skip
-    recs = result.document["recommendations"]
-    wanted = [r["changes"] for r in recs if r.get("changes")]
+    recs = result.document.recommendations
+    wanted = [list(r.changes) for r in recs if r.changes]
     assert wanted == [["tier:p2:grace_s=300"]]  # the synthetic dump's one change
-    options = analysis_replay_options({"gpu": 16, "mig": 1}, gpus_per_node={"gpu": 8.0})
+    options = analysis_replay_options({"gpu": 16, "mig": 1})
     sizes = runs.gpu_sizes(result.frame, {}, {})
     effects = estimate_effects(result.frame, options, wanted, gpu_memory_mib=sizes.per_run_mib)
     effect = effects[effect_key(wanted[0])]
@@ -138,6 +137,8 @@ def test_the_wiring_analyze_will_use():
     assert effect.jobs == len(trace_from_frame(result.frame))
     assert [p.partition for p in effect.by_partition][:2] == ["gpu", "mig"]
     json.dumps(effect.to_dict(), allow_nan=False)
+    replayed = next(r for r in recs if r.changes).replayed
+    assert replayed is not None and replayed.to_json() == effect.to_dict()
 
 
 def test_analysis_options_take_the_policys_qos():
