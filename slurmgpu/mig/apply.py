@@ -317,6 +317,13 @@ class MigApply:
         self.slurm.run_command(self.opts.start_slurmd)
 
     def verify(self) -> None:
+        """Wait until slurmctld shows the new Gres *and* the restarted slurmd has registered.
+
+        Gres= alone comes from slurm.conf, so it matches before slurmd answers; a RESUME then
+        is refused ("Invalid node state specified": the node is still UNKNOWN after a
+        controller restart, seen on the multi-node test cluster). A slurmd that reports fewer
+        GPUs than configured gets INVALID_REG: that fails at once, with Slurm's reason.
+        """
         from slurmgpu.sources.slurm import parse_gres_string
 
         want = _gres_set(parse_gres_string(self.journal.expected_gres))
@@ -324,9 +331,20 @@ class MigApply:
         while True:
             record = self.slurm.node_record(self.opts.node)
             have = _gres_set(parse_gres_string(record.get("Gres", "")))
-            if have == want:
+            flags = set(record.get("State", "").split("+"))
+            if "INVALID_REG" in flags:
+                raise MigApplyFailed(
+                    f"slurmctld refused the node's registration: {record.get('Reason', '?')}"
+                )
+            registered = not ({"UNKNOWN", "NOT_RESPONDING", "DOWN"} & flags)
+            if have == want and registered:
                 return
             if self.clock() >= deadline:
+                if have == want:
+                    raise MigApplyFailed(
+                        f"slurmd did not register in {self.opts.verify_timeout_s:g} s "
+                        f"(State={record.get('State', '?')})"
+                    )
                 raise MigApplyFailed(
                     f"scontrol shows Gres={record.get('Gres', '?')}, expected "
                     f"{self.journal.expected_gres}"
@@ -403,7 +421,10 @@ class MigApply:
             attempt("start slurmd", self.start_slurmd)
         # also when the drain itself failed (slurmctld busy): no job may land on a node whose
         # re-layout broke off; if this drain fails too, the error says so
-        reason = f"slurmgpu mig apply failed at {j.error}"[:200]
+        # one line, no `=`: `scontrol show node` prints Reason= last, and a `key=value` in
+        # it (a failed command's arguments) would read as a later field
+        reason = " ".join(f"slurmgpu mig apply failed at {j.error}".replace("=", ":").split())
+        reason = reason[:200]
         attempt("drain with reason", lambda: self.slurm.drain(self.opts.node, reason))
         j.state = "failed" if problems else "rolled-back"
         self._save()
