@@ -349,3 +349,35 @@ def test_merge_node_gres_keeps_the_other_nodes_lines() -> None:
     shared = "NodeName=gpu[01-03] Name=gpu Type=a100 File=/dev/nvidia[0-7]\nNodeName=x Name=gpu\n"
     with pytest.raises(UsageError, match="shared by gpu03 and other nodes"):
         apply_mod.merge_node_gres(shared, "gpu03", new)
+
+
+class RegisteringStub(SlurmStub):
+    """scontrol shows the new Gres (from slurm.conf) before the restarted slurmd registers."""
+
+    def __init__(self, slurm_conf, states):
+        super().__init__(slurm_conf)
+        self.states = list(states)
+
+    def node_record(self, node):
+        record = super().node_record(node)
+        if self.states:
+            record["State"] = self.states.pop(0)
+            record["Reason"] = "gres/gpu count reported lower than configured (0 < 23)"
+        return record
+
+
+def test_verify_waits_for_slurmd_to_register(node) -> None:
+    _double, _root, opts, _ = node
+    stub = RegisteringStub(opts.slurm_conf, ["UNKNOWN+DRAIN", "IDLE+DRAIN+NOT_RESPONDING"])
+    journal = runner(opts, stub).run()
+    assert journal.state == "done" and stub.state == "IDLE"
+    shows = [c for c in stub.calls if c[0] == "show"]
+    assert len(shows) >= 4  # two while unregistered, the registered one, resume's look
+
+
+def test_verify_fails_at_once_on_a_refused_registration(node) -> None:
+    _double, _root, opts, _ = node
+    stub = RegisteringStub(opts.slurm_conf, ["IDLE+DRAIN+INVALID_REG"] * 3)
+    with pytest.raises(MigApplyFailed, match="failed at verify: slurmctld refused the node's"):
+        runner(opts, stub).run()
+    assert stub.state == "DRAIN" and "failed at verify" in stub.reason
