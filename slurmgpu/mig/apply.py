@@ -362,6 +362,17 @@ class MigApply:
         self.inv = self.read_inventory()
         self.targets = target_layouts(self.opts.config_file, self.opts.config_name, self.inv)
         merge_node_gres(_read(self.opts.gres_conf), self.opts.node, "")  # refuses shared lines
+        if any(layout is not None for layout in self.targets.values()):
+            types = self.slurm.gres_types()
+            if "shard" in types.split(","):
+                # seen on the multi-node test cluster (22.05): the node registers with the
+                # right counts, but jobs for its second and later GPU types get nothing
+                # (`gpu:2g.10gb:0(IDX:)`); gen-gres refuses shards with MIG for the same reason
+                raise UsageError(
+                    f"the controller has GresTypes={types}: with shard, Slurm splits MIG "
+                    "records into one GPU per file and jobs get no slices; set GresTypes=gpu "
+                    "first (docs/mig.md)"
+                )
 
     def run(self, steps: Sequence[str] = STEPS) -> Journal:
         """Run `steps` in order; on a failure roll back and raise MigApplyFailed."""

@@ -62,6 +62,7 @@ mig-configs:
         "2g.10gb": 3
         "1g.5gb": 1
 """
+MIG_CONF = "GresTypes=gpu"
 NEW_GRES = {("gpu", "a100", 5), ("gpu", "1g.5gb", 15), ("gpu", "2g.10gb", 3)}
 # a command that fails once when FAILDIR/NAME exists (then runs normally again)
 FAIL_ONCE = """#!/bin/sh
@@ -137,10 +138,6 @@ def layout(machine_file: Path) -> list[tuple[bool, list[tuple[str, int]]]]:
 @pytest.fixture(scope="module")
 def site(fleet_cluster, tmp_path_factory):
     cluster = fleet_cluster
-    # 22.05 splits MultipleFiles= (MIG) records into one GPU per file once shard is in
-    # GresTypes (test_gen_gres.py); then jobs asking for the a100 or 2g.10gb slices got
-    # `gpu:2g.10gb:0(IDX:)` here. A MIG cluster runs with GresTypes=gpu, as gen-gres says.
-    cluster.reconfigure(extra_conf="GresTypes=gpu")
     tmp = tmp_path_factory.mktemp("mig-apply")
     faildir = tmp / "fail"
     bindir = tmp / "bin"
@@ -177,6 +174,25 @@ def site(fleet_cluster, tmp_path_factory):
     machine_file = cluster.node_host_root(NODE).parent / "machine.json"
     yield Site(cluster, tmp, faildir, env, argv, machine_file, cluster.conf_dir / "gres.conf")
     cluster.reset()  # the default configs and recorded machines for the modules after this
+
+
+@pytest.fixture(scope="module")
+def mig_site(site):
+    """The cluster with GresTypes=gpu. 22.05 splits MultipleFiles= (MIG) records into one GPU
+    per file once shard is in GresTypes (test_gen_gres.py); then jobs asking for gpu03's
+    a100 or 2g.10gb slices got `gpu:2g.10gb:0(IDX:)` here. So mig apply refuses it."""
+    site.cluster.reconfigure(extra_conf=MIG_CONF)
+    return site
+
+
+def test_a_controller_with_shard_in_gres_types_is_refused(site) -> None:
+    assert "shard" in site.cluster.slurm_conf.read_text().split("GresTypes=")[1].split()[0]
+    before = (site.gres_conf.read_text(), layout(site.machine_file))
+    proc = site.apply()
+    assert proc.returncode == 2, proc.stderr
+    assert "GresTypes=gpu,shard: with shard, Slurm splits MIG records" in proc.stderr
+    assert (site.gres_conf.read_text(), layout(site.machine_file)) == before
+    assert "DRAIN" not in site.record()["State"]
 
 
 def _job_script(body: str) -> str:
@@ -222,8 +238,9 @@ CASES = {
 
 
 @pytest.fixture
-def clean_node(site):
+def clean_node(mig_site):
     """Old files and layout before a case; the node back in service after it."""
+    site = mig_site
     old = (site.gres_conf.read_text(), site.cluster.slurm_conf.read_text())
     machine = site.machine_file.read_text()
     others = {n: (site.record(n)["State"], site.record(n)["Gres"]) for n in OTHERS}
@@ -235,7 +252,7 @@ def clean_node(site):
     shutil.rmtree(site.tmp / "journal", ignore_errors=True)
     cluster.sync()
     if (site.gres_conf.read_text(), cluster.slurm_conf.read_text()) != old:
-        cluster.reset()  # a case that failed its own checks: start the next one clean
+        cluster.reconfigure(extra_conf=MIG_CONF)  # a case failed its checks: start clean
     else:
         site.machine_file.write_text(machine)  # drops the injected error codes
         cluster.resume_node(NODE)
@@ -258,8 +275,9 @@ def _assert_rolled_back(site: Site, step: str, before) -> None:
 
 @pytest.mark.parametrize("step", list(CASES))
 def test_a_failure_at_each_step_leaves_the_node_drained_with_its_old_config(
-    site, clean_node, step
+    mig_site, clean_node, step
 ) -> None:
+    site = mig_site
     case = CASES[step]
     argv = list(site.argv)
     if "shim" in case:
@@ -289,7 +307,8 @@ def test_a_failure_at_each_step_leaves_the_node_drained_with_its_old_config(
     assert journal["state"] == "rolled-back" and journal["error"].startswith(step)
 
 
-def test_a_killed_apply_is_rolled_back_by_recover(site, clean_node) -> None:
+def test_a_killed_apply_is_rolled_back_by_recover(mig_site, clean_node) -> None:
+    site = mig_site
     _job_on_node(site)  # keeps the run in wait_jobs
     journal = site.tmp / "journal" / f"mig-apply-{NODE}.json"
     proc = subprocess.Popen(
@@ -313,7 +332,10 @@ def test_a_killed_apply_is_rolled_back_by_recover(site, clean_node) -> None:
 # -- the re-layout -------------------------------------------------------------------------------
 
 
-def test_relayout_while_another_node_runs_jobs_then_mig_jobs_run_on_the_new_slices(site) -> None:
+def test_relayout_while_another_node_runs_jobs_then_mig_jobs_run_on_the_new_slices(
+    mig_site,
+) -> None:
+    site = mig_site
     cluster = site.cluster
     release = site.tmp / "release-gpu01"
     other = cluster.sbatch(

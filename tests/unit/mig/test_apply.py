@@ -40,6 +40,7 @@ class SlurmStub:
         self.state = "IDLE"
         self.reason = ""
         self.stuck = "stuck_jobs" in self.fail
+        self.types = "gpu"
 
     def _maybe_fail(self, name: str) -> None:
         if name in self.fail:
@@ -67,6 +68,9 @@ class SlurmStub:
     def reconfigure(self):
         self.calls.append(("reconfigure",))
         self._maybe_fail("reconfigure")
+
+    def gres_types(self):
+        return self.types
 
     def node_record(self, node):
         self.calls.append(("show", node))
@@ -381,3 +385,13 @@ def test_verify_fails_at_once_on_a_refused_registration(node) -> None:
     with pytest.raises(MigApplyFailed, match="failed at verify: slurmctld refused the node's"):
         runner(opts, stub).run()
     assert stub.state == "DRAIN" and "failed at verify" in stub.reason
+
+
+def test_a_controller_with_shard_gres_is_refused_before_anything_changes(node) -> None:
+    _double, root, opts, _ = node
+    before = layout_now(root)
+    stub = SlurmStub(opts.slurm_conf)
+    stub.types = "gpu,shard"
+    with pytest.raises(UsageError, match="GresTypes=gpu,shard: with shard, Slurm splits MIG"):
+        runner(opts, stub).run()
+    assert stub.calls == [] and stub.state == "IDLE" and layout_now(root) == before
