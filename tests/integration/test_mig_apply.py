@@ -63,6 +63,7 @@ mig-configs:
         "1g.5gb": 1
 """
 MIG_CONF = "GresTypes=gpu"
+PREEMPTIBLE = "migp2"  # a QOS the tier policy marks preemptible
 NEW_GRES = {("gpu", "a100", 5), ("gpu", "1g.5gb", 15), ("gpu", "2g.10gb", 3)}
 # a command that fails once when FAILDIR/NAME exists (then runs normally again)
 FAIL_ONCE = """#!/bin/sh
@@ -343,13 +344,23 @@ def test_relayout_while_another_node_runs_jobs_then_mig_jobs_run_on_the_new_slic
         script=_job_script(f"while [ ! -e {release} ]; do sleep 0.5; done"),
     )  # fmt: skip
     local = cluster.sbatch("-w", NODE, "--gres=gpu:a100:1", script=_job_script("sleep 6"))
-    assert cluster.wait_job_state(other, "RUNNING", timeout=60) == "RUNNING"
-    assert cluster.wait_job_state(local, "RUNNING", timeout=60) == "RUNNING"
+    # a job of a preemptible tier on gpu03 is requeued, not waited for
+    cluster.sacctmgr("add", "qos", PREEMPTIBLE, check=False)  # may exist from an earlier run
+    cluster.allow_qos(PREEMPTIBLE)
+    preempted = cluster.sbatch(
+        "-w", NODE, "--gres=gpu:a100:1", f"--qos={PREEMPTIBLE}", script=_job_script("sleep 300")
+    )  # fmt: skip
+    for jobid in (other, local, preempted):
+        assert cluster.wait_job_state(jobid, "RUNNING", timeout=60) == "RUNNING"
     old_others = {n: site.record(n)["Gres"] for n in OTHERS}
 
     started = time.monotonic()
     proc = subprocess.Popen(
-        site.argv, env=site.env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+        [*site.argv, "--requeue-qos", PREEMPTIBLE],
+        env=site.env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
     )
     seen_states, drained_while_local_ran = set(), False
     while proc.poll() is None:
@@ -374,6 +385,11 @@ def test_relayout_while_another_node_runs_jobs_then_mig_jobs_run_on_the_new_slic
     assert drained_while_local_ran
     assert cluster.wait_job_state(local, "COMPLETED", timeout=30) == "COMPLETED"
     assert _job_field(cluster, local, "Restarts") == "0"
+    # the preemptible one was requeued (the apply took far less than its 300 s), not lost
+    assert _job_field(cluster, preempted, "Restarts") == "1"
+    assert cluster.job_state(preempted) in ("PENDING", "RUNNING")
+    cluster.run(["scancel", str(preempted)])  # it would hold one of the A100s below
+    cluster.wait_job_state(preempted, "CANCELLED", timeout=30)
 
     # Slurm's view of gpu03 is the new layout, and it is back in service
     record = site.record()
