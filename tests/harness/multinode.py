@@ -14,6 +14,14 @@ class reuses). Each node's slurmd runs under `unshare --net --uts --mount`:
   venv, `ROOT/etc`) is the host's file system, so every slurmd reads the one slurm.conf and
   the one cluster-wide gres.conf.
 
+One node as its admin sees it (what `slurmgpu mig apply` needs): `stop_slurmd(NAME)` and
+`start_slurmd(NAME)` (systemctl stop/start: the start makes /dev from the node's machine
+file as it is now, so MIG instances made since show as devices), `node_env(NAME)` and
+`node_host_root(NAME)` (a command run from this host with the node's pynvml double and host
+tree), and `control_command(ACTION, NAME)`: the argv of `python -m tests.harness.multinode
+stop-slurmd|start-slurmd ROOT NAME` or `restart-slurmctld ROOT`, for a product's configurable
+command running in another process; `sync()` then drops this object's stale process handles.
+
 Namespaces die with their last process; veths die with their namespace; `down()` (also from
 atexit and on SIGTERM) stops every slurmd by pid and deletes the bridge. A SIGKILLed test
 run can leave only the bridge behind (`ip link del sgb<id>`, or `slurm-test-cluster down`).
