@@ -151,6 +151,15 @@ def plan(
 @click.option(
     "--drain-timeout", default=3600.0, show_default=True, help="Seconds to wait for jobs."
 )
+@click.option(
+    "--poll", default=10.0, show_default=True, help="Seconds between looks at the node's jobs."
+)
+@click.option(
+    "--verify-timeout",
+    default=60.0,
+    show_default=True,
+    help="Seconds to wait for slurmctld to show the new Gres.",
+)
 @click.option("--requeue-qos", multiple=True, help="Requeue running jobs of this QOS (repeatable).")
 @click.option(
     "--stop-slurmd",
@@ -182,6 +191,8 @@ def apply(
     journal_dir: str,
     host_root: str,
     drain_timeout: float,
+    poll: float,
+    verify_timeout: float,
     requeue_qos: tuple[str, ...],
     stop_slurmd: str,
     start_slurmd: str,
@@ -210,6 +221,8 @@ def apply(
         journal_dir=Path(journal_dir),
         host_root=host_root,
         drain_timeout_s=drain_timeout,
+        poll_s=poll,
+        verify_timeout_s=verify_timeout,
         requeue_qos=requeue_qos,
         stop_slurmd=tuple(shlex.split(stop_slurmd)),
         start_slurmd=tuple(shlex.split(start_slurmd)),

@@ -6,19 +6,22 @@ next starts):
 
   drain -> wait_jobs (timeout; jobs of preemptible QOS are requeued) -> save_old ->
   stop_slurmd -> apply_layout (mig-parted when installed, else NVML) -> inventory ->
-  write_config (gres.conf validated + atomic; slurm.conf node line + `scontrol reconfigure`
-  when the node's Gres changes) -> start_slurmd -> verify (scontrol shows the new Gres) ->
-  resume
+  write_gres (gres.conf validated + atomic; in a cluster-wide gres.conf only this node's
+  lines change) -> reconfigure (slurm.conf node line + `scontrol reconfigure` or the
+  controller restart command, when the node's Gres changes) -> start_slurmd -> verify
+  (scontrol shows the new Gres) -> resume
 
-On a failure the steps already taken are undone in reverse (old layout through NVML, old
-gres.conf/slurm.conf, reconfigure, slurmd started) and the node stays drained with a reason
-that names the failed step. A crash leaves the journal: `recover` finishes a run that got as
-far as starting slurmd, and rolls back any other.
+On a failure the steps already taken are undone in reverse (slurmd stopped again if it was
+started, old layout through NVML, old gres.conf/slurm.conf, reconfigure, slurmd started) and
+the node is drained with a reason that names the failed step (also when the failed step was
+the drain itself: a second try usually gets through). A crash leaves the journal: `recover`
+finishes a run that got as far as starting slurmd, and rolls back any other.
 """
 
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -31,6 +34,7 @@ from slurmgpu.mig.layout import Layout, place
 from slurmgpu.model.catalog import GpuModel
 from slurmgpu.model.inventory import Inventory
 
+_NODE_NAME = re.compile(r"(?i)NodeName=(\S+)")
 STEPS = (
     "drain",
     "wait_jobs",
@@ -38,7 +42,8 @@ STEPS = (
     "stop_slurmd",
     "apply_layout",
     "inventory",
-    "write_config",
+    "write_gres",
+    "reconfigure",
     "start_slurmd",
     "verify",
     "resume",
@@ -262,7 +267,7 @@ class MigApply:
             if have != planned:
                 raise MigApplyFailed(f"GPU {gpu.index} shows {have or 'whole'}, not {planned}")
 
-    def write_config(self) -> None:
+    def write_gres(self) -> None:
         from slurmgpu.render import gres
         from slurmgpu.sources.snapshot import inventory_sha256
         from slurmgpu.util.atomic import write_atomic
@@ -273,6 +278,7 @@ class MigApply:
             opts = replace(opts, node_name=self.opts.node)
         sha = inventory_sha256(self.inv)
         text = gres.render_gres_conf(self.inv, opts, inventory_sha256=sha)
+        text = merge_node_gres(self.journal.old_gres_conf, self.opts.node, text)
         line = gres.node_line(self.inv, opts)
         self.journal.expected_gres = line.rsplit("Gres=", 1)[1]
         self._save()
@@ -283,6 +289,10 @@ class MigApply:
                 validate(Path(tmp).read_text(encoding="utf-8"), line)
 
         write_atomic(self.opts.gres_conf, text, validate=check)
+
+    def reconfigure(self) -> None:
+        from slurmgpu.util.atomic import write_atomic
+
         if self.opts.slurm_conf is None or self.journal.old_slurm_conf is None:
             return
         new_conf, changed = replace_node_gres(
@@ -307,6 +317,13 @@ class MigApply:
         self.slurm.run_command(self.opts.start_slurmd)
 
     def verify(self) -> None:
+        """Wait until slurmctld shows the new Gres *and* the restarted slurmd has registered.
+
+        Gres= alone comes from slurm.conf, so it matches before slurmd answers; a RESUME then
+        is refused ("Invalid node state specified": the node is still UNKNOWN after a
+        controller restart, seen on the multi-node test cluster). A slurmd that reports fewer
+        GPUs than configured gets INVALID_REG: that fails at once, with Slurm's reason.
+        """
         from slurmgpu.sources.slurm import parse_gres_string
 
         want = _gres_set(parse_gres_string(self.journal.expected_gres))
@@ -314,9 +331,20 @@ class MigApply:
         while True:
             record = self.slurm.node_record(self.opts.node)
             have = _gres_set(parse_gres_string(record.get("Gres", "")))
-            if have == want:
+            flags = set(record.get("State", "").split("+"))
+            if "INVALID_REG" in flags:
+                raise MigApplyFailed(
+                    f"slurmctld refused the node's registration: {record.get('Reason', '?')}"
+                )
+            registered = not ({"UNKNOWN", "NOT_RESPONDING", "DOWN"} & flags)
+            if have == want and registered:
                 return
             if self.clock() >= deadline:
+                if have == want:
+                    raise MigApplyFailed(
+                        f"slurmd did not register in {self.opts.verify_timeout_s:g} s "
+                        f"(State={record.get('State', '?')})"
+                    )
                 raise MigApplyFailed(
                     f"scontrol shows Gres={record.get('Gres', '?')}, expected "
                     f"{self.journal.expected_gres}"
@@ -333,6 +361,18 @@ class MigApply:
         """Check the config against the node before anything changes (errors: nothing done)."""
         self.inv = self.read_inventory()
         self.targets = target_layouts(self.opts.config_file, self.opts.config_name, self.inv)
+        merge_node_gres(_read(self.opts.gres_conf), self.opts.node, "")  # refuses shared lines
+        if any(layout is not None for layout in self.targets.values()):
+            types = self.slurm.gres_types()
+            if "shard" in types.split(","):
+                # seen on the multi-node test cluster (22.05): the node registers with the
+                # right counts, but jobs for its second and later GPU types get nothing
+                # (`gpu:2g.10gb:0(IDX:)`); gen-gres refuses shards with MIG for the same reason
+                raise UsageError(
+                    f"the controller has GresTypes={types}: with shard, Slurm splits MIG "
+                    "records into one GPU per file and jobs get no slices; set GresTypes=gpu "
+                    "first (docs/mig.md)"
+                )
 
     def run(self, steps: Sequence[str] = STEPS) -> Journal:
         """Run `steps` in order; on a failure roll back and raise MigApplyFailed."""
@@ -366,6 +406,8 @@ class MigApply:
 
         j, problems = self.journal, []
         started = set(j.done) | {j.error.split(":", 1)[0]}
+        if "write_config" in started:  # a journal of the release that had one step for both
+            started |= {"write_gres", "reconfigure"}
 
         def attempt(what: str, fn: Callable[[], None]) -> None:
             try:
@@ -373,25 +415,28 @@ class MigApply:
             except Exception as exc:  # keep undoing the rest; report what failed
                 problems.append(f"{what}: {exc}")
 
+        if "start_slurmd" in j.done:  # slurmd holds the GPUs: MIG changes need it gone
+            attempt("stop slurmd", self.stop_slurmd)
         if "apply_layout" in started:
             attempt("restore the old MIG layout", self._restore_layout)
-        if "write_config" in started:
-            if j.old_gres_conf is not None:
-                attempt(
-                    "restore gres.conf",
-                    lambda: write_atomic(self.opts.gres_conf, j.old_gres_conf, backup=False),
-                )
-            if j.node_line_changed and self.opts.slurm_conf and j.old_slurm_conf is not None:
-                attempt(
-                    "restore slurm.conf",
-                    lambda: write_atomic(self.opts.slurm_conf, j.old_slurm_conf, backup=False),
-                )
-                attempt("reload slurmctld", self._reload_controller)
+        if "write_gres" in started and j.old_gres_conf is not None:
+            attempt(
+                "restore gres.conf",
+                lambda: write_atomic(self.opts.gres_conf, j.old_gres_conf, backup=False),
+            )
+        slurm_conf, old_conf = self.opts.slurm_conf, j.old_slurm_conf
+        if "reconfigure" in started and j.node_line_changed and slurm_conf and old_conf:
+            attempt("restore slurm.conf", lambda: write_atomic(slurm_conf, old_conf, backup=False))
+            attempt("reload slurmctld", self._reload_controller)
         if "stop_slurmd" in started:
             attempt("start slurmd", self.start_slurmd)
-        if "drain" in j.done:
-            reason = f"slurmgpu mig apply failed at {j.error}"[:200]
-            attempt("drain with reason", lambda: self.slurm.drain(self.opts.node, reason))
+        # also when the drain itself failed (slurmctld busy): no job may land on a node whose
+        # re-layout broke off; if this drain fails too, the error says so
+        # one line, no `=`: `scontrol show node` prints Reason= last, and a `key=value` in
+        # it (a failed command's arguments) would read as a later field
+        reason = " ".join(f"slurmgpu mig apply failed at {j.error}".replace("=", ":").split())
+        reason = reason[:200]
+        attempt("drain with reason", lambda: self.slurm.drain(self.opts.node, reason))
         j.state = "failed" if problems else "rolled-back"
         self._save()
         return problems
@@ -432,6 +477,42 @@ def _read(path: Path) -> str | None:
         return Path(path).read_text(encoding="utf-8")
     except FileNotFoundError:
         return None
+
+
+def _gres_nodes(line: str) -> list[str] | None:
+    """The nodes a gres.conf statement is for (None: every node, it names none)."""
+    from slurmgpu.util.hostlist import expand_hostlist
+
+    m = _NODE_NAME.match(line.strip())
+    return expand_hostlist(m.group(1)) if m else None
+
+
+def merge_node_gres(old: str | None, node: str, new: str) -> str:
+    """The gres.conf to write: `new` alone, or in a cluster-wide file the other nodes' lines
+    kept byte for byte with `node`'s statements replaced by `new`'s `NodeName=` lines.
+
+    A cluster-wide file (configless Slurm hands every node the same one) is recognised by
+    statements naming other nodes. A statement naming `node` together with others cannot be
+    changed for one node alone: that is refused before anything is touched (`prepare`).
+    """
+    statements = [
+        (ln, _gres_nodes(ln)) for ln in (old or "").splitlines() if ln.strip() and ln[0] != "#"
+    ]
+    if not any(nodes and node not in nodes for ln, nodes in statements):
+        return new  # this node's own file
+    for ln, nodes in statements:
+        if nodes and node in nodes and len(set(nodes)) > 1:
+            raise UsageError(
+                f"gres.conf line {ln.strip()!r} is shared by {node} and other nodes: give "
+                f"{node} lines of its own first (slurmgpu gen-gres --cluster)"
+            )
+    assert old is not None
+    header = f"# {node}: written by slurmgpu mig apply (the other lines: as they were)"
+    kept = [ln for ln in old.splitlines() if _gres_nodes(ln) != [node] and ln != header]
+    while kept and not kept[-1].strip():
+        kept.pop()
+    ours = [ln for ln in new.splitlines() if _gres_nodes(ln) == [node]]
+    return "\n".join([*kept, "", header, *ours]) + "\n"
 
 
 def replace_node_gres(conf: str, node: str, gres: str) -> tuple[str, bool]:
@@ -475,7 +556,9 @@ def recover(opts: ApplyOptions, **kwargs: Any) -> Journal:
     runner.journal = journal
     if "start_slurmd" in journal.done:
         return runner.run()
-    journal.error = journal.error or "recover: the run stopped midway"
+    if not journal.error:
+        step = next((s for s in STEPS if s not in journal.done), "resume")
+        journal.error = f"{step}: the run stopped midway (mig apply --recover)"
     problems = runner.rollback()
     if problems:
         raise MigApplyFailed(f"{opts.node}: rollback incomplete: {'; '.join(problems)}")

@@ -52,6 +52,12 @@ class SlurmNodeControl:
     def reconfigure(self) -> None:
         self._run(["scontrol", "reconfigure"])
 
+    def gres_types(self) -> str:
+        """The controller's GresTypes (`scontrol show config`)."""
+        from slurmgpu.sources.slurm import scontrol_show_config
+
+        return scontrol_show_config(self.env).get("GresTypes", "")
+
     def node_record(self, node: str) -> dict[str, str]:
         out = self._run(["scontrol", "show", "-o", "node", node])
         line = next((x for x in out.splitlines() if x.strip()), "")

@@ -270,6 +270,31 @@ def _clean_env(extra: Mapping[str, str]) -> dict[str, str]:
 # ---------------------------------------------------------------- daemons
 
 
+def spawn(
+    argv: Sequence[str],
+    env: Mapping[str, str],
+    cwd: Path,
+    output_file: Path,
+    *,
+    die_with_parent: bool,
+) -> subprocess.Popen[bytes]:
+    """Start a daemon in the foreground, its output appended to `output_file` (shared by
+    `Daemon` and the multi-node harness's namespaced slurmds)."""
+    output_file.parent.mkdir(parents=True, exist_ok=True)
+    with open(output_file, "ab") as out:
+        return subprocess.Popen(
+            list(argv),
+            stdin=subprocess.DEVNULL,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            env=dict(env),
+            cwd=cwd,
+            # own session: a Ctrl-C in the test terminal must not kill it before cleanup
+            start_new_session=True,
+            preexec_fn=_die_with_parent if die_with_parent else None,
+        )
+
+
 class Daemon:
     """One daemon run in the foreground; its pid is recorded in `pids/NAME.pid`."""
 
@@ -299,19 +324,7 @@ class Daemon:
         die_with_parent: bool = False,
     ) -> None:
         """Start it; with `die_with_parent` the kernel sends it SIGTERM if we get killed."""
-        self.output_file.parent.mkdir(parents=True, exist_ok=True)
-        with open(self.output_file, "ab") as out:
-            self.proc = subprocess.Popen(
-                list(argv),
-                stdin=subprocess.DEVNULL,
-                stdout=out,
-                stderr=subprocess.STDOUT,
-                env=dict(env),
-                cwd=cwd,
-                # own session: a Ctrl-C in the test terminal must not kill it before cleanup
-                start_new_session=True,
-                preexec_fn=_die_with_parent if die_with_parent else None,
-            )
+        self.proc = spawn(argv, env, cwd, self.output_file, die_with_parent=die_with_parent)
         self.pid_file.write_text(f"{self.proc.pid}\n")
 
     def alive(self) -> bool:

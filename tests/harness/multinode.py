@@ -14,6 +14,14 @@ class reuses). Each node's slurmd runs under `unshare --net --uts --mount`:
   venv, `ROOT/etc`) is the host's file system, so every slurmd reads the one slurm.conf and
   the one cluster-wide gres.conf.
 
+One node as its admin sees it (what `slurmgpu mig apply` needs): `stop_slurmd(NAME)` and
+`start_slurmd(NAME)` (systemctl stop/start: the start makes /dev from the node's machine
+file as it is now, so MIG instances made since show as devices), `node_env(NAME)` and
+`node_host_root(NAME)` (a command run from this host with the node's pynvml double and host
+tree), and `control_command(ACTION, NAME)`: the argv of `python -m tests.harness.multinode
+stop-slurmd|start-slurmd ROOT NAME` or `restart-slurmctld ROOT`, for a product's configurable
+command running in another process; `sync()` then drops this object's stale process handles.
+
 Namespaces die with their last process; veths die with their namespace; `down()` (also from
 atexit and on SIGTERM) stops every slurmd by pid and deletes the bridge. A SIGKILLed test
 run can leave only the bridge behind (`ip link del sgb<id>`, or `slurm-test-cluster down`).
@@ -31,6 +39,7 @@ import secrets
 import shutil
 import signal
 import subprocess
+import sys
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
@@ -40,9 +49,9 @@ from tests.harness.cluster import (
     ClusterError,
     SlurmCluster,
     _clean_env,
-    _die_with_parent,
     _tail,
     pid_alive,
+    spawn,
     which,
 )
 
@@ -186,28 +195,15 @@ class NodeProcess:
     def start(self, env: Mapping[str, str], cwd: Path, bridge: str, veth: str, detached: bool):
         """Start the namespaced slurmd and plug its namespace into `bridge` through `veth`."""
         script = self.dir / "start.sh"
-        self.output_file.parent.mkdir(parents=True, exist_ok=True)
-        with open(self.output_file, "ab") as out:
-            self.proc = subprocess.Popen(
-                [
-                    which("unshare") or "unshare",
-                    "--net",
-                    "--uts",
-                    "--mount",
-                    "--propagation=private",
-                    "--fork",
-                    "--kill-child=SIGTERM",
-                    "/bin/sh",
-                    str(script),
-                ],
-                stdin=subprocess.DEVNULL,
-                stdout=out,
-                stderr=subprocess.STDOUT,
-                env=dict(env),
-                cwd=cwd,
-                start_new_session=True,
-                preexec_fn=None if detached else _die_with_parent,
-            )
+        unshare = [which("unshare") or "unshare", "--net", "--uts", "--mount"]
+        unshare += ["--propagation=private", "--fork", "--kill-child=SIGTERM"]
+        self.proc = spawn(
+            [*unshare, "/bin/sh", str(script)],
+            env,
+            cwd,
+            self.output_file,
+            die_with_parent=not detached,
+        )
         self.pid_file.write_text(f"{self.proc.pid}\n")
         own = _netns_id(os.getpid())
         deadline = time.monotonic() + 10
@@ -691,6 +687,65 @@ exec {slurmd} -D -N {name}
         cluster.munged_started = state["munged_started"]
         return cluster
 
+    # ------------------------------------------------------------ one node, as its admin sees it
+
+    def stop_slurmd(self, name: str) -> None:
+        """Stop node `name`'s slurmd (its namespaces go with it), as `systemctl stop slurmd`
+        on a real node; nothing happens when it is not running."""
+        self.nodes[name].stop()
+
+    def start_slurmd(self, name: str) -> None:
+        """Start node `name`'s slurmd in fresh namespaces, as `systemctl start slurmd`: it
+        does not wait for the node to register, and does nothing when slurmd runs. Its /dev
+        is made from the node's machine file as it is now, so MIG instances created through
+        the pynvml double since the last start show up as their nvidia-caps devices."""
+        if self.nodes[name].alive():
+            return
+        self._write_start_script(name, self.machine_data(name))
+        self._start_node(name)
+
+    def node_env(self, name: str) -> dict[str, str]:
+        """Environment for an admin command run for node `name` from this host (`slurmgpu mig
+        apply`): Slurm's client config, and the pynvml double on the node's own machine file,
+        with MIG changes written back to it so they outlive the command as on a real GPU."""
+        return _clean_env(
+            {
+                **self.env,
+                "PYTHONPATH": os.pathsep.join([str(DOUBLES_DIR), str(REPO)]),
+                "SLURMGPU_FAKE_NVML_MACHINE": str(
+                    self.root / "nodes" / name / "fake" / "machine.json"
+                ),
+                "SLURMGPU_FAKE_NVML_WRITE": "1",
+            }
+        )
+
+    def node_host_root(self, name: str) -> Path:
+        """Node `name`'s recorded host tree (`--host-root` for commands run from this host)."""
+        return self.root / "nodes" / name / "fake" / "host"
+
+    def control_command(self, action: str, name: str | None = None) -> list[str]:
+        """The argv that does `action` to this cluster from any process (a product's
+        configurable command, e.g. mig apply's --stop-slurmd): `stop-slurmd NAME`,
+        `start-slurmd NAME` or `restart-slurmctld`, through this module's command line. Call
+        `sync()` afterwards in the process that holds this cluster object."""
+        if action not in CONTROL_ACTIONS:
+            raise ClusterError(f"unknown control action {action!r}")
+        return [sys.executable, "-m", "tests.harness.multinode", action, str(self.root)] + (
+            [name] if name else []
+        )
+
+    def sync(self) -> None:
+        """Forget process handles that another process (a `control_command`) replaced, so
+        this object stops and waits for the daemons the pid files now name."""
+        for d in self._daemons.values():
+            if d.proc is not None and _pid_in(d.pid_file) != d.proc.pid:
+                d.proc.poll()
+                d.proc = None
+        for node in self.nodes.values():
+            if node.proc is not None and _pid_in(node.pid_file) != node.proc.pid:
+                node.proc.poll()
+                node.proc = None
+
     # ------------------------------------------------------------ running things on nodes
 
     def node_run(
@@ -715,6 +770,13 @@ exec {slurmd} -D -N {name}
             "PYTHONPATH": os.pathsep.join([str(DOUBLES_DIR), str(REPO)]),
             "SLURMGPU_FAKE_NVML_MACHINE": str(self.fake_dir / "machine.json"),
         }
+
+
+def _pid_in(path: Path) -> int | None:
+    try:
+        return int(path.read_text().strip())
+    except (FileNotFoundError, ValueError):
+        return None
 
 
 def _idle(node: Mapping[str, str]) -> bool:
@@ -744,6 +806,35 @@ def stop_multinode_dir(root: str | os.PathLike[str]) -> list[str]:
     return running
 
 
+CONTROL_ACTIONS = ("stop-slurmd", "start-slurmd", "restart-slurmctld")
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """`python -m tests.harness.multinode ACTION ROOT [NODE]`: one control action on the
+    cluster running in ROOT (what a real site does with systemctl on a node or controller)."""
+    import argparse
+
+    parser = argparse.ArgumentParser(prog="python -m tests.harness.multinode")
+    parser.add_argument("action", choices=CONTROL_ACTIONS)
+    parser.add_argument("root")
+    parser.add_argument("node", nargs="?")
+    args = parser.parse_args(argv)
+    try:
+        cluster = MultiNodeCluster.attach(args.root)
+        if args.action == "restart-slurmctld":
+            cluster.restart_slurmctld()
+        elif args.node not in cluster.node_names:
+            parser.error(f"{args.action} needs a node of the cluster: {cluster.node_names}")
+        elif args.action == "stop-slurmd":
+            cluster.stop_slurmd(args.node)
+        else:
+            cluster.start_slurmd(args.node)
+    except ClusterError as exc:
+        print(f"multinode: {args.action}: {exc}", file=sys.stderr)
+        return 1
+    return 0
+
+
 __all__ = [
     "MACHINE_NAMES",
     "MultiNodeCluster",
@@ -752,3 +843,7 @@ __all__ = [
     "load_machine",
     "stop_multinode_dir",
 ]
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,143 +1,450 @@
-"""`mig apply` on the real single-node test cluster: Slurm is real (scontrol, squeue,
-slurmctld, slurmd), the GPUs are the pynvml double (a DGX A100 with MIG).
+"""`slurmgpu mig apply` on the multi-node test cluster (issue #12's acceptance).
 
-The node gpu01 starts as the recorded DGX A100 (3 MIG GPUs, 5 whole); a plan carves more;
-`mig apply` drains the real node, stops and restarts the harness's slurmd, rewrites gres.conf
-and the node line, reconfigures slurmctld, verifies and resumes; then a job runs on a new
-slice. A failure injected in the NVML step leaves the node drained with the step in its
-reason and the old files back. Not covered (needs the multi-node harness): another node
-keeps running jobs meanwhile.
+Slurm is real (slurmctld, four namespaced slurmds, scontrol, squeue); the GPUs are the pynvml
+double. gpu03 is the recorded DGX A100 (GPUs 0-2 in MIG mode, 3-7 whole), described by the
+cluster's default gres.conf as eight whole A100s. The admin's command is the real CLI, run as
+a subprocess with the node's environment (`MultiNodeCluster.node_env`: its own machine file,
+NVML changes written back), its slurmd stop/start and the controller restart set to the
+harness's control commands (`MultiNodeCluster.control_command`), as `systemctl` on a site.
+
+- The re-layout: while a job keeps running on gpu01 (it must stay RUNNING throughout and
+  complete, never requeued) and a job on gpu03 itself is waited for, gpu03 gets a new layout;
+  then jobs asking for the new slices run on gpu03 and see them.
+- A failure injected at every step, the way it happens for real: a failing command (scontrol,
+  `slurmd -G`, the stop/start/restart commands, through PATH shims and a fail-once wrapper),
+  the NVML double returning an error code, a job that outlasts the drain timeout, the
+  controller keeping the old Gres on `scontrol reconfigure` (what 22.05 does), and a killed
+  `mig apply` followed by `--recover`. Each leaves gpu03 DRAINED with a reason naming the
+  step, its gres.conf, slurm.conf and NVML layout as before, and the other nodes untouched.
+  One cluster for all cases; each case puts the node back in service.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import re
+import shlex
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
-from slurmgpu.errors import ConfigCheckError
-from slurmgpu.mig.apply import ApplyOptions, MigApply, MigApplyFailed
-from slurmgpu.mig.demand import parse_demand
-from slurmgpu.mig.plan import plan
-from slurmgpu.render import gres
-from slurmgpu.render.mig import render_mig_parted
-from slurmgpu.sources import nvml
-from slurmgpu.sources.slurm_node_control import SlurmNodeControl
-from tests.doubles.machines import install_double, setup_machine
-from tests.harness import SlurmCluster
-from tests.harness.cluster import make_device_nodes, map_dev_paths, which
+from slurmgpu.sources.slurmd import check_gres_conf
+from slurmgpu.util.hostlist import parse_id_list
+from tests.harness.multinode import MultiNodeCluster, device_nodes
 
 pytestmark = [
     pytest.mark.integration,
     pytest.mark.slurm_only("host", reason="built and proven on the host's 22.05 only so far"),
 ]
-NODE = "gpu01"
+NODE = "gpu03"
+OTHERS = ("gpu01", "gpu02", "gpu04")
+# GPU 0 stays 7 x 1g.5gb, GPU 1 goes from 2 x 3g.20gb to 7 x 1g.5gb, GPU 2 from MIG to whole,
+# GPU 7 from whole to 3 x 2g.10gb + 1 x 1g.5gb: create, destroy, MIG mode off and on
+CONFIG = """version: v1
+mig-configs:
+  relayout:
+    - devices: [0, 1]
+      mig-enabled: true
+      mig-devices:
+        "1g.5gb": 7
+    - devices: [2, 3, 4, 5, 6]
+      mig-enabled: false
+    - devices: [7]
+      mig-enabled: true
+      mig-devices:
+        "2g.10gb": 3
+        "1g.5gb": 1
+"""
+MIG_CONF = "GresTypes=gpu"
+PREEMPTIBLE = "migp2"  # a QOS the tier policy marks preemptible
+NEW_GRES = {("gpu", "a100", 5), ("gpu", "1g.5gb", 15), ("gpu", "2g.10gb", 3)}
+# a command that fails once when FAILDIR/NAME exists (then runs normally again)
+FAIL_ONCE = """#!/bin/sh
+name=$1; shift
+if [ -e "{faildir}/$name" ]; then
+    rm -f "{faildir}/$name"
+    echo "$name: injected failure" >&2
+    exit 1
+fi
+exec "$@"
+"""
+# scontrol / slurmd shims: fail once when FAILDIR/PROG holds a pattern the arguments match
+SHIM = """#!/bin/sh
+f="{faildir}/{prog}"
+if [ -e "$f" ] && printf '%s\\n' "$*" | grep -q -e "$(cat "$f")"; then
+    rm -f "$f"
+    echo "{prog}: error: injected failure ($*)" >&2
+    exit 1
+fi
+exec {real} "$@"
+"""
 
 
-class HarnessNode(SlurmNodeControl):
-    """The real scontrol/squeue; slurmd is the harness's process, and its gres.conf paths
-    point at the harness's stand-in device nodes (as for every config the harness writes)."""
+@dataclass
+class Site:
+    """gpu03 as its admin sees it, and what the tests compare against."""
 
-    def __init__(self, cluster: SlurmCluster) -> None:
-        super().__init__(cluster.env)
-        self.cluster = cluster
+    cluster: MultiNodeCluster
+    tmp: Path
+    faildir: Path
+    env: dict[str, str]
+    argv: list[str]
+    machine_file: Path
+    gres_conf: Path
 
-    def run_command(self, argv, timeout=120.0):
-        if tuple(argv) == ("harness", "stop-slurmd"):
-            self.cluster._daemons["slurmd"].stop()
-        elif tuple(argv) == ("harness", "restart-slurmctld"):
-            self.cluster.restart_slurmctld()
-        elif tuple(argv) == ("harness", "start-slurmd"):
-            conf = self.cluster.conf_dir / "gres.conf"
-            text, devices = map_dev_paths(conf.read_text(), self.cluster.dev_dir)
-            make_device_nodes(devices)
-            conf.write_text(text)
-            self.cluster._start("slurmd", [which("slurmd") or "slurmd", "-D", "-N", NODE])
-        else:
-            super().run_command(argv, timeout)
+    def apply(self, *extra: str, timeout: float = 240) -> subprocess.CompletedProcess[str]:
+        proc = subprocess.run(
+            [*self.argv, *extra],
+            env=self.env,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            check=False,
+        )
+        self.cluster.sync()
+        return proc
+
+    def fail(self, name: str, pattern: str = "") -> None:
+        (self.faildir / name).write_text(pattern)
+
+    def record(self, name: str = NODE) -> dict[str, str]:
+        return self.cluster.node_record(name)
+
+
+def _gres_set(text: str) -> set[tuple[str, str | None, int]]:
+    from slurmgpu.sources.slurm import parse_gres_string
+
+    return {(g.name, g.type, g.count) for g in parse_gres_string(text)}
+
+
+def layout(machine_file: Path) -> list[tuple[bool, list[tuple[str, int]]]]:
+    """The double's MIG state per GPU: mode, and (profile, GPU-instance id) of each slice."""
+    gpus = json.loads(machine_file.read_text())["gpus"]
+    return [
+        (
+            bool(g.get("mig_mode", [0])[0]),
+            sorted((m["profile"], m["gi_id"]) for m in g.get("mig_devices", [])),
+        )
+        for g in gpus
+    ]
+
+
+@pytest.fixture(scope="module")
+def site(fleet_cluster, tmp_path_factory):
+    cluster = fleet_cluster
+    tmp = tmp_path_factory.mktemp("mig-apply")
+    faildir = tmp / "fail"
+    bindir = tmp / "bin"
+    faildir.mkdir()
+    bindir.mkdir()
+    (tmp / "plan.yaml").write_text(CONFIG)
+    fail_once = bindir / "fail-once"
+    fail_once.write_text(FAIL_ONCE.format(faildir=faildir))
+    for prog in ("scontrol", "slurmd"):
+        real = shutil.which(prog, path=cluster.node_env(NODE)["PATH"])
+        assert real, prog
+        (bindir / prog).write_text(SHIM.format(faildir=faildir, prog=prog, real=real))
+    for path in bindir.iterdir():
+        path.chmod(0o755)
+    env = cluster.node_env(NODE)
+    clean_path = env["PATH"]
+    env["PATH"] = f"{bindir}:{clean_path}"
+
+    def control(action: str, name: str | None = None) -> str:
+        # the harness's own commands run with the PATH without shims
+        argv = cluster.control_command(action, name)
+        return shlex.join([str(fail_once), action, "env", f"PATH={clean_path}", *argv])
+
+    argv = [
+        *(sys.executable, "-m", "slurmgpu", "mig", "apply", "--node", NODE),
+        *("--config", "relayout", "--config-file", str(tmp / "plan.yaml")),
+        *("--gres-conf", str(cluster.conf_dir / "gres.conf")),
+        *("--slurm-conf", str(cluster.slurm_conf), "--journal-dir", str(tmp / "journal")),
+        *("--host-root", str(cluster.node_host_root(NODE)), "--poll", "0.5"),
+        *("--stop-slurmd", control("stop-slurmd", NODE)),
+        *("--start-slurmd", control("start-slurmd", NODE)),
+        *("--restart-slurmctld", control("restart-slurmctld")),
+    ]
+    machine_file = cluster.node_host_root(NODE).parent / "machine.json"
+    yield Site(cluster, tmp, faildir, env, argv, machine_file, cluster.conf_dir / "gres.conf")
+    cluster.reset()  # the default configs and recorded machines for the modules after this
+
+
+@pytest.fixture(scope="module")
+def mig_site(site):
+    """The cluster with GresTypes=gpu. 22.05 splits MultipleFiles= (MIG) records into one GPU
+    per file once shard is in GresTypes (test_gen_gres.py); then jobs asking for gpu03's
+    a100 or 2g.10gb slices got `gpu:2g.10gb:0(IDX:)` here. So mig apply refuses it."""
+    site.cluster.reconfigure(extra_conf=MIG_CONF)
+    return site
+
+
+def test_a_controller_with_shard_in_gres_types_is_refused(site) -> None:
+    assert "shard" in site.cluster.slurm_conf.read_text().split("GresTypes=")[1].split()[0]
+    before = (site.gres_conf.read_text(), layout(site.machine_file))
+    proc = site.apply()
+    assert proc.returncode == 2, proc.stderr
+    assert "GresTypes=gpu,shard: with shard, Slurm splits MIG records" in proc.stderr
+    assert (site.gres_conf.read_text(), layout(site.machine_file)) == before
+    assert "DRAIN" not in site.record()["State"]
+
+
+def _job_script(body: str) -> str:
+    return "#!/bin/sh\n" + body + "\n"
+
+
+def _job_field(cluster: MultiNodeCluster, jobid: int, key: str) -> str:
+    text = cluster.scontrol("show", "-d", "job", str(jobid))
+    m = re.search(rf"\b{key}=(\S*)", text)
+    return m.group(1) if m else ""
+
+
+# -- failures at each step -----------------------------------------------------------------------
+
+
+def _machine_error(site: Site, gpu: int, call: str, code: str) -> None:
+    data = json.loads(site.machine_file.read_text())
+    data["gpus"][gpu].setdefault("errors", {})[call] = code
+    site.machine_file.write_text(json.dumps(data, indent=1))
+
+
+def _job_on_node(site: Site) -> int:
+    jobid = site.cluster.sbatch("-w", NODE, "--gres=gpu:a100:1", script=_job_script("sleep 300"))
+    assert site.cluster.wait_job_state(jobid, "RUNNING", timeout=60) == "RUNNING"
+    return jobid
+
+
+CASES = {
+    "drain": dict(shim=("scontrol", "State=DRAIN")),
+    "wait_jobs": dict(job=True, args=("--drain-timeout", "2")),
+    "stop_slurmd": dict(fail_once="stop-slurmd"),
+    "apply_layout": dict(
+        nvml=(7, "nvmlDeviceCreateGpuInstanceWithPlacement", "once:INSUFFICIENT_RESOURCES")
+    ),
+    "inventory": dict(nvml=(7, "nvmlDeviceGetMigDeviceHandleByIndex", "UNKNOWN")),
+    "write_gres": dict(shim=("slurmd", "-G")),
+    "reconfigure": dict(fail_once="restart-slurmctld"),
+    "start_slurmd": dict(fail_once="start-slurmd"),
+    # no controller restart: 22.05's `scontrol reconfigure` keeps the old GPU count
+    "verify": dict(no_restart=True, args=("--verify-timeout", "5")),
+    "resume": dict(shim=("scontrol", "State=RESUME")),
+}
 
 
 @pytest.fixture
-def node(slurm_cluster, tmp_path, monkeypatch):
-    double = install_double(monkeypatch)
-    root = setup_machine(double, tmp_path, "dgx-a100-mig", change=lambda m: None)
-    inv = nvml.read_inventory(root)
-    opts = gres.GresOptions(node_name=NODE, node_hostname="localhost")
-    text = gres.render_gres_conf(inv, opts, inventory_sha256="0" * 64)
-    slurm_cluster.reconfigure(
-        node_line=gres.node_line(inv, opts), gres_conf=text, extra_conf="GresTypes=gpu"
+def clean_node(mig_site):
+    """Old files and layout before a case; the node back in service after it."""
+    site = mig_site
+    old = (site.gres_conf.read_text(), site.cluster.slurm_conf.read_text())
+    machine = site.machine_file.read_text()
+    others = {n: (site.record(n)["State"], site.record(n)["Gres"]) for n in OTHERS}
+    yield old, layout(site.machine_file), others, site.record()["Gres"]
+    cluster = site.cluster
+    cluster.scancel_all()
+    for path in site.faildir.iterdir():
+        path.unlink()
+    shutil.rmtree(site.tmp / "journal", ignore_errors=True)
+    cluster.sync()
+    if (site.gres_conf.read_text(), cluster.slurm_conf.read_text()) != old:
+        cluster.reconfigure(extra_conf=MIG_CONF)  # a case failed its checks: start clean
+    else:
+        site.machine_file.write_text(machine)  # drops the injected error codes
+        cluster.resume_node(NODE)
+
+
+def _assert_rolled_back(site: Site, step: str, before) -> None:
+    old_files, old_layout, others, old_gres = before
+    record = site.record()
+    assert "DRAIN" in record["State"], record
+    assert f"failed at {step}" in record.get("Reason", ""), record
+    assert (site.gres_conf.read_text(), site.cluster.slurm_conf.read_text()) == old_files
+    assert layout(site.machine_file) == old_layout
+    assert _gres_set(record["Gres"]) == _gres_set(old_gres), record["Gres"]
+    for name, (state, gres) in others.items():
+        # a restarted slurmctld shows nodes UNKNOWN until their slurmd registers again
+        site.cluster.wait_node(name, lambda r, s=state: r["State"] == s, timeout=30)
+        assert site.record(name)["Gres"] == gres
+    assert site.cluster.nodes[NODE].alive()  # its slurmd runs again (drained)
+
+
+@pytest.mark.parametrize("step", list(CASES))
+def test_a_failure_at_each_step_leaves_the_node_drained_with_its_old_config(
+    mig_site, clean_node, step
+) -> None:
+    site = mig_site
+    case = CASES[step]
+    argv = list(site.argv)
+    if "shim" in case:
+        site.fail(*case["shim"])
+    if "fail_once" in case:
+        site.fail(case["fail_once"])
+    if "nvml" in case:
+        _machine_error(site, *case["nvml"])
+    if case.get("job"):
+        _job_on_node(site)
+    if case.get("no_restart"):
+        i = argv.index("--restart-slurmctld")
+        del argv[i : i + 2]
+    started = time.monotonic()
+    proc = subprocess.run(
+        [*argv, *case.get("args", ())],
+        env=site.env, capture_output=True, text=True, timeout=240, check=False,
+    )  # fmt: skip
+    site.cluster.sync()
+    print(f"{step}: {time.monotonic() - started:.1f} s")
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert f"slurmgpu: error: {NODE}: mig apply failed at {step}" in proc.stderr, proc.stderr
+    assert "Traceback" not in proc.stderr
+    assert not list(site.faildir.iterdir())  # the injected failure did happen
+    _assert_rolled_back(site, step, clean_node)
+    journal = json.loads((site.tmp / "journal" / f"mig-apply-{NODE}.json").read_text())
+    assert journal["state"] == "rolled-back" and journal["error"].startswith(step)
+
+
+def test_a_killed_apply_is_rolled_back_by_recover(mig_site, clean_node) -> None:
+    site = mig_site
+    _job_on_node(site)  # keeps the run in wait_jobs
+    journal = site.tmp / "journal" / f"mig-apply-{NODE}.json"
+    proc = subprocess.Popen(
+        site.argv, env=site.env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
     )
-    result = plan([inv], parse_demand(["1g.5gb=14", "2g=2"]), keep_whole=5)
-    config = tmp_path / "plan.yaml"
-    config.write_text(render_mig_parted(result).replace("slurmgpu-dgxa100", "relayout"))
-    apply_opts = ApplyOptions(
-        node=NODE,
-        config_name="relayout",
-        config_file=config,
-        gres_conf=slurm_cluster.conf_dir / "gres.conf",
-        slurm_conf=slurm_cluster.slurm_conf,
-        journal_dir=tmp_path / "journal",
-        host_root=str(root),
-        drain_timeout_s=60,
-        poll_s=1,
-        stop_slurmd=("harness", "stop-slurmd"),
-        start_slurmd=("harness", "start-slurmd"),
-        mig_parted="",  # NVML, not mig-parted
-        restart_slurmctld=("harness", "restart-slurmctld"),
-        verify_timeout_s=60,
-        env=slurm_cluster.env,
-        gres_options=opts,
+    deadline = time.monotonic() + 60
+    while not (journal.exists() and "drain" in json.loads(journal.read_text())["done"]):
+        assert proc.poll() is None and time.monotonic() < deadline, "apply never drained"
+        time.sleep(0.2)
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait()
+    again = site.apply()
+    assert again.returncode == 2 and "run `slurmgpu mig apply --recover` first" in again.stderr
+    recovered = site.apply("--recover")
+    assert recovered.returncode == 0, recovered.stderr
+    assert f"{NODE}: mig apply relayout: rolled-back" in recovered.stderr
+    _assert_rolled_back(site, "wait_jobs", clean_node)
+    assert "stopped midway" in site.record()["Reason"]
+
+
+# -- the re-layout -------------------------------------------------------------------------------
+
+
+def test_relayout_while_another_node_runs_jobs_then_mig_jobs_run_on_the_new_slices(
+    mig_site,
+) -> None:
+    site = mig_site
+    cluster = site.cluster
+    release = site.tmp / "release-gpu01"
+    other = cluster.sbatch(
+        "-w", "gpu01", "--gres=gpu:h100:1",
+        script=_job_script(f"while [ ! -e {release} ]; do sleep 0.5; done"),
+    )  # fmt: skip
+    local = cluster.sbatch("-w", NODE, "--gres=gpu:a100:1", script=_job_script("sleep 6"))
+    # a job of a preemptible tier on gpu03 is requeued, not waited for
+    cluster.sacctmgr("add", "qos", PREEMPTIBLE, check=False)  # may exist from an earlier run
+    cluster.allow_qos(PREEMPTIBLE)
+    preempted = cluster.sbatch(
+        "-w", NODE, "--gres=gpu:a100:1", f"--qos={PREEMPTIBLE}", script=_job_script("sleep 300")
+    )  # fmt: skip
+    for jobid in (other, local, preempted):
+        assert cluster.wait_job_state(jobid, "RUNNING", timeout=60) == "RUNNING"
+    old_others = {n: site.record(n)["Gres"] for n in OTHERS}
+
+    started = time.monotonic()
+    proc = subprocess.Popen(
+        [*site.argv, "--requeue-qos", PREEMPTIBLE],
+        env=site.env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
     )
+    seen_states, drained_while_local_ran = set(), False
+    while proc.poll() is None:
+        seen_states.add(cluster.job_state(other) or "(slurmctld restarting)")
+        if cluster.job_state(local) == "RUNNING" and "DRAIN" in site.record().get("State", ""):
+            drained_while_local_ran = True
+        time.sleep(0.5)
+        assert time.monotonic() - started < 240, "mig apply did not finish in 240 s"
+    out, err = proc.communicate()
+    cluster.sync()
+    elapsed = time.monotonic() - started
+    assert proc.returncode == 0, out + err
+    assert f"{NODE}: mig apply relayout: done" in err
+    print(f"mig apply on {NODE}: {elapsed:.1f} s")
 
-    def validate(gres_text: str, node_line: str) -> None:
-        check = slurm_cluster.validate_gres(gres_text, node_line)
-        if not check.ok:
-            raise ConfigCheckError("slurmd -G: " + " | ".join(check.errors[:3]))
+    # gpu01's job ran throughout (slurmctld restarted twice meanwhile), never requeued
+    assert seen_states - {"(slurmctld restarting)"} == {"RUNNING"}, seen_states
+    release.touch()
+    assert cluster.wait_job_state(other, "COMPLETED", timeout=60) == "COMPLETED"
+    assert _job_field(cluster, other, "Restarts") == "0"
+    # the job on gpu03 itself was waited for, not requeued or killed
+    assert drained_while_local_ran
+    assert cluster.wait_job_state(local, "COMPLETED", timeout=30) == "COMPLETED"
+    assert _job_field(cluster, local, "Restarts") == "0"
+    # the preemptible one was requeued (the apply took far less than its 300 s), not lost
+    assert _job_field(cluster, preempted, "Restarts") == "1"
+    assert cluster.job_state(preempted) in ("PENDING", "RUNNING")
+    cluster.run(["scancel", str(preempted)])  # it would hold one of the A100s below
+    cluster.wait_job_state(preempted, "CANCELLED", timeout=30)
 
-    try:
-        yield slurm_cluster, double, apply_opts, validate
-    finally:
-        slurm_cluster.reset()
+    # Slurm's view of gpu03 is the new layout, and it is back in service
+    record = site.record()
+    assert _gres_set(record["Gres"]) == NEW_GRES, record["Gres"]
+    assert "DRAIN" not in record["State"], record
+    assert {n: site.record(n)["Gres"] for n in OTHERS} == old_others
+    # the double holds the new layout
+    now = layout(site.machine_file)
+    assert [sorted(p for p, _ in slices) for _, slices in now] == [
+        ["1g.5gb"] * 7, ["1g.5gb"] * 7, [], [], [], [], [],
+        ["1g.5gb", "2g.10gb", "2g.10gb", "2g.10gb"],
+    ]  # fmt: skip
+    assert [mode for mode, _ in now] == [True, True, False, False, False, False, False, True]
 
-
-def _gres(cluster: SlurmCluster) -> str:
-    return re.search(r"\bGres=(\S+)", cluster.scontrol("show", "node", NODE)).group(1)
-
-
-def test_apply_relayouts_the_node_and_mig_jobs_run(node) -> None:
-    cluster, _double, opts, validate = node
-    assert "gpu:1g.5gb:7" in _gres(cluster)
-    journal = MigApply(opts, slurm=HarnessNode(cluster), validate_gres=validate).run()
-    assert journal.state == "done"
-    gres_now = _gres(cluster)
-    small = int(re.search(r"gpu:1g\.5gb:(\d+)", gres_now).group(1))
-    assert small >= 14 and "gpu:a100:5" in gres_now, gres_now  # 14 asked (+ spare slices)
-    assert "3g.20gb" not in gres_now and "4g.20gb" not in gres_now, gres_now
-    state = cluster.scontrol("show", "node", NODE)
-    assert not re.search(r"State=\S*DRAIN", state), state
-    script = "#!/bin/sh\necho CUDA_VISIBLE_DEVICES=$CUDA_VISIBLE_DEVICES\nsleep 1\n"
-    jobid = cluster.sbatch("--gres=gpu:1g.5gb:9", script=script)  # more than the old 7
-    assert cluster.wait_job_state(jobid, "COMPLETED", timeout=90) == "COMPLETED"
-
-
-def test_a_failed_nvml_step_leaves_the_real_node_drained_with_old_config(node) -> None:
-    cluster, double, opts, validate = node
-    old_gres = opts.gres_conf.read_text()
-    old_conf = opts.slurm_conf.read_text()
-    path = Path(double._state["path"])
-    machine = json.loads(path.read_text())
-    machine["gpus"][0].setdefault("errors", {})["nvmlDeviceCreateGpuInstanceWithPlacement"] = (
-        "once:INSUFFICIENT_RESOURCES"
+    # MIG jobs run on the new slices, on gpu03, and see the slices' device files
+    caps = sorted(
+        p.rsplit("/", 1)[1]
+        for p, _, _ in device_nodes(cluster.machine_data(NODE))
+        if p.startswith("nvidia-caps/")
     )
-    path.write_text(json.dumps(machine))
-    double.use_machine(path)
-    with pytest.raises(MigApplyFailed, match="failed at apply_layout"):
-        MigApply(opts, slurm=HarnessNode(cluster), validate_gres=validate).run()
-    state = cluster.scontrol("show", "node", NODE)
-    assert re.search(r"State=\S*DRAIN", state), state
-    assert "failed at apply_layout" in state
-    assert opts.gres_conf.read_text() == old_gres and opts.slurm_conf.read_text() == old_conf
-    inv = nvml.read_inventory(opts.host_root)
-    assert sorted(m.profile for m in inv.gpus[0].mig_devices) == ["1g.5gb"] * 7
+    show = (
+        "hostname; echo CVD=$CUDA_VISIBLE_DEVICES; ls /dev/nvidia-caps | sort | tr '\\n' ' '\n"
+        "echo; scontrol show -d job $SLURM_JOB_ID | grep -o 'GRES=[^ ]*(IDX:[^ ]*'"
+    )
+    small = cluster.sbatch("--gres=gpu:1g.5gb:14", script=_job_script(show))  # old: none
+    medium = cluster.sbatch("--gres=gpu:2g.10gb:3", script=_job_script(show))  # GPU 7's
+    whole = cluster.sbatch("--gres=gpu:a100:5", script=_job_script(show))  # GPU 2 is whole
+    jobs = ((small, "1g.5gb", 14), (medium, "2g.10gb", 3), (whole, "a100", 5))
+    node_line = next(
+        ln
+        for ln in cluster.slurm_conf.read_text().splitlines()
+        if ln.startswith(f"NodeName={NODE} ")
+    )
+    check = check_gres_conf(site.gres_conf.read_text(), node_line)
+    assert check.ok, check.errors
+    records = check.parsed
+    wanted = {
+        "1g.5gb": {("1g.5gb", f"/dev/nvidia{i}") for i in (0, 1, 7)},
+        "2g.10gb": {("2g.10gb", "/dev/nvidia7")},
+        "a100": {("a100", f"/dev/nvidia{i}") for i in range(2, 7)},
+    }
+    for jobid, profile, count in jobs:
+        assert cluster.wait_job_state(jobid, "COMPLETED", timeout=90) == "COMPLETED"
+        assert _job_field(cluster, jobid, "NodeList") == NODE
+        output = Path(_job_field(cluster, jobid, "StdOut")).read_text().split("\n")
+        assert output[0] == NODE
+        assert output[2].split() == caps, (output, caps)
+        idx = re.fullmatch(rf"GRES=gpu:{re.escape(profile)}:{count}\(IDX:(\S+)\)", output[3])
+        assert idx, output  # Slurm gave the job `count` slices of that profile
+        assert len(parse_id_list(idx.group(1))) == count
+        ids = parse_id_list(idx.group(1))
+        assert len(ids) == count
+        # no device cgroup here: Slurm 22.05 sets CUDA_VISIBLE_DEVICES to the node's indices
+        assert output[1] == "CVD=" + ",".join(str(i) for i in ids), output
+        # those indices, in the order slurmd's own parser gives the node's records, are
+        # slices of that profile on the GPUs the layout put them on
+        got = {(records[i].type, records[i].files[0]) for i in ids}
+        assert got <= wanted[profile], (got, ids)

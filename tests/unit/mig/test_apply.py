@@ -40,6 +40,7 @@ class SlurmStub:
         self.state = "IDLE"
         self.reason = ""
         self.stuck = "stuck_jobs" in self.fail
+        self.types = "gpu"
 
     def _maybe_fail(self, name: str) -> None:
         if name in self.fail:
@@ -67,6 +68,9 @@ class SlurmStub:
     def reconfigure(self):
         self.calls.append(("reconfigure",))
         self._maybe_fail("reconfigure")
+
+    def gres_types(self):
+        return self.types
 
     def node_record(self, node):
         self.calls.append(("show", node))
@@ -175,7 +179,8 @@ CASES = {
         nvml_error=("nvmlDeviceCreateGpuInstanceWithPlacement", "once:INSUFFICIENT_RESOURCES")
     ),
     "inventory": dict(inventory=True),
-    "write_config": dict(check=failing_check),
+    "write_gres": dict(check=failing_check),
+    "reconfigure": dict(fail=("reconfigure",)),
     "start_slurmd": dict(start=("false",)),
     "verify": dict(fail=("verify",)),
     "resume": dict(fail=("resume",)),
@@ -211,11 +216,9 @@ def test_a_failure_at_each_step_leaves_old_config_and_a_drained_node(node, step)
     assert "node left drained" in str(info.value)
     journal = Journal.load(opts.journal)
     assert journal.error.startswith(step)
-    if step == "drain":
-        assert stub.state == "IDLE"  # never drained: nothing else happened either
-        assert [c[0] for c in stub.calls] == ["drain"]
-    else:
-        assert stub.state == "DRAIN" and f"failed at {step}" in stub.reason
+    if step == "drain":  # nothing else happened; the second drain (with the reason) worked
+        assert [c[0] for c in stub.calls] == ["drain", "drain"]
+    assert stub.state == "DRAIN" and f"failed at {step}" in stub.reason
     if step == "start_slurmd":
         assert journal.state == "failed"  # slurmd would not start again either: said so
         assert "start slurmd" in str(info.value)
@@ -260,7 +263,7 @@ def test_recover_rolls_back_a_run_that_crashed_midway(node) -> None:
 def test_recover_finishes_a_run_that_started_slurmd(node) -> None:
     _double, _root, opts, _ = node
     stub = SlurmStub(opts.slurm_conf)
-    runner(opts, stub).run(steps=STEPS[:8])  # crash after start_slurmd
+    runner(opts, stub).run(steps=STEPS[:9])  # crash after start_slurmd
     journal = apply_mod.recover(opts, slurm=stub, sleep=lambda s: None)
     assert journal.state == "done" and stub.state == "IDLE"
 
@@ -321,3 +324,74 @@ def test_cli_apply_wiring(node, tmp_path) -> None:
     assert none.exit_code == 2 and "nothing to recover" in none.output
     missing = runner.invoke(main, common)
     assert missing.exit_code == 2 and "give --config NAME" in missing.output
+
+
+def test_merge_node_gres_keeps_the_other_nodes_lines() -> None:
+    old = (
+        "# cluster file\nAutoDetect=off\n"
+        "NodeName=gpu01 Name=gpu Type=h100 File=/dev/nvidia[0-7]\n"
+        "NodeName=gpu03 Name=gpu Type=a100 File=/dev/nvidia[0-7]\n"
+        "NodeName=gpu04 Name=gpu Type=rtx4090 File=/dev/nvidia[0-7]\n"
+    )
+    new = (
+        "# header\nAutoDetect=off\n# GPU 0\n"
+        "NodeName=gpu03 Name=gpu Type=1g.5gb MultipleFiles=/dev/nvidia0,/dev/nvidia-caps/x\n"
+        "NodeName=gpu03 Name=gpu Type=a100 File=/dev/nvidia[1-7]\n"
+    )
+    merged = apply_mod.merge_node_gres(old, "gpu03", new)
+    lines = merged.splitlines()
+    assert lines[:3] == old.splitlines()[:3] and lines[3] == old.splitlines()[4]
+    assert [x for x in lines if x.startswith("NodeName=gpu03")] == new.splitlines()[3:]
+    assert merged.count("AutoDetect=off") == 1
+    # applied again (e.g. back to the old layout): the same shape, no growing header
+    again = apply_mod.merge_node_gres(merged, "gpu03", new)
+    assert again == merged
+    # a node's own file is replaced whole, as before
+    own = "AutoDetect=off\nNodeName=gpu03 Name=gpu Type=a100 File=/dev/nvidia[0-7]\n"
+    assert apply_mod.merge_node_gres(own, "gpu03", new) == new
+    assert apply_mod.merge_node_gres(None, "gpu03", new) == new
+    shared = "NodeName=gpu[01-03] Name=gpu Type=a100 File=/dev/nvidia[0-7]\nNodeName=x Name=gpu\n"
+    with pytest.raises(UsageError, match="shared by gpu03 and other nodes"):
+        apply_mod.merge_node_gres(shared, "gpu03", new)
+
+
+class RegisteringStub(SlurmStub):
+    """scontrol shows the new Gres (from slurm.conf) before the restarted slurmd registers."""
+
+    def __init__(self, slurm_conf, states):
+        super().__init__(slurm_conf)
+        self.states = list(states)
+
+    def node_record(self, node):
+        record = super().node_record(node)
+        if self.states:
+            record["State"] = self.states.pop(0)
+            record["Reason"] = "gres/gpu count reported lower than configured (0 < 23)"
+        return record
+
+
+def test_verify_waits_for_slurmd_to_register(node) -> None:
+    _double, _root, opts, _ = node
+    stub = RegisteringStub(opts.slurm_conf, ["UNKNOWN+DRAIN", "IDLE+DRAIN+NOT_RESPONDING"])
+    journal = runner(opts, stub).run()
+    assert journal.state == "done" and stub.state == "IDLE"
+    shows = [c for c in stub.calls if c[0] == "show"]
+    assert len(shows) >= 4  # two while unregistered, the registered one, resume's look
+
+
+def test_verify_fails_at_once_on_a_refused_registration(node) -> None:
+    _double, _root, opts, _ = node
+    stub = RegisteringStub(opts.slurm_conf, ["IDLE+DRAIN+INVALID_REG"] * 3)
+    with pytest.raises(MigApplyFailed, match="failed at verify: slurmctld refused the node's"):
+        runner(opts, stub).run()
+    assert stub.state == "DRAIN" and "failed at verify" in stub.reason
+
+
+def test_a_controller_with_shard_gres_is_refused_before_anything_changes(node) -> None:
+    _double, root, opts, _ = node
+    before = layout_now(root)
+    stub = SlurmStub(opts.slurm_conf)
+    stub.types = "gpu,shard"
+    with pytest.raises(UsageError, match="GresTypes=gpu,shard: with shard, Slurm splits MIG"):
+        runner(opts, stub).run()
+    assert stub.calls == [] and stub.state == "IDLE" and layout_now(root) == before
