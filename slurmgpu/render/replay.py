@@ -10,6 +10,7 @@ import json
 from typing import Any
 
 from slurmgpu import __version__
+from slurmgpu.render.report import REJECTED_SHOWN, printable
 from slurmgpu.render.templating import render
 
 
@@ -80,6 +81,11 @@ def render_replay(doc: dict[str, Any], fmt: str) -> str:
     labels = [c.get("change") or c["label"] for c in cols]
     rows = _rows(cols)
     skipped = doc["baseline"].get("skipped") or {}
+    rejected = [
+        f"{printable(r['file'])}:{r['line']}: {printable(r['reason'])}"
+        for r in (doc["baseline"].get("rejected") or [])[:REJECTED_SHOWN]
+    ]
+    more = max(len(doc["baseline"].get("rejected") or []) - REJECTED_SHOWN, 0)
     reasons = {c.get("change") or c["label"]: c["not_run_reasons"] for c in cols}
     if fmt == "html":
         return render(
@@ -88,6 +94,8 @@ def render_replay(doc: dict[str, Any], fmt: str) -> str:
             labels=labels,
             rows=rows,
             skipped=skipped,
+            rejected=rejected,
+            rejected_more=more,
             reasons=reasons,
             util_chart=_util_chart(cols, labels),
             wait_chart=_wait_chart(cols, labels),
@@ -107,6 +115,8 @@ def render_replay(doc: dict[str, Any], fmt: str) -> str:
             for name, vals in rows
         ],
         skipped=skipped,
+        rejected=rejected,
+        rejected_more=more,
         reasons=reasons,
         window_hours=doc["baseline"]["window_hours"],
     )

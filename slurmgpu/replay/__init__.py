@@ -65,6 +65,7 @@ class ReplayReport:
     scenarios: tuple[ResultBlock, ...]
     skipped: Mapping[str, int]
     config: SchedConfig
+    rejected: tuple[tuple[str, int, str], ...] = ()  # rows of the dumps the loader rejected
 
     def to_dict(self) -> dict[str, Any]:
         from slurmgpu.accounting import json_safe
@@ -72,6 +73,7 @@ class ReplayReport:
         base = self.baseline.to_dict()
         base["recorded"] = self.recorded.to_dict() if self.recorded else None
         base["skipped"] = dict(self.skipped)
+        base["rejected"] = [{"file": f, "line": n, "reason": r} for f, n, r in self.rejected]
         return json_safe({"baseline": base, "scenarios": [s.to_dict() for s in self.scenarios]})
 
 
@@ -98,24 +100,30 @@ def load_for_replay(
 
     The cluster model is built first, so a missing --capacity fails before a long load.
     """
-    from slurmgpu.replay.from_accounting import load_trace
+    from slurmgpu.replay.from_accounting import load_history, partition_gpu_types, trace_for
 
     if not sacct_files:
         raise UsageError("replay needs at least one --sacct-file (the history to replay)")
     options = _with_live(options) if options.live else options
+    build_model(options)  # a missing cluster fails before a long load
+    loaded = load_history(
+        sacct_files,
+        tier_for_qos=_tier_function(options.tiers),
+        timezone=options.timezone,
+        shards_per_gpu=options.shards_per_gpu,
+    )
+    # a partition's GPU type: --gpu-type, else what its runs' typed GRES say (as analyze reads
+    # it), so a carve that analyze recommends on the same dump replays without --gpu-type
+    from_dump = partition_gpu_types(loaded.frame)
+    options = replace(options, gpu_types={**from_dump, **options.gpu_types})
     model = build_model(options)
     # a partition's GPU type as the model knows it (--gpu-type, or its snapshots' GPUs)
     types = {p.name: p.gpu_type for p in model.partitions if p.gpu_type}
     memory = {
         p.gpu_type: p.gpu_memory_mib for p in model.partitions if p.gpu_type and p.gpu_memory_mib
     }
-    trace = load_trace(
-        sacct_files,
-        tier_for_qos=_tier_function(options.tiers),
-        timezone=options.timezone,
-        shards_per_gpu=options.shards_per_gpu,
-        gpu_types={**types, **options.gpu_types},
-        gpu_memory_mib={**memory, **options.gpu_memory_mib},
+    trace = trace_for(
+        loaded.frame, {**types, **options.gpu_types}, {**memory, **options.gpu_memory_mib}, loaded
     )
     return options, trace
 
@@ -202,6 +210,7 @@ def replay_trace(trace: ReplayTrace, options: ReplayOptions) -> ReplayReport:
     model = build_model(options)
     for change in options.what_if:  # fail before any long run, not after
         apply_change(model, change)
+        _check_qos(change, model, trace)
     baseline = run_engine(trace, model, options.config)
     window = window_of(trace, baseline)
     gpus = _gpus_by_partition(model)
@@ -221,7 +230,24 @@ def replay_trace(trace: ReplayTrace, options: ReplayOptions) -> ReplayReport:
         scenarios=tuple(scenarios),
         skipped=dict(trace.skipped),
         config=options.config,
+        rejected=trace.rejected,
     )
+
+
+def _check_qos(change: Change, model: ClusterModel, trace: ReplayTrace) -> None:
+    """A `tier:` change must name a QOS the policy or the dumps know (a typo replays to "no
+    difference", which would read as "no effect")."""
+    from slurmgpu.replay.changes import TierChange
+
+    if not isinstance(change, TierChange):
+        return
+    known = {q.name for q in model.qos} | set(trace.qos_names)
+    if change.qos not in known:
+        names = ", ".join(sorted(known)) or "none"
+        raise UsageError(
+            f"change {format_change(change)!r}: QOS {change.qos!r} is neither in the policy nor "
+            f"in the dumps (known: {names})"
+        )
 
 
 def read_sweep(path: str | os.PathLike[str]) -> tuple[Change, ...]:

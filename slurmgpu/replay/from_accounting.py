@@ -17,8 +17,9 @@ import numpy as np
 
 from slurmgpu.replay.jobs import MIG, SHARD, WHOLE, RecordedRuns, ReplayTrace
 
-# states of a run that was ended by preemption and followed by a requeued run of the same job
-_PREEMPTED_STATES = ("PREEMPTED", "REQUEUED")
+# the state of a run ended by preemption (as analyze counts preemptions); a REQUEUED run (an
+# admin's or a node failure's requeue) is a requeue, not a preemption
+_PREEMPTED_STATES = ("PREEMPTED",)
 
 
 def load_trace(
@@ -31,16 +32,63 @@ def load_trace(
     gpu_memory_mib: Mapping[str, float] | None = None,
 ) -> ReplayTrace:
     """Read sacct dumps through the accounting loader and turn its frame into a trace."""
+    loaded = load_history(
+        sacct_files, tier_for_qos=tier_for_qos, timezone=timezone, shards_per_gpu=shards_per_gpu
+    )
+    return trace_for(loaded.frame, gpu_types, gpu_memory_mib, loaded)
+
+
+def load_history(
+    sacct_files: Sequence[str | os.PathLike[str]],
+    *,
+    tier_for_qos: Callable[[str], str | None] | None = None,
+    timezone: str = "UTC",
+    shards_per_gpu: Mapping[str, float] | None = None,
+) -> Any:
+    """The accounting loader's result (`accounting.load.LoadResult`: the frame, and every
+    rejected row with file, line and reason) for the dumps."""
     from slurmgpu.accounting import load as load_mod
-    from slurmgpu.accounting import runs
 
     options = load_mod.Options(
         timezone=timezone, tier_for_qos=tier_for_qos, shards_per_gpu=dict(shards_per_gpu or {})
     )
-    frame = load_mod.load_files(sacct_files, options=options).frame
+    return load_mod.load_files(sacct_files, options=options)
+
+
+def trace_for(
+    frame: Any,
+    gpu_types: Mapping[str, str] | None,
+    gpu_memory_mib: Mapping[str, float] | None,
+    loaded: Any = None,
+) -> ReplayTrace:
+    """The trace of a loaded frame, each run's GPU size from its type; rows the loader
+    rejected are counted in `skipped` ("rejected row"), never dropped silently."""
+    from slurmgpu.accounting import runs
+
     sizes = runs.gpu_sizes(frame, dict(gpu_types or {}), dict(gpu_memory_mib or {}))
-    gpu_mem = sizes.per_run_mib
-    return trace_from_frame(frame, gpu_mem)
+    trace = trace_from_frame(frame, sizes.per_run_mib)
+    if loaded is not None and loaded.rows_rejected:
+        trace.skipped["rejected rows of the dumps"] = int(loaded.rows_rejected)
+        rejected = tuple((str(x.file), int(x.line), str(x.reason)) for x in loaded.rejected)
+        trace = replace(trace, rejected=rejected)
+    return trace
+
+
+def partition_gpu_types(frame: Any) -> dict[str, str]:
+    """{partition: the GPU type its runs name most often in their typed GRES} -- what the
+    dump says of a partition's GPUs when `--gpu-type` does not (MIG profiles excluded)."""
+    from collections import Counter
+
+    if "gpu_type" not in frame.columns or not len(frame):
+        return {}
+    parts = _col(frame, "partition", object, "")
+    types = _col(frame, "gpu_type", object, None)
+    mig = np.nan_to_num(_col(frame, "mig_slices")) > 0
+    counts: dict[str, Counter[str]] = {}
+    for part, gtype, is_mig in zip(parts, types, mig, strict=True):
+        if isinstance(gtype, str) and gtype and part and not is_mig:
+            counts.setdefault(str(part), Counter())[gtype] += 1
+    return {p: c.most_common(1)[0][0] for p, c in sorted(counts.items())}
 
 
 def _col(frame: Any, name: str, dtype: Any = float, na: Any = np.nan) -> np.ndarray:
@@ -70,6 +118,8 @@ def trace_from_frame(frame: Any, gpu_memory_mib: np.ndarray | None = None) -> Re
     elapsed = _col(frame, "elapsed_s")
     state = _col(frame, "state", object, "")
     gpu_job = _col(frame, "gpu_job", bool, False)
+    # a job that never started has no AllocTRES: its requested GPUs make it a GPU job
+    gpu_job |= np.nan_to_num(_col(frame, "req_gpus")) > 0
     skipped: dict[str, int] = {}
 
     def skip(mask: np.ndarray, reason: str) -> np.ndarray:
@@ -79,13 +129,19 @@ def trace_from_frame(frame: Any, gpu_memory_mib: np.ndarray | None = None) -> Re
 
     keep = skip(~gpu_job, "not a GPU job")
     keep &= skip(keep & np.isnan(submit), "no submit time")
-    # one row per job: group runs by (cluster, JobIDRaw); last run by start time
+    # one row per job: group runs by (cluster, JobID) -- a requeued job keeps its JobID; an
+    # array's pending range (`123_[3-5]`) shares the JobIDRaw of a task that ran but is not
+    # that task -- then the last run by start time
     cluster = _col(frame, "cluster", object, "")
     raw = _col(frame, "job_id_raw", float)
-    key = np.array([f"{c}/{int(r)}" if r == r else f"row{i}" for i, (c, r) in
-                    enumerate(zip(cluster, raw, strict=True))], dtype=object)  # fmt: skip
+    printed = _col(frame, "job_id", object, "")
+    key = np.array([f"{c}/{j}" if j else (f"{c}/{int(r)}" if r == r else f"row{i}")
+                    for i, (c, j, r) in enumerate(zip(cluster, printed, raw, strict=True))],
+                   dtype=object)  # fmt: skip
     idx = np.flatnonzero(keep)
-    order = idx[np.lexsort((np.nan_to_num(start[idx], nan=np.inf), key[idx]))]
+    # a job's last run is its latest STARTED one (a pending rerun sorts first: a job that
+    # ran and waits again is replayed from the run that did the work)
+    order = idx[np.lexsort((np.nan_to_num(start[idx], nan=-np.inf), key[idx]))]
     keys = key[order]
     last = np.ones(len(order), bool)
     last[:-1] = keys[1:] != keys[:-1]

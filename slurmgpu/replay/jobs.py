@@ -79,6 +79,8 @@ class ReplayTrace:
     skipped: dict[str, int] = field(default_factory=dict)  # reason -> jobs not replayed
     # the recorded runs (a requeued job has several), for the "recorded" column
     recorded_runs: RecordedRuns | None = None
+    # rows of the dumps the accounting loader rejected: (file, line, reason), reported
+    rejected: tuple[tuple[str, int, str], ...] = ()
 
     def __len__(self) -> int:
         return len(self.submit_s)

@@ -404,5 +404,6 @@ def _gather(trace, options, baseline, window, gpus, run_dir, job_id, slurm) -> S
         scenarios=tuple(blocks),
         skipped=dict(trace.skipped),
         config=options.config,
+        rejected=trace.rejected,
     )
     return SweepResult(report, job_id, run_dir, changes, tuple(failed))
