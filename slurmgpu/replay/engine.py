@@ -53,16 +53,28 @@ class SchedConfig:
     bf_max_reservations: int = 500
     backfill: bool = True
     requeue_delay_s: int = 120  # a requeued job's BeginTime (seen on 22.05: ~2 minutes)
-    # slurmctld does not start a batch job inside its submit RPC: the scheduler thread takes
-    # it on its next pass (seen on 22.05 with batch_sched_delay=0: a burst of submits is
-    # first scheduled in the following second, highest priority first)
-    submit_sched_delay_s: float = 1.0
-    # a job's GPUs return to the scheduler this long after its End (completing: step and
-    # epilog teardown, then the next pass). Measured on 22.05 here: an 8-GPU job starts 0-1 s
-    # (sacct's resolution) after the last job on its node ends, 0.4 s on average; 0.5 s
-    # brought the replayed mean wait of two recorded traces within 5-7 % (docs/replay.md).
-    # Negligible for jobs of hours; it matters only for the seconds-long test traces.
-    release_delay_s: float = 0.5
+    # slurmctld's main scheduler does not run at each event: submits and job ends only flag
+    # it, and its background thread runs it on its next tick, about once a second (seen on
+    # 22.05 with batch_sched_delay=0: every "sched: Allocate" line of a 200-job burst falls
+    # on a 1 s tick whose phase drifts slowly). 0 runs it at each event instead.
+    sched_tick_s: float = 1.0
+    # where in the second the main scheduler's tick and the backfill pass fall. Unknowable
+    # from sacct (1 s resolution); the two differ so that neither always goes first (seen:
+    # the main tick early in the second, backfill drifting through it, bf_interval after the
+    # end of its previous pass).
+    sched_tick_phase_s: float = 0.0
+    bf_phase_s: float = 0.5
+    # sacct's Submit has 1 s resolution, but job ids are given in submit order: jobs that
+    # share a Submit second are spread evenly over it in that order (a burst of sbatch
+    # calls is seen by a pass in the middle of the second only up to where it had got).
+    spread_submits: bool = True
+    # a fixed delay before a submitted job is first scheduled (0: the next tick or pass)
+    submit_sched_delay_s: float = 0.0
+    # a job's GPUs return this long after its End: the step's teardown and the completing
+    # state (here ~10-60 ms: sleep N runs N + ~0.06 s). Small, but it decides that a job
+    # ending on a pass's tick is seen by the following pass, as in slurmctld. Negligible
+    # for jobs of minutes or more.
+    release_delay_s: float = 0.05
     slice_headroom: float = 0.1  # a whole-GPU job fits a slice if need * 1.1 <= its memory
 
 
@@ -229,7 +241,9 @@ class Replay:
                 continue
             self.parts.append(_Part(k, pm, len(trace.qos_names)))
         # hot per-job data as Python lists (numpy scalar access is ~10x slower per item)
-        self.submit = trace.submit_s.tolist()
+        self.submit = (
+            _spread(trace.submit_s).tolist() if config.spread_submits else trace.submit_s.tolist()
+        )
         self.duration = trace.duration_s.tolist()
         self.limit = trace.timelimit_s.tolist()
         self.gpus = trace.gpus.tolist()
@@ -262,12 +276,14 @@ class Replay:
         submit, n = self.submit, len(self.submit)
         heap = self.heap
         nxt = 0
-        bf = self.cfg.bf_interval_s
-        next_bf = INF
+        parts = [p for p in self.parts if p is not None]
+        bf, bf_phase = self.cfg.bf_interval_s, self.cfg.bf_phase_s
+        tick, tick_phase = self.cfg.sched_tick_s, self.cfg.sched_tick_phase_s
+        next_bf = next_main = INF
         while True:
             t_sub = submit[nxt] if nxt < n else INF
             t_evt = heap[0][0] if heap else INF
-            t = min(t_sub, t_evt, next_bf)
+            t = min(t_sub, t_evt, next_bf, next_main)
             if t == INF:
                 break
             while heap and heap[0][0] <= t:
@@ -276,18 +292,23 @@ class Replay:
             while nxt < n and submit[nxt] <= t:
                 self._submit(nxt)
                 nxt += 1
-            for part in self.parts:
-                if part is not None and part.dirty:
-                    part.dirty = False
-                    self._main_pass(part, t)
+            if tick <= 0 or t >= next_main:
+                next_main = INF
+                for part in parts:
+                    if part.dirty:
+                        part.dirty = False
+                        self._main_pass(part, t)
             if self.cfg.backfill and t >= next_bf:
-                for part in self.parts:
-                    if part is not None and part.pending and part.changed and part.has_free():
+                for part in parts:
+                    if part.pending and part.changed and part.has_free():
                         part.changed = False
                         self._backfill(part, t)
-            if self.cfg.backfill and any(p is not None and p.pending for p in self.parts):
+            if tick > 0 and next_main == INF and any(p.dirty for p in parts):
+                # the next tick strictly after t: an event on a tick is seen by the next one
+                next_main = _next_tick(t, tick, tick_phase)
+            if self.cfg.backfill and any(p.pending for p in parts):
                 if next_bf <= t or next_bf == INF:
-                    next_bf = (math.floor(t / bf) + 1) * bf
+                    next_bf = _next_tick(t, bf, bf_phase)
             else:
                 next_bf = INF
         return self._outcome()
@@ -664,17 +685,23 @@ class Replay:
                 continue
             for b in blocked:
                 if reserved < cfg.bf_max_reservations:
-                    prof.reserve(self.gpus[b], self.limit[b], horizon)
+                    nodes = self._node_gpus(part, b)
+                    prof.reserve(self.gpus[b], self.limit[b], horizon, nodes)
                     reserved += 1
             blocked = []
             lim = self.limit[job]
             if prof.free_until(g, t + lim) and self._try_start(part, job, t):
                 prof.hold(0, g, t + lim)
             elif reserved < cfg.bf_max_reservations:
-                prof.reserve(g, lim, horizon)
+                prof.reserve(g, lim, horizon, self._node_gpus(part, job))
                 reserved += 1
             if prof.avail[0] <= 0 and not (part.pool_pending and part.has_free()):
                 break
+
+    def _node_gpus(self, part: _Part, job: int) -> float:
+        """The GPUs of the whole nodes a backfill reservation for `job` takes."""
+        per = part.max_cap or 1
+        return float(-(-int(self.gpus[job]) // per) * per)
 
 
 class _Profile:
@@ -693,7 +720,7 @@ class _Profile:
 
     def free_until(self, g: float, until: float) -> bool:
         """`g` GPUs free from now until `until` (every step before it)."""
-        k = int(np.searchsorted(self.times, until, side="left"))
+        k = int(np.searchsorted(self.times, until, side="right"))
         return bool(self.avail[:k].min() >= g)
 
     def _step(self, at: float) -> int:
@@ -715,9 +742,15 @@ class _Profile:
         k = self._step(until)
         self.avail[i:k] -= g
 
-    def reserve(self, g: float, lim: float, horizon: float) -> None:
-        """Hold `g` GPUs for `lim` seconds from the earliest step where they are free that
-        long (Slurm's backfill reservation); nothing when that is past `horizon` (bf_window)."""
+    def reserve(self, g: float, lim: float, horizon: float, node_gpus: float) -> None:
+        """Reserve for a job of `g` GPUs and `lim` seconds at the earliest step where `g` are
+        free that long; nothing when that is past `horizon` (bf_window).
+
+        Slurm's backfill plans whole nodes: a pending job's reservation takes the node(s) it
+        would start on out of every later job's plan for its window, whatever GPUs of them it
+        leaves idle (slurmctld's `_dump_job_sched` shows 1-GPU jobs reserved one after the
+        other on an 8-GPU node). In this pooled profile the reservation holds up to
+        `node_gpus` (its whole nodes' GPUs) at each step of the window."""
         times, avail = self.times, self.avail
         ok = avail >= g
         if not ok.any():
@@ -728,14 +761,40 @@ class _Profile:
         # most starts are among the first steps: look there before searching them all
         for hi in (min(m, 64), m):
             next_bad = bad[np.searchsorted(bad, np.arange(hi))]
-            stop = np.searchsorted(times, times[:hi] + lim, side="left")
+            stop = np.searchsorted(times, times[:hi] + lim, side="right")
             fits = np.flatnonzero(ok[:hi] & (next_bad >= stop))
             if len(fits):
                 break
         if not len(fits) or times[fits[0]] > horizon:
             return
         i = int(fits[0])
-        self.hold(i, g, times[i] + lim)
+        k = self._step(times[i] + lim)
+        self.avail[i:k] -= np.minimum(self.avail[i:k], max(node_gpus, g))
+
+
+def _next_tick(t: float, period: float, phase: float) -> float:
+    """The first time phase + k * period strictly after t (robust to float rounding)."""
+    nxt = (math.floor((t - phase) / period) + 1) * period + phase
+    while nxt <= t:
+        nxt += period
+    return nxt
+
+
+def _spread(submit: np.ndarray) -> np.ndarray:
+    """Whole-second submits (sacct's) spread over their second in the trace's (job id)
+    order: the k-th of m jobs submitted in second S at S + k/m. Other times are kept."""
+    out = np.array(submit, dtype=float)
+    whole = np.isfinite(out) & (out == np.floor(out))
+    if not len(out) or not whole.any():
+        return out
+    # position of each job within its run of equal submits (the trace is sorted by submit)
+    new_run = np.ones(len(out), dtype=bool)
+    new_run[1:] = out[1:] != out[:-1]
+    starts = np.flatnonzero(new_run)
+    lengths = np.diff(np.append(starts, len(out)))
+    pos = np.arange(len(out)) - np.repeat(starts, lengths)
+    size = np.repeat(lengths, lengths)
+    return np.where(whole, out + pos / size, out)
 
 
 def replay(trace: ReplayTrace, model: ClusterModel, config: SchedConfig | None = None):

@@ -25,7 +25,9 @@ def test_allocation_over_the_recorded_window_and_utilization_series():
         ReplayJob("2", "gpu", "normal", "normal", 0.0, 3600.0, 3600.0, 4.0,
                   recorded_start_s=3600.0, recorded_end_s=7200.0),
     ]  # fmt: skip
-    exact = SchedConfig(submit_sched_delay_s=0, release_delay_s=0)
+    exact = SchedConfig(
+        submit_sched_delay_s=0, release_delay_s=0, sched_tick_s=0, spread_submits=False
+    )
     options = ReplayOptions(capacity={"gpu": 8}, config=exact)
     report = replay_trace(ReplayTrace.from_jobs(jobs), options)
     rec, base = report.recorded, report.baseline
