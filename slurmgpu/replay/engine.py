@@ -270,6 +270,7 @@ class Replay:
         self.runs = RunLog([], [], [], [], [], [])
         self.preemptions = 0
         self.unrunnable: dict[str, int] = {}
+        self.dirty_any = False  # some partition's main pass is due
 
     # ----------------------------------------------------------------------- main loop
     def run(self) -> ReplayOutcome:
@@ -279,6 +280,7 @@ class Replay:
         parts = [p for p in self.parts if p is not None]
         bf, bf_phase = self.cfg.bf_interval_s, self.cfg.bf_phase_s
         tick, tick_phase = self.cfg.sched_tick_s, self.cfg.sched_tick_phase_s
+        backfill = self.cfg.backfill
         next_bf = next_main = INF
         while True:
             t_sub = submit[nxt] if nxt < n else INF
@@ -294,23 +296,21 @@ class Replay:
                 nxt += 1
             if tick <= 0 or t >= next_main:
                 next_main = INF
+                self.dirty_any = False
                 for part in parts:
                     if part.dirty:
                         part.dirty = False
                         self._main_pass(part, t)
-            if self.cfg.backfill and t >= next_bf:
+            if backfill and t >= next_bf:
                 for part in parts:
                     if part.pending and part.changed and part.has_free():
                         part.changed = False
                         self._backfill(part, t)
-            if tick > 0 and next_main == INF and any(p.dirty for p in parts):
+            if tick > 0 and next_main == INF and self.dirty_any:
                 # the next tick strictly after t: an event on a tick is seen by the next one
                 next_main = _next_tick(t, tick, tick_phase)
-            if self.cfg.backfill and any(p.pending for p in parts):
-                if next_bf <= t or next_bf == INF:
-                    next_bf = _next_tick(t, bf, bf_phase)
-            else:
-                next_bf = INF
+            if backfill and (next_bf <= t or next_bf == INF):
+                next_bf = _next_tick(t, bf, bf_phase) if any(p.pending for p in parts) else INF
         return self._outcome()
 
     def _outcome(self) -> ReplayOutcome:
@@ -329,6 +329,7 @@ class Replay:
         if kind == _KICK:  # the scheduler's pass after submits (job = partition index)
             part = self.parts[job]
             part.dirty = part.changed = True
+            self.dirty_any = True
             part.kick_at = INF
             return
         if run != self.run_id[job]:
@@ -340,6 +341,7 @@ class Replay:
             self.where[job] = -1 - q
             self._queued(part, job, +1)
             part.dirty = part.changed = True
+            self.dirty_any = True
             return
         st = self.state[job]
         if st not in (RUNNING, GRACE):
@@ -392,6 +394,7 @@ class Replay:
         part.changed = True
         if self.cfg.submit_sched_delay_s <= 0:
             part.dirty = True
+            self.dirty_any = True
         elif part.kick_at == INF:
             part.kick_at = self.submit[job] + self.cfg.submit_sched_delay_s
             heapq.heappush(self.heap, (part.kick_at, _KICK, part.index, 0))
@@ -594,6 +597,7 @@ class Replay:
         runs.preempted.append(preempted)
         self.alloc[job] = None
         part.dirty = part.changed = True
+        self.dirty_any = True
         boss = self.victim_of[job]
         if boss >= 0:
             self.awaiting[boss] -= 1
@@ -720,12 +724,12 @@ class _Profile:
 
     def free_until(self, g: float, until: float) -> bool:
         """`g` GPUs free from now until `until` (every step before it)."""
-        k = int(np.searchsorted(self.times, until, side="right"))
+        k = int(self.times.searchsorted(until, "right"))
         return bool(self.avail[:k].min() >= g)
 
     def _step(self, at: float) -> int:
         """Make `at` a step of the profile (free GPUs there as just before it); its index."""
-        k = int(np.searchsorted(self.times, at, side="left"))
+        k = int(self.times.searchsorted(at))
         if k < len(self.times) and self.times[k] == at:
             return k
         # by hand: np.insert costs ~20x more than these copies at this size
@@ -751,25 +755,29 @@ class _Profile:
         leaves idle (slurmctld's `_dump_job_sched` shows 1-GPU jobs reserved one after the
         other on an 8-GPU node). In this pooled profile the reservation holds up to
         `node_gpus` (its whole nodes' GPUs) at each step of the window."""
-        times, avail = self.times, self.avail
-        ok = avail >= g
-        if not ok.any():
-            return
-        m = len(times)
-        # first step short of g at or after each step; a start fits if that is past its end
-        bad = np.append(np.flatnonzero(~ok), m)
-        # most starts are among the first steps: look there before searching them all
-        for hi in (min(m, 64), m):
-            next_bad = bad[np.searchsorted(bad, np.arange(hi))]
-            stop = np.searchsorted(times, times[:hi] + lim, side="right")
-            fits = np.flatnonzero(ok[:hi] & (next_bad >= stop))
-            if len(fits):
+        times = self.times
+        ok = self.avail >= g
+        i = int(ok.argmax())
+        if not ok[i]:
+            return  # never g free in the plan
+        # the earliest step from which g stay free for lim: usually the first one that has g
+        # (the profile mostly rises as running jobs end); ndarray methods, not np.* wrappers,
+        # because this runs ~a million times in a long replay
+        while True:
+            if times[i] > horizon:
+                return
+            stop = int(times.searchsorted(times[i] + lim, "right"))
+            window = ok[i:stop]
+            if window.all():
                 break
-        if not len(fits) or times[fits[0]] > horizon:
-            return
-        i = int(fits[0])
+            j = i + int(window.argmin())  # the first step short of g: start after it
+            k = int(ok[j:].argmax())
+            if not ok[j + k]:
+                return
+            i = j + k
         k = self._step(times[i] + lim)
-        self.avail[i:k] -= np.minimum(self.avail[i:k], max(node_gpus, g))
+        held = self.avail[i:k]
+        held -= np.minimum(held, max(node_gpus, g))
 
 
 def _next_tick(t: float, period: float, phase: float) -> float:
