@@ -15,6 +15,7 @@ Why this shape (1M jobs on 8,000 GPUs in ~100 s of one core, benchmarks/README.m
 
 from __future__ import annotations
 
+import array
 import bisect
 import heapq
 import math
@@ -140,8 +141,9 @@ class _Part:
         # for backfill: keys (end, job) with the ends and GPU counts in parallel lists, so
         # that backfill turns them into numpy arrays without a Python loop
         self.end_keys: list[tuple[float, int]] = []
-        self.end_times: list[float] = []
-        self.end_gpus: list[int] = []
+        # (typed arrays: backfill reads them as numpy without a copy of Python floats)
+        self.end_times = array.array("d")
+        self.end_gpus = array.array("d")
         self.pending = 0
         self.size_hist: dict[float, int] = {}  # pending whole-GPU jobs by GPU count
         self.pool_pending = 0  # pending MIG / shard jobs
@@ -166,7 +168,7 @@ class _Part:
     def drop_end(self, end: float, job: int) -> int:
         k = bisect.bisect_left(self.end_keys, (end, job))
         del self.end_keys[k], self.end_times[k]
-        return self.end_gpus.pop(k)
+        return int(self.end_gpus.pop(k))
 
     # whole-GPU placement ---------------------------------------------------------------
     def _set_free(self, node: int, value: int) -> None:
@@ -450,14 +452,6 @@ class Replay:
             self.state[job] == PENDING and self.where[job] == -1 - q and self.eligible[job] == elig
         )
 
-    def _best(self, heads: list[tuple[int, int]], t: float) -> tuple[int, int] | None:
-        best, best_key = None, None
-        for src, job in heads:
-            key = (-self._priority(job, t), job)
-            if best_key is None or key < best_key:
-                best, best_key = (src, job), key
-        return best
-
     def _pop(self, part: _Part, src: int) -> None:
         if src >= 0:
             part.queues[src].popleft()
@@ -491,18 +485,36 @@ class Replay:
 
     # ----------------------------------------------------------------------- main pass
     def _main_pass(self, part: _Part, t: float) -> None:
-        while part.pending:
-            heads = self._heads(part)
-            best = self._best(heads, t)
-            if best is None:
-                return
-            src, job = best
-            if self._try_start(part, job, t):
-                self._pop(part, src)
-                continue
-            if self.preempts[self.qos_of[job]] and not self.awaiting[job]:
-                self._preempt_for(part, job, t)
+        if not part.pending:
             return
+        # the heads of the FIFOs in priority order; after a start only that source's next
+        # job is looked at (priorities do not change within a pass)
+        cand = [((-self._priority(job, t), job), src, job) for src, job in self._heads(part)]
+        heapq.heapify(cand)
+        while cand:
+            _, src, job = cand[0]
+            if not self._try_start(part, job, t):
+                if self.preempts[self.qos_of[job]] and not self.awaiting[job]:
+                    self._preempt_for(part, job, t)
+                return
+            self._pop(part, src)
+            nxt = self._source_head(part, src)
+            if nxt < 0:
+                heapq.heappop(cand)
+            else:
+                heapq.heapreplace(cand, ((-self._priority(nxt, t), nxt), src, nxt))
+
+    def _source_head(self, part: _Part, src: int) -> int:
+        """The live head of one FIFO (src = QOS) or requeue heap (-1 - QOS); -1 if none."""
+        if src >= 0:
+            dq, state, where = part.queues[src], self.state, self.where
+            while dq and (state[dq[0]] != PENDING or where[dq[0]] != src):
+                dq.popleft()
+            return dq[0] if dq else -1
+        rq, q = part.requeued[-1 - src], -1 - src
+        while rq and not self._live_requeued(rq[0], q):
+            heapq.heappop(rq)
+        return rq[0][1] if rq else -1
 
     def _slice_choice(self, part: _Part, job: int, any_free: bool = True) -> tuple | None:
         """Where a 1-GPU job whose measured memory fits a slice may run instead: the MIG
@@ -711,9 +723,10 @@ class Replay:
 class _Profile:
     """Free whole GPUs over time for one backfill pass: `avail[i]` from `times[i]` on."""
 
-    def __init__(self, t: float, free: float, ends: list[float], gpus: list[int]) -> None:
-        end = np.maximum(np.array(ends, dtype=float), t + 1.0)
-        cum = free + np.cumsum(np.array(gpus, dtype=float))
+    def __init__(self, t: float, free: float, ends: array.array, gpus: array.array) -> None:
+        # frombuffer views are dropped at the end of __init__ (the arrays may grow again)
+        end = np.maximum(np.frombuffer(ends, dtype=float), t + 1.0)
+        cum = free + np.frombuffer(gpus, dtype=float).cumsum()
         if len(end):  # one step per distinct time: the last cumulative value of a run
             last = np.empty(len(end), dtype=bool)
             last[:-1] = end[1:] != end[:-1]
@@ -768,7 +781,7 @@ class _Profile:
                 return
             stop = int(times.searchsorted(times[i] + lim, "right"))
             window = ok[i:stop]
-            if window.all():
+            if _all(window):
                 break
             j = i + int(window.argmin())  # the first step short of g: start after it
             k = int(ok[j:].argmax())
@@ -778,6 +791,9 @@ class _Profile:
         k = self._step(times[i] + lim)
         held = self.avail[i:k]
         held -= np.minimum(held, max(node_gpus, g))
+
+
+_all = np.logical_and.reduce  # ndarray.all() without its Python-level wrapper
 
 
 def _next_tick(t: float, period: float, phase: float) -> float:
