@@ -150,6 +150,7 @@ class _Part:
         self.dirty = False  # something changed: run the main pass
         self.kick_at = INF  # when the scheduler takes the jobs submitted since its last pass
         self.changed = False  # something changed since the last backfill pass
+        self.min_limit = 0.0  # the shortest time limit of any of its jobs (backfill's cut)
 
     def fits_some(self, free: float) -> bool:
         """Whether some pending whole-GPU job asks for at most `free` GPUs."""
@@ -242,6 +243,11 @@ class Replay:
                 self.parts.append(None)
                 continue
             self.parts.append(_Part(k, pm, len(trace.qos_names)))
+        limits = trace.timelimit_s
+        for k, part in enumerate(self.parts):
+            mine = limits[trace.partition == k]
+            if part is not None and len(mine):
+                part.min_limit = float(mine.min())
         # hot per-job data as Python lists (numpy scalar access is ~10x slower per item)
         self.submit = (
             _spread(trace.submit_s).tolist() if config.spread_submits else trace.submit_s.tolist()
@@ -688,6 +694,12 @@ class Replay:
         blocked: list[int] = []  # tested jobs that cannot start now (reservations owed)
         reserved = 0
         horizon = t + cfg.bf_window_s
+        # a later job can start now only if its GPUs stay free for its limit, at least the
+        # partition's shortest: once fewer than the smallest pending job's GPUs stay free
+        # that long, nothing later in this pass can start and its reservations change
+        # nothing (the profile is dropped after the pass); a deep queue stops there
+        smallest = min((g for g, c in part.size_hist.items() if c > 0), default=INF)
+        shortest = t + part.min_limit
         for job in self._in_order(part, t, cfg.bf_max_job_test):
             if self.state[job] != PENDING or self.eligible[job] > t:
                 continue
@@ -711,7 +723,9 @@ class Replay:
             elif reserved < cfg.bf_max_reservations:
                 prof.reserve(g, lim, horizon, self._node_gpus(part, job))
                 reserved += 1
-            if prof.avail[0] <= 0 and not (part.pool_pending and part.has_free()):
+            if not (part.pool_pending and part.has_free()) and (
+                prof.avail[0] <= 0 or prof.free_for(shortest) < smallest
+            ):
                 break
 
     def _node_gpus(self, part: _Part, job: int) -> float:
@@ -739,6 +753,10 @@ class _Profile:
         """`g` GPUs free from now until `until` (every step before it)."""
         k = int(self.times.searchsorted(until, "right"))
         return bool(self.avail[:k].min() >= g)
+
+    def free_for(self, until: float) -> float:
+        """The GPUs free from now until `until` (the least of every step before it)."""
+        return float(self.avail[: int(self.times.searchsorted(until, "right"))].min())
 
     def _step(self, at: float) -> int:
         """Make `at` a step of the profile (free GPUs there as just before it); its index."""
