@@ -15,6 +15,7 @@ Why this shape (1M jobs on 8,000 GPUs in ~100 s of one core, benchmarks/README.m
 
 from __future__ import annotations
 
+import array
 import bisect
 import heapq
 import math
@@ -53,16 +54,28 @@ class SchedConfig:
     bf_max_reservations: int = 500
     backfill: bool = True
     requeue_delay_s: int = 120  # a requeued job's BeginTime (seen on 22.05: ~2 minutes)
-    # slurmctld does not start a batch job inside its submit RPC: the scheduler thread takes
-    # it on its next pass (seen on 22.05 with batch_sched_delay=0: a burst of submits is
-    # first scheduled in the following second, highest priority first)
-    submit_sched_delay_s: float = 1.0
-    # a job's GPUs return to the scheduler this long after its End (completing: step and
-    # epilog teardown, then the next pass). Measured on 22.05 here: an 8-GPU job starts 0-1 s
-    # (sacct's resolution) after the last job on its node ends, 0.4 s on average; 0.5 s
-    # brought the replayed mean wait of two recorded traces within 5-7 % (docs/replay.md).
-    # Negligible for jobs of hours; it matters only for the seconds-long test traces.
-    release_delay_s: float = 0.5
+    # slurmctld's main scheduler does not run at each event: submits and job ends only flag
+    # it, and its background thread runs it on its next tick, about once a second (seen on
+    # 22.05 with batch_sched_delay=0: every "sched: Allocate" line of a 200-job burst falls
+    # on a 1 s tick whose phase drifts slowly). 0 runs it at each event instead.
+    sched_tick_s: float = 1.0
+    # where in the second the main scheduler's tick and the backfill pass fall. Unknowable
+    # from sacct (1 s resolution); the two differ so that neither always goes first (seen:
+    # the main tick early in the second, backfill drifting through it, bf_interval after the
+    # end of its previous pass).
+    sched_tick_phase_s: float = 0.0
+    bf_phase_s: float = 0.5
+    # sacct's Submit has 1 s resolution, but job ids are given in submit order: jobs that
+    # share a Submit second are spread evenly over it in that order (a burst of sbatch
+    # calls is seen by a pass in the middle of the second only up to where it had got).
+    spread_submits: bool = True
+    # a fixed delay before a submitted job is first scheduled (0: the next tick or pass)
+    submit_sched_delay_s: float = 0.0
+    # a job's GPUs return this long after its End: the step's teardown and the completing
+    # state (here ~10-60 ms: sleep N runs N + ~0.06 s). Small, but it decides that a job
+    # ending on a pass's tick is seen by the following pass, as in slurmctld. Negligible
+    # for jobs of minutes or more.
+    release_delay_s: float = 0.05
     slice_headroom: float = 0.1  # a whole-GPU job fits a slice if need * 1.1 <= its memory
 
 
@@ -128,14 +141,16 @@ class _Part:
         # for backfill: keys (end, job) with the ends and GPU counts in parallel lists, so
         # that backfill turns them into numpy arrays without a Python loop
         self.end_keys: list[tuple[float, int]] = []
-        self.end_times: list[float] = []
-        self.end_gpus: list[int] = []
+        # (typed arrays: backfill reads them as numpy without a copy of Python floats)
+        self.end_times = array.array("d")
+        self.end_gpus = array.array("d")
         self.pending = 0
         self.size_hist: dict[float, int] = {}  # pending whole-GPU jobs by GPU count
         self.pool_pending = 0  # pending MIG / shard jobs
         self.dirty = False  # something changed: run the main pass
         self.kick_at = INF  # when the scheduler takes the jobs submitted since its last pass
         self.changed = False  # something changed since the last backfill pass
+        self.min_limit = 0.0  # the shortest time limit of any of its jobs (backfill's cut)
 
     def fits_some(self, free: float) -> bool:
         """Whether some pending whole-GPU job asks for at most `free` GPUs."""
@@ -154,7 +169,7 @@ class _Part:
     def drop_end(self, end: float, job: int) -> int:
         k = bisect.bisect_left(self.end_keys, (end, job))
         del self.end_keys[k], self.end_times[k]
-        return self.end_gpus.pop(k)
+        return int(self.end_gpus.pop(k))
 
     # whole-GPU placement ---------------------------------------------------------------
     def _set_free(self, node: int, value: int) -> None:
@@ -228,8 +243,15 @@ class Replay:
                 self.parts.append(None)
                 continue
             self.parts.append(_Part(k, pm, len(trace.qos_names)))
+        limits = trace.timelimit_s
+        for k, part in enumerate(self.parts):
+            mine = limits[trace.partition == k]
+            if part is not None and len(mine):
+                part.min_limit = float(mine.min())
         # hot per-job data as Python lists (numpy scalar access is ~10x slower per item)
-        self.submit = trace.submit_s.tolist()
+        self.submit = (
+            _spread(trace.submit_s).tolist() if config.spread_submits else trace.submit_s.tolist()
+        )
         self.duration = trace.duration_s.tolist()
         self.limit = trace.timelimit_s.tolist()
         self.gpus = trace.gpus.tolist()
@@ -256,18 +278,22 @@ class Replay:
         self.runs = RunLog([], [], [], [], [], [])
         self.preemptions = 0
         self.unrunnable: dict[str, int] = {}
+        self.dirty_any = False  # some partition's main pass is due
 
     # ----------------------------------------------------------------------- main loop
     def run(self) -> ReplayOutcome:
         submit, n = self.submit, len(self.submit)
         heap = self.heap
         nxt = 0
-        bf = self.cfg.bf_interval_s
-        next_bf = INF
+        parts = [p for p in self.parts if p is not None]
+        bf, bf_phase = self.cfg.bf_interval_s, self.cfg.bf_phase_s
+        tick, tick_phase = self.cfg.sched_tick_s, self.cfg.sched_tick_phase_s
+        backfill = self.cfg.backfill
+        next_bf = next_main = INF
         while True:
             t_sub = submit[nxt] if nxt < n else INF
             t_evt = heap[0][0] if heap else INF
-            t = min(t_sub, t_evt, next_bf)
+            t = min(t_sub, t_evt, next_bf, next_main)
             if t == INF:
                 break
             while heap and heap[0][0] <= t:
@@ -276,20 +302,23 @@ class Replay:
             while nxt < n and submit[nxt] <= t:
                 self._submit(nxt)
                 nxt += 1
-            for part in self.parts:
-                if part is not None and part.dirty:
-                    part.dirty = False
-                    self._main_pass(part, t)
-            if self.cfg.backfill and t >= next_bf:
-                for part in self.parts:
-                    if part is not None and part.pending and part.changed and part.has_free():
+            if tick <= 0 or t >= next_main:
+                next_main = INF
+                self.dirty_any = False
+                for part in parts:
+                    if part.dirty:
+                        part.dirty = False
+                        self._main_pass(part, t)
+            if backfill and t >= next_bf:
+                for part in parts:
+                    if part.pending and part.changed and part.has_free():
                         part.changed = False
                         self._backfill(part, t)
-            if self.cfg.backfill and any(p is not None and p.pending for p in self.parts):
-                if next_bf <= t or next_bf == INF:
-                    next_bf = (math.floor(t / bf) + 1) * bf
-            else:
-                next_bf = INF
+            if tick > 0 and next_main == INF and self.dirty_any:
+                # the next tick strictly after t: an event on a tick is seen by the next one
+                next_main = _next_tick(t, tick, tick_phase)
+            if backfill and (next_bf <= t or next_bf == INF):
+                next_bf = _next_tick(t, bf, bf_phase) if any(p.pending for p in parts) else INF
         return self._outcome()
 
     def _outcome(self) -> ReplayOutcome:
@@ -308,6 +337,7 @@ class Replay:
         if kind == _KICK:  # the scheduler's pass after submits (job = partition index)
             part = self.parts[job]
             part.dirty = part.changed = True
+            self.dirty_any = True
             part.kick_at = INF
             return
         if run != self.run_id[job]:
@@ -319,6 +349,7 @@ class Replay:
             self.where[job] = -1 - q
             self._queued(part, job, +1)
             part.dirty = part.changed = True
+            self.dirty_any = True
             return
         st = self.state[job]
         if st not in (RUNNING, GRACE):
@@ -371,6 +402,7 @@ class Replay:
         part.changed = True
         if self.cfg.submit_sched_delay_s <= 0:
             part.dirty = True
+            self.dirty_any = True
         elif part.kick_at == INF:
             part.kick_at = self.submit[job] + self.cfg.submit_sched_delay_s
             heapq.heappush(self.heap, (part.kick_at, _KICK, part.index, 0))
@@ -426,14 +458,6 @@ class Replay:
             self.state[job] == PENDING and self.where[job] == -1 - q and self.eligible[job] == elig
         )
 
-    def _best(self, heads: list[tuple[int, int]], t: float) -> tuple[int, int] | None:
-        best, best_key = None, None
-        for src, job in heads:
-            key = (-self._priority(job, t), job)
-            if best_key is None or key < best_key:
-                best, best_key = (src, job), key
-        return best
-
     def _pop(self, part: _Part, src: int) -> None:
         if src >= 0:
             part.queues[src].popleft()
@@ -467,18 +491,36 @@ class Replay:
 
     # ----------------------------------------------------------------------- main pass
     def _main_pass(self, part: _Part, t: float) -> None:
-        while part.pending:
-            heads = self._heads(part)
-            best = self._best(heads, t)
-            if best is None:
-                return
-            src, job = best
-            if self._try_start(part, job, t):
-                self._pop(part, src)
-                continue
-            if self.preempts[self.qos_of[job]] and not self.awaiting[job]:
-                self._preempt_for(part, job, t)
+        if not part.pending:
             return
+        # the heads of the FIFOs in priority order; after a start only that source's next
+        # job is looked at (priorities do not change within a pass)
+        cand = [((-self._priority(job, t), job), src, job) for src, job in self._heads(part)]
+        heapq.heapify(cand)
+        while cand:
+            _, src, job = cand[0]
+            if not self._try_start(part, job, t):
+                if self.preempts[self.qos_of[job]] and not self.awaiting[job]:
+                    self._preempt_for(part, job, t)
+                return
+            self._pop(part, src)
+            nxt = self._source_head(part, src)
+            if nxt < 0:
+                heapq.heappop(cand)
+            else:
+                heapq.heapreplace(cand, ((-self._priority(nxt, t), nxt), src, nxt))
+
+    def _source_head(self, part: _Part, src: int) -> int:
+        """The live head of one FIFO (src = QOS) or requeue heap (-1 - QOS); -1 if none."""
+        if src >= 0:
+            dq, state, where = part.queues[src], self.state, self.where
+            while dq and (state[dq[0]] != PENDING or where[dq[0]] != src):
+                dq.popleft()
+            return dq[0] if dq else -1
+        rq, q = part.requeued[-1 - src], -1 - src
+        while rq and not self._live_requeued(rq[0], q):
+            heapq.heappop(rq)
+        return rq[0][1] if rq else -1
 
     def _slice_choice(self, part: _Part, job: int, any_free: bool = True) -> tuple | None:
         """Where a 1-GPU job whose measured memory fits a slice may run instead: the MIG
@@ -573,6 +615,7 @@ class Replay:
         runs.preempted.append(preempted)
         self.alloc[job] = None
         part.dirty = part.changed = True
+        self.dirty_any = True
         boss = self.victim_of[job]
         if boss >= 0:
             self.awaiting[boss] -= 1
@@ -651,6 +694,12 @@ class Replay:
         blocked: list[int] = []  # tested jobs that cannot start now (reservations owed)
         reserved = 0
         horizon = t + cfg.bf_window_s
+        # a later job can start now only if its GPUs stay free for its limit, at least the
+        # partition's shortest: once fewer than the smallest pending job's GPUs stay free
+        # that long, nothing later in this pass can start and its reservations change
+        # nothing (the profile is dropped after the pass); a deep queue stops there
+        smallest = min((g for g, c in part.size_hist.items() if c > 0), default=INF)
+        shortest = t + part.min_limit
         for job in self._in_order(part, t, cfg.bf_max_job_test):
             if self.state[job] != PENDING or self.eligible[job] > t:
                 continue
@@ -664,25 +713,34 @@ class Replay:
                 continue
             for b in blocked:
                 if reserved < cfg.bf_max_reservations:
-                    prof.reserve(self.gpus[b], self.limit[b], horizon)
+                    nodes = self._node_gpus(part, b)
+                    prof.reserve(self.gpus[b], self.limit[b], horizon, nodes)
                     reserved += 1
             blocked = []
             lim = self.limit[job]
             if prof.free_until(g, t + lim) and self._try_start(part, job, t):
                 prof.hold(0, g, t + lim)
             elif reserved < cfg.bf_max_reservations:
-                prof.reserve(g, lim, horizon)
+                prof.reserve(g, lim, horizon, self._node_gpus(part, job))
                 reserved += 1
-            if prof.avail[0] <= 0 and not (part.pool_pending and part.has_free()):
+            if not (part.pool_pending and part.has_free()) and (
+                prof.avail[0] <= 0 or prof.free_for(shortest) < smallest
+            ):
                 break
+
+    def _node_gpus(self, part: _Part, job: int) -> float:
+        """The GPUs of the whole nodes a backfill reservation for `job` takes."""
+        per = part.max_cap or 1
+        return float(-(-int(self.gpus[job]) // per) * per)
 
 
 class _Profile:
     """Free whole GPUs over time for one backfill pass: `avail[i]` from `times[i]` on."""
 
-    def __init__(self, t: float, free: float, ends: list[float], gpus: list[int]) -> None:
-        end = np.maximum(np.array(ends, dtype=float), t + 1.0)
-        cum = free + np.cumsum(np.array(gpus, dtype=float))
+    def __init__(self, t: float, free: float, ends: array.array, gpus: array.array) -> None:
+        # frombuffer views are dropped at the end of __init__ (the arrays may grow again)
+        end = np.maximum(np.frombuffer(ends, dtype=float), t + 1.0)
+        cum = free + np.frombuffer(gpus, dtype=float).cumsum()
         if len(end):  # one step per distinct time: the last cumulative value of a run
             last = np.empty(len(end), dtype=bool)
             last[:-1] = end[1:] != end[:-1]
@@ -693,12 +751,16 @@ class _Profile:
 
     def free_until(self, g: float, until: float) -> bool:
         """`g` GPUs free from now until `until` (every step before it)."""
-        k = int(np.searchsorted(self.times, until, side="left"))
+        k = int(self.times.searchsorted(until, "right"))
         return bool(self.avail[:k].min() >= g)
+
+    def free_for(self, until: float) -> float:
+        """The GPUs free from now until `until` (the least of every step before it)."""
+        return float(self.avail[: int(self.times.searchsorted(until, "right"))].min())
 
     def _step(self, at: float) -> int:
         """Make `at` a step of the profile (free GPUs there as just before it); its index."""
-        k = int(np.searchsorted(self.times, at, side="left"))
+        k = int(self.times.searchsorted(at))
         if k < len(self.times) and self.times[k] == at:
             return k
         # by hand: np.insert costs ~20x more than these copies at this size
@@ -715,27 +777,66 @@ class _Profile:
         k = self._step(until)
         self.avail[i:k] -= g
 
-    def reserve(self, g: float, lim: float, horizon: float) -> None:
-        """Hold `g` GPUs for `lim` seconds from the earliest step where they are free that
-        long (Slurm's backfill reservation); nothing when that is past `horizon` (bf_window)."""
-        times, avail = self.times, self.avail
-        ok = avail >= g
-        if not ok.any():
-            return
-        m = len(times)
-        # first step short of g at or after each step; a start fits if that is past its end
-        bad = np.append(np.flatnonzero(~ok), m)
-        # most starts are among the first steps: look there before searching them all
-        for hi in (min(m, 64), m):
-            next_bad = bad[np.searchsorted(bad, np.arange(hi))]
-            stop = np.searchsorted(times, times[:hi] + lim, side="left")
-            fits = np.flatnonzero(ok[:hi] & (next_bad >= stop))
-            if len(fits):
+    def reserve(self, g: float, lim: float, horizon: float, node_gpus: float) -> None:
+        """Reserve for a job of `g` GPUs and `lim` seconds at the earliest step where `g` are
+        free that long; nothing when that is past `horizon` (bf_window).
+
+        Slurm's backfill plans whole nodes: a pending job's reservation takes the node(s) it
+        would start on out of every later job's plan for its window, whatever GPUs of them it
+        leaves idle (slurmctld's `_dump_job_sched` shows 1-GPU jobs reserved one after the
+        other on an 8-GPU node). In this pooled profile the reservation holds up to
+        `node_gpus` (its whole nodes' GPUs) at each step of the window."""
+        times = self.times
+        ok = self.avail >= g
+        i = int(ok.argmax())
+        if not ok[i]:
+            return  # never g free in the plan
+        # the earliest step from which g stay free for lim: usually the first one that has g
+        # (the profile mostly rises as running jobs end); ndarray methods, not np.* wrappers,
+        # because this runs ~a million times in a long replay
+        while True:
+            if times[i] > horizon:
+                return
+            stop = int(times.searchsorted(times[i] + lim, "right"))
+            window = ok[i:stop]
+            if _all(window):
                 break
-        if not len(fits) or times[fits[0]] > horizon:
-            return
-        i = int(fits[0])
-        self.hold(i, g, times[i] + lim)
+            j = i + int(window.argmin())  # the first step short of g: start after it
+            k = int(ok[j:].argmax())
+            if not ok[j + k]:
+                return
+            i = j + k
+        k = self._step(times[i] + lim)
+        held = self.avail[i:k]
+        held -= np.minimum(held, max(node_gpus, g))
+
+
+_all = np.logical_and.reduce  # ndarray.all() without its Python-level wrapper
+
+
+def _next_tick(t: float, period: float, phase: float) -> float:
+    """The first time phase + k * period strictly after t (robust to float rounding)."""
+    nxt = (math.floor((t - phase) / period) + 1) * period + phase
+    while nxt <= t:
+        nxt += period
+    return nxt
+
+
+def _spread(submit: np.ndarray) -> np.ndarray:
+    """Whole-second submits (sacct's) spread over their second in the trace's (job id)
+    order: the k-th of m jobs submitted in second S at S + k/m. Other times are kept."""
+    out = np.array(submit, dtype=float)
+    whole = np.isfinite(out) & (out == np.floor(out))
+    if not len(out) or not whole.any():
+        return out
+    # position of each job within its run of equal submits (the trace is sorted by submit)
+    new_run = np.ones(len(out), dtype=bool)
+    new_run[1:] = out[1:] != out[:-1]
+    starts = np.flatnonzero(new_run)
+    lengths = np.diff(np.append(starts, len(out)))
+    pos = np.arange(len(out)) - np.repeat(starts, lengths)
+    size = np.repeat(lengths, lengths)
+    return np.where(whole, out + pos / size, out)
 
 
 def replay(trace: ReplayTrace, model: ClusterModel, config: SchedConfig | None = None):

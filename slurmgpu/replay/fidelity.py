@@ -16,6 +16,7 @@ class Fidelity:
     mean_wait_error: float  # |replayed - recorded| / recorded
     same_order_fraction: float  # strict: largest share of jobs keeping their relative order
     pair_order_agreement: float  # share of job pairs started in the same order (Kendall)
+    same_rank_fraction: float  # share of jobs at the same rank (ties: the same second)
 
 
 def same_order_fraction(recorded_start: np.ndarray, replayed_start: np.ndarray) -> float:
@@ -56,7 +57,31 @@ def fidelity(
         err,
         same_order_fraction(recorded_start[ok], replayed_start[ok]),
         pair_order_agreement(recorded_start[ok], replayed_start[ok]),
+        same_rank_fraction(recorded_start[ok], replayed_start[ok]),
     )
+
+
+def same_rank_fraction(recorded_start: np.ndarray, replayed_start: np.ndarray) -> float:
+    """The share of jobs whose rank in the start sequence is the same in both.
+
+    sacct records starts to the second, so the jobs started in one second are tied: a job's
+    rank is the range [jobs started in earlier seconds, that + jobs in its second - 1], in
+    each sequence (replayed starts are truncated to the second, as sacct would record them).
+    A job counts when its two ranges overlap: some order of the ties gives it the same
+    place in both. One job started far too early shifts every job it overtook, so this is
+    much stricter than `same_order_fraction`.
+    """
+
+    def ranks(start: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        sec = np.floor(np.asarray(start, float) + 1e-9)
+        ordered = np.sort(sec)
+        return ordered.searchsorted(sec, "left"), ordered.searchsorted(sec, "right") - 1
+
+    if not len(recorded_start):
+        return 1.0
+    rec_lo, rec_hi = ranks(recorded_start)
+    rep_lo, rep_hi = ranks(replayed_start)
+    return float(np.mean((rec_lo <= rep_hi) & (rep_lo <= rec_hi)))
 
 
 def pair_order_agreement(recorded_start: np.ndarray, replayed_start: np.ndarray) -> float:

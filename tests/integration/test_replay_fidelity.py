@@ -6,11 +6,13 @@ node, 8 GPUs) configured with multifactor priority (QOS + age) and backfill ever
 Its sacct is then replayed with the same configuration read from the live cluster (`--live`:
 scontrol show config, sacctmgr show qos, scontrol show node/partition).
 
-Targets (issue #10): the replayed mean wait within 10 % of the recorded one, and >= 90 % in the
-same start order, read as job PAIRS started in the same order
-(`slurmgpu.replay.fidelity.pair_order_agreement`). The stricter per-job reading (the largest
-set of jobs keeping their relative order, `same_order_fraction`) is printed and recorded in
-docs/replay.md; it stays below 90 % on these seconds-long traces (see there why).
+Targets (issue #10): the replayed mean wait within 10 % of the recorded one, and >= 90 % in
+the same start order. Asserted: the mean wait; job PAIRS started in the same order >= 90 %
+(`pair_order_agreement`); and the share of jobs keeping their relative order
+(`same_order_fraction`) >= 55 %. That last one is NOT the issue's 90 %: three recorded runs
+of this very trace on the same slurmctld agree with each other at only 68-81 %
+(tests/unit/replay/test_fidelity_recorded.py), and the replay agrees with them as well as
+they agree with each other (docs/replay.md, "Fidelity").
 """
 
 from __future__ import annotations
@@ -139,5 +141,7 @@ def test_replay_matches_slurmctld(recorded, monkeypatch):
     assert f.recorded_mean_wait_s > 20  # a real queue formed, or the test proves nothing
     assert f.mean_wait_error <= 0.10, f
     assert f.pair_order_agreement >= 0.90, f
-    assert f.same_order_fraction >= 0.5, f  # far below: a broken priority order (docs)
+    # slurmctld vs itself on this trace: 0.675-0.81, the replay 0.665-0.79 (docs/replay.md);
+    # the floor leaves room for a noisier run; far below it: a broken priority order
+    assert f.same_order_fraction >= 0.55, f
     assert np.isclose(base["wait_s"]["mean"], f.replayed_mean_wait_s)

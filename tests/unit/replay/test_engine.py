@@ -7,8 +7,15 @@ from slurmgpu.replay.cluster import QosSpec, apply_change, from_capacity
 from slurmgpu.replay.engine import CANCELLED, DONE, UNRUNNABLE, SchedConfig, replay
 from slurmgpu.replay.jobs import MIG, ReplayJob, ReplayTrace
 
-# the hand-worked cases below are about scheduling decisions: no submit/release latency
-EXACT = {"submit_sched_delay_s": 0.0, "release_delay_s": 0.0}
+# the hand-worked cases below are about scheduling decisions: no submit/release latency,
+# the main pass at each event, backfill on whole multiples of bf_interval
+EXACT = {
+    "submit_sched_delay_s": 0.0,
+    "release_delay_s": 0.0,
+    "sched_tick_s": 0.0,
+    "bf_phase_s": 0.0,
+    "spread_submits": False,
+}
 QOS = (QosSpec("p0", 1000, ("p2",)), QosSpec("p1", 500), QosSpec("p2", 100, (), 60))
 
 
@@ -160,11 +167,32 @@ def test_age_lifts_an_old_low_qos_job_over_a_new_one():
     assert starts(trace, out) == {"1": 0, "2": 2000, "3": 2100}
 
 
-def test_submit_and_release_latency_of_slurmctld():
-    # a burst is first scheduled a second after submit, highest priority first; GPUs come
-    # back half a second after a job's End
-    cfg = SchedConfig(submit_sched_delay_s=1.0, release_delay_s=0.5)
-    jobs = [job(1, 0, 10, 8, "p2"), job(2, 0.5, 10, 8, "p0"), job(3, 1, 10, 8, "p1")]
+def test_main_scheduler_runs_on_its_tick_and_backfill_on_its_phase():
+    # slurmctld's main scheduler runs on a 1 s tick (phase 0 here), backfill every
+    # bf_interval at its own phase (0.5); a burst's submits in one second are spread over it
+    cfg = SchedConfig(bf_interval_s=1, release_delay_s=0.05)
+    jobs = [job(1, 0, 10, 8, "p2"), job(2, 0, 10, 8, "p1"), job(3, 0, 10, 8, "p0")]
     trace, out = run(jobs, config=cfg)
-    assert starts(trace, out) == {"2": 1.0, "3": 11.5, "1": 22.0}
-    assert out.end_s[1] == 11.0  # the job's own End is not moved
+    # spread over second 0 (at 0, 1/3, 2/3): the backfill pass at 0.5 sees jobs 1 and 2
+    # and starts the p1 one; its GPUs return at 10.55, the main tick at 11 takes job 3 (p0);
+    # job 3's end (21.05) is first seen by the backfill pass at 21.5
+    assert starts(trace, out) == {"2": 0.5, "3": 11.0, "1": 21.5}
+    assert out.end_s[1] == 10.5  # the job's own End is not moved
+    # without spreading, the pass at 0.5 sees the whole burst: p0 first
+    trace, out = run(jobs, config=SchedConfig(bf_interval_s=1, spread_submits=False))
+    assert starts(trace, out)["3"] == 0.5
+
+
+def test_backfill_reserves_whole_nodes():
+    # Slurm's backfill plans whole nodes: the 8-GPU job blocked behind job 1 reserves the
+    # node from job 1's expected end (t=100) on, so a 1-GPU job of limit 200 may not start
+    # on the 7 idle GPUs at t=10 (it would run into the reservation); one of limit 80 may
+    # (one of 90 would end at 100, exactly when the reservation starts: Slurm counts that
+    # as a conflict too)
+    jobs = [job(1, 0, 50, 1, "p0", limit=100), job(2, 1, 10, 8, "p0"),
+            job(3, 2, 20, 1, "p1", limit=200), job(4, 3, 20, 1, "p1", limit=80)]  # fmt: skip
+    trace, out = run(jobs)
+    s = starts(trace, out)
+    assert s["4"] == 10  # the first backfill pass (bf_interval 10)
+    assert s["2"] == 50  # job 1 ends early: the main pass starts the 8-GPU job at once
+    assert s["3"] == 60  # only after job 2

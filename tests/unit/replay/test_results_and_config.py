@@ -25,7 +25,9 @@ def test_allocation_over_the_recorded_window_and_utilization_series():
         ReplayJob("2", "gpu", "normal", "normal", 0.0, 3600.0, 3600.0, 4.0,
                   recorded_start_s=3600.0, recorded_end_s=7200.0),
     ]  # fmt: skip
-    exact = SchedConfig(submit_sched_delay_s=0, release_delay_s=0)
+    exact = SchedConfig(
+        submit_sched_delay_s=0, release_delay_s=0, sched_tick_s=0, spread_submits=False
+    )
     options = ReplayOptions(capacity={"gpu": 8}, config=exact)
     report = replay_trace(ReplayTrace.from_jobs(jobs), options)
     rec, base = report.recorded, report.baseline
@@ -87,3 +89,25 @@ def test_pair_order_agreement():
     assert pair_order_agreement(rec, rec[::-1].copy()) == 0.0
     # one swapped neighbour pair of 6 pairs
     assert pair_order_agreement(rec, np.array([0.0, 2.0, 1.0, 3.0])) == pytest.approx(5 / 6)
+
+
+def test_same_second_submits_are_spread_in_job_order():
+    from slurmgpu.replay.engine import _spread
+
+    out = _spread(np.array([0.0, 0.0, 0.0, 0.0, 5.0, 7.5, 9.0, 9.0]))
+    # the k-th of m jobs in second S at S + k/m; a fractional time is kept as it is
+    assert out.tolist() == [0.0, 0.25, 0.5, 0.75, 5.0, 7.5, 9.0, 9.5]
+    assert (np.diff(out) >= 0).all()  # still sorted: the run loop relies on it
+
+
+def test_same_rank_counts_ties_within_a_second_and_shifts():
+    from slurmgpu.replay.fidelity import same_order_fraction, same_rank_fraction
+
+    rec = np.array([0.0, 0.0, 1.0, 2.0, 3.0])
+    # the two tied jobs swap (still the same ranks), all in the same seconds: every job
+    assert same_rank_fraction(rec, np.array([0.4, 0.2, 1.5, 2.5, 3.5])) == 1.0
+    # the last job started first: it and every job it overtook change rank, except the two
+    # tied ones (recorded ranks 0-1, replayed 1-2: some order of the ties keeps one place)
+    late_first = np.array([1.0, 1.0, 2.0, 3.0, 0.0])
+    assert same_rank_fraction(rec, late_first) == 0.4
+    assert same_order_fraction(rec, late_first) == 0.8  # only one job out of place
