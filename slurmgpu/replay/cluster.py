@@ -275,7 +275,9 @@ def mig_placement(profiles: list[MigProfile]) -> list[int] | None:
         return False
 
     compute = sum(p.gpu_slices for p in profiles)
-    return starts if compute <= 7 and place(0) else None
+    # the GPU's compute slices: 7 on A100/H100/H200, 4 on A30 (placements bound the memory)
+    limit = profiles[0].compute_slices_of_gpu if profiles else 7
+    return starts if compute <= limit and place(0) else None
 
 
 def _tier(model: ClusterModel, change: TierChange) -> ClusterModel:

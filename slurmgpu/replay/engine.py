@@ -128,7 +128,8 @@ class _Part:
                 entry[0] += count * pool.gpus
                 entry[1] += count * pool.gpus
                 mp = gpu_model.profile(prof) if gpu_model else None
-                entry[3] = (mp.gpu_slices if mp else 1) / COMPUTE_SLICES_PER_GPU
+                # the share of one GPU: 1g is 1/7 of an A100/H100, 1/4 of an A30
+                entry[3] = mp.gpu_fraction if mp else 1 / COMPUTE_SLICES_PER_GPU
         # shards: [free, total, per GPU]; a shard's memory is the GPU's / per GPU
         shard_total = sum(p.gpus * p.per_gpu for p in model.shards)
         per_gpu = max((p.per_gpu for p in model.shards), default=0)

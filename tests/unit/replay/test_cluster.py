@@ -99,3 +99,15 @@ def test_gpu_memory_is_given_per_type_under_any_of_its_names_or_per_partition():
     plain = from_capacity(caps, gpu_types=types)
     assert plain.partition("a").gpu_memory_mib == 15360.0
     assert plain.partition("c").gpu_memory_mib is None
+
+
+def test_an_a30_carve_is_held_to_its_four_compute_slices():
+    from slurmgpu.model.catalog import model_for_type
+    from slurmgpu.replay.cluster import mig_placement
+
+    a30 = model_for_type("a30")
+    one, two = a30.profile("1g.6gb"), a30.profile("2g.12gb")
+    assert mig_placement([one] * 4) is not None
+    assert mig_placement([two, one, one]) is not None
+    assert mig_placement([one] * 5) is None  # 5 slices of a 4-slice GPU
+    assert one.gpu_fraction == 0.25
