@@ -28,7 +28,15 @@ class SnapshotError(SlurmgpuError):
 
 
 class PolicyError(SlurmgpuError):
-    """The site policy file is invalid; the message names the file, key and line."""
+    """The site policy file is invalid; the message names the file, key and line.
+
+    Several problems are one line each in the message; `problems` holds them apart, so that a
+    one-line error report can list them joined by "; " (each problem's own text still shown
+    with its control characters escaped)."""
+
+    def __init__(self, message: str, problems: tuple[str, ...] = ()) -> None:
+        super().__init__(message)
+        self.problems = problems or (message,)
 
 
 class ConfigCheckError(SlurmgpuError):

@@ -22,7 +22,7 @@ from contextlib import contextmanager
 
 import click
 
-from slurmgpu.errors import SlurmgpuError
+from slurmgpu.errors import PolicyError, SlurmgpuError
 
 BUG_EXIT = 70
 _MAX_LINE = 400  # a message quoting hostile input is cut, never allowed to run on for pages
@@ -52,6 +52,8 @@ def describe_os_error(exc: OSError) -> str:
 
 def expected_failure(exc: BaseException) -> str | None:
     """The message for a failure a user can cause and fix, or None for a bug."""
+    if isinstance(exc, PolicyError) and len(exc.problems) > 1:
+        return "; ".join(one_line(p) for p in exc.problems)
     if isinstance(exc, SlurmgpuError):
         return str(exc)
     if isinstance(exc, UnicodeDecodeError):

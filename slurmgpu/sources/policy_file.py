@@ -353,7 +353,7 @@ def parse_policy(source: str, path: str = "<policy>") -> Policy:
 
     gpu_memory = _gpu_memory(check, data.get("gpu_memory", {}))
     if check.errors:
-        raise PolicyError("\n".join(check.errors))
+        raise PolicyError("\n".join(check.errors), tuple(check.errors))
     return Policy(
         gpu_memory_mib=gpu_memory,
         tiers=tiers,

@@ -226,3 +226,14 @@ def test_a_very_long_message_is_cut(tmp_path):
     run = cli(*GEN, "--output", tmp_path / ("d" * 3000) / "gres.conf")
     line = assert_one_error(run, 1)
     assert len(line) <= len("slurmgpu: error: ") + 400 and line.endswith("...")
+
+
+def test_a_policy_with_several_problems_lists_them_on_one_line(tmp_path):
+    policy = tmp_path / "pol.toml"
+    policy.write_text('[gpu_memory]\nt4 = "16G"\n')
+    dump = ROOT / "tests" / "data" / "sacct" / "synthetic-mix.txt"
+    res = cli("analyze", "--sacct-file", dump, "--policy", policy)
+    assert res.code == 1 and res.stderr.count("\n") == 1, res.stderr
+    assert "\\n" not in res.stderr  # no escaped line break between the problems
+    assert f"{policy}:1: tiers: missing" in res.stderr
+    assert f"; {policy}:1: default_tier: missing" in res.stderr
