@@ -237,8 +237,12 @@ def replay_trace(trace: ReplayTrace, options: ReplayOptions) -> ReplayReport:
 def _check_qos(change: Change, model: ClusterModel, trace: ReplayTrace) -> None:
     """A `tier:` change must name a QOS the policy or the dumps know (a typo replays to "no
     difference", which would read as "no effect")."""
-    from slurmgpu.replay.changes import TierChange
+    from slurmgpu.replay.changes import TierChange, Together
 
+    if isinstance(change, Together):
+        for one in change.changes:
+            _check_qos(one, model, trace)
+        return
     if not isinstance(change, TierChange):
         return
     known = {q.name for q in model.qos} | set(trace.qos_names)

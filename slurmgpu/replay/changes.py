@@ -9,6 +9,8 @@ string), so `analyze` recommendations can emit them and `replay` can read them b
     tier:QOS:KEY=VALUE[,KEY=VALUE]             a QOS's priority / preemption / grace time
                                                (keys: priority, preempts (QOS+QOS or "none"),
                                                grace_s, mode (requeue|cancel|off))
+    CHANGE + CHANGE                            several together, one scenario (a
+                                               recommendation's `changes`)
 """
 
 from __future__ import annotations
@@ -95,11 +97,33 @@ class TierChange:
         return f"tier:{self.qos}:" + ",".join(parts)
 
 
-Change = Move | Carve | Shard | TierChange
+@dataclass(frozen=True)
+class Together:
+    """Several changes applied together as one scenario, in order (`A + B`): what a
+    recommendation's `changes` list is (a carve in two layouts)."""
+
+    changes: tuple[Move | Carve | Shard | TierChange, ...]
+
+    def format(self) -> str:
+        return TOGETHER.join(c.format() for c in self.changes)
+
+
+Change = Move | Carve | Shard | TierChange | Together
+TOGETHER = " + "  # spaces required: `preempts=p1+p2` is one change
 
 
 def parse_change(text: str) -> Change:
-    """One change string -> its dataclass; UsageError naming the string when it is malformed."""
+    """One change string -> its dataclass; UsageError naming the string when it is malformed.
+
+    `A + B` (spaces around the `+`) is the changes A and B together, one scenario."""
+    if re.search(r"\s\+\s", text):
+        parts = [p.strip() for p in re.split(r"\s+\+\s+", text.strip())]
+        parsed = []
+        for part in parts:
+            if not part:
+                raise UsageError(f"change {text!r}: an empty change around ' + '")
+            parsed.append(parse_change(part))
+        return Together(tuple(parsed))  # type: ignore[arg-type]
     kind, _, rest = text.strip().partition(":")
     fields = rest.split(":")
     if kind == "move" and len(fields) == 3:

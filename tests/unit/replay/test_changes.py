@@ -47,3 +47,26 @@ def test_bad_changes_are_one_line_usage_errors(text, says):
         parse_change(text)
     assert says in str(err.value)
     assert "\n" not in str(err.value)
+
+
+def test_changes_together_are_one_scenario_and_round_trip():
+    from slurmgpu.replay.changes import Together
+
+    text = "carve:gpu:4:1g.10gb=7 + carve:gpu:2:3g.40gb=2 + tier:p2:preempts=p1+p3"
+    change = parse_change(text)
+    assert isinstance(change, Together) and len(change.changes) == 3
+    assert change.changes[2].preempts == ("p1", "p3")  # `+` inside a change is not a join
+    assert change.format() == text
+    assert parse_change(change.format()) == change
+    for bad in ("carve:gpu:4:1g.10gb=7 + ", "move:a:b:8 +  + move:a:c:8"):
+        with pytest.raises(UsageError):
+            parse_change(bad)
+
+
+def test_a_recommendations_changes_replay_as_one_scenario():
+    from slurmgpu.replay.cluster import apply_change, from_capacity
+
+    model = from_capacity({"gpu": 16}, gpu_types={"gpu": "nvidia_a100-sxm4-80gb"})
+    both = apply_change(model, parse_change("carve:gpu:4:1g.10gb=7 + carve:gpu:2:3g.40gb=2"))
+    part = both.partition("gpu")
+    assert part.whole_gpus == 10 and [p.gpus for p in part.slices] == [4, 2]
