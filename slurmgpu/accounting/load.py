@@ -30,6 +30,7 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
+import pyarrow.csv as pacsv
 
 from slurmgpu.accounting import columns as columns_mod
 from slurmgpu.accounting import fields, tres
@@ -202,15 +203,9 @@ def _decode_lines(raw: pa.Array, acc: _Accumulator | None) -> pa.Array:
     return pa.array(out, pa.string())
 
 
-def _line_chunks(
-    stream: io.BufferedIOBase, chunk_bytes: int, file: str = "", acc: _Accumulator | None = None
-) -> Iterator[tuple[int, pa.Array]]:
-    """Yield (number of the chunk's first line, its lines as a pyarrow string array).
-
-    Reads blocks of about `chunk_bytes` bytes and splits them into lines with pyarrow
-    (no Python loop per line); a partial last line is carried into the next block.
-    """
-    first = 1
+def _blocks(stream: io.BufferedIOBase, chunk_bytes: int, file: str = "") -> Iterator[bytes]:
+    """Yield blocks of about `chunk_bytes` bytes that end at a line end (the file's last line
+    may lack one); a partial last line is carried into the next block."""
     carry = b""
     offset = 0
     while True:
@@ -218,8 +213,7 @@ def _line_chunks(
         offset += len(block)
         if not block:
             if carry:
-                last = _decode_lines(pa.array([carry], pa.binary()), acc)
-                yield first, pc.utf8_rtrim(last, characters="\r")
+                yield carry
             return
         data = carry + block if carry else block
         cut = data.rfind(b"\n")
@@ -227,11 +221,18 @@ def _line_chunks(
             carry = data
             continue
         carry = data[cut + 1 :]
-        raw = pc.list_flatten(pc.split_pattern(pa.array([data[:cut]], pa.binary()), b"\n"))
-        del data
-        lines = pc.utf8_rtrim(_decode_lines(raw, acc), characters="\r")
-        yield first, lines
-        first += len(lines)
+        yield data[: cut + 1]
+
+
+def _line_count(block: bytes) -> int:
+    return block.count(b"\n") + (0 if block.endswith(b"\n") else 1)
+
+
+def _block_lines(block: bytes, acc: _Accumulator | None) -> pa.Array:
+    """A block's lines as a pyarrow string array (`\r` of CRLF ends removed)."""
+    body = block[:-1] if block.endswith(b"\n") else block
+    raw = pc.list_flatten(pc.split_pattern(pa.array([body], pa.binary()), b"\n"))
+    return pc.utf8_rtrim(_decode_lines(raw, acc), characters="\r")
 
 
 # -------------------------------------------------------------------------------- normalizing
@@ -292,7 +293,7 @@ class _Accumulator:
         self.allocs += kid.allocs
         self.steps += kid.steps
         for name in ("rows_read", "rows_rejected", "step_rows", "blank_lines", "rows_overlap",
-                     "usage_over_100"):  # fmt: skip
+                     "usage_over_100", "latin1_lines"):  # fmt: skip
             setattr(self, name, getattr(self, name) + getattr(kid, name))
         self.reasons.update(kid.reasons)
         self.has_usage |= kid.has_usage
@@ -591,59 +592,210 @@ def _id_text(raw: np.ndarray) -> pa.Array:
     return pc.cast(pc.cast(pa.array(raw), pa.int64()), pa.string())
 
 
+def _line_fields(header: _Header, text: str) -> list[str] | str:
+    """One line's fields (a `|` in the one free-text column joined back), or why it cannot
+    be split: the row-by-row rule, used for the few lines the vectorized split leaves over."""
+    d = header.delimiter
+    if header.trailing_pipe and text.endswith(d):
+        # `-p` ends every line with `|`; strip exactly one so an empty last field survives
+        text = text[: -len(d)]
+    ncols = len(header.columns)
+    tokens = text.split(d)
+    extra = len(tokens) - ncols
+    if extra == 0:
+        return tokens
+    k = header.free_text_index
+    if extra > 0 and k is not None:
+        return [*tokens[:k], d.join(tokens[k : k + extra + 1]), *tokens[k + extra + 1 :]]
+    why = f"wrong column count: {len(tokens)} fields, header has {ncols}"
+    if extra > 0 and len(header.free_text) > 1:
+        names = ", ".join(header.columns[j] for j in header.free_text)
+        why += f" (a '{d}' in one of {names}: ambiguous, not repaired)"
+    return why
+
+
+def _normalize_split(
+    acc: _Accumulator,
+    header: _Header,
+    columns: dict[str, pa.Array],
+    nums: np.ndarray,
+    leftover: list[tuple[int, str]],
+    file: str,
+) -> None:
+    """Normalize rows already split into `columns` (line numbers `nums`) plus `leftover`
+    (line number, text) lines, which are split one by one: repaired, rejected or blank."""
+    fixed_cols: list[list[str]] = []
+    fixed_lines: list[int] = []
+    rej_lines: list[int] = []
+    rej_reasons: list[str] = []
+    for line, text in sorted(leftover):  # rare path: malformed or blank lines only
+        if not text.strip():
+            acc.blank_lines += 1
+            continue
+        got = _line_fields(header, text)
+        if isinstance(got, str):
+            rej_lines.append(line)
+            rej_reasons.append(got)
+        else:
+            fixed_cols.append(got)
+            fixed_lines.append(line)
+    if rej_lines:
+        acc.rows_read += len(rej_lines)
+        acc.reject(file, np.array(rej_lines), rej_reasons)
+    if fixed_cols:
+        for j, name in enumerate(header.columns):
+            if name in columns:
+                extra = pa.array([r[j] for r in fixed_cols], pa.string())
+                columns[name] = pa.concat_arrays([columns[name], extra])
+        nums = np.concatenate([nums, np.array(fixed_lines, dtype=np.int64)])
+        # back in line order, so "first" (duplicates) means first in the file
+        order = np.argsort(nums, kind="stable")
+        columns = {k: v.take(pa.array(order)) for k, v in columns.items()}
+        nums = nums[order]
+    _normalize_chunk(acc, columns, nums, file)
+
+
 def _split_lines(
     acc: _Accumulator, header: _Header, first_line: int, arr: pa.Array, file: str
 ) -> None:
-    """Split one chunk of text lines into columns and normalize them."""
+    """Split one chunk of text lines into columns and normalize them (the general path: any
+    delimiter, any line ends, lines that are not UTF-8)."""
     nums = np.arange(first_line, first_line + len(arr), dtype=np.int64)
     nonblank = pc.not_equal(pc.utf8_trim_whitespace(arr), "").to_numpy(zero_copy_only=False)
     acc.blank_lines += int((~nonblank).sum())
     arr, nums = arr.filter(pa.array(nonblank)), nums[nonblank]
+    whole = arr
     if header.trailing_pipe:
-        # `-p` ends every line with `|`; strip exactly one so an empty last field survives
         d = header.delimiter
         arr = pc.if_else(pc.ends_with(arr, d), pc.utf8_slice_codeunits(arr, 0, -len(d)), arr)
     ncols = len(header.columns)
     parts = pc.split_pattern(arr, header.delimiter)
     counts = pc.list_value_length(parts).to_numpy()
     good = counts == ncols
-    fixed_cols: list[list[str]] = []
-    fixed_lines: list[int] = []
-    if not good.all():
-        bad_idx = np.flatnonzero(~good)
-        rej_lines, rej_reasons = [], []
-        k = header.free_text_index
-        for i in bad_idx.tolist():  # rare path: malformed lines only
-            tokens = arr[i].as_py().split(header.delimiter)
-            extra = len(tokens) - ncols
-            if extra > 0 and k is not None:
-                joined = header.delimiter.join(tokens[k : k + extra + 1])
-                merged = [*tokens[:k], joined, *tokens[k + extra + 1 :]]
-                fixed_cols.append(merged)
-                fixed_lines.append(int(nums[i]))
-            else:
-                rej_lines.append(int(nums[i]))
-                why = f"wrong column count: {len(tokens)} fields, header has {ncols}"
-                if extra > 0 and len(header.free_text) > 1:
-                    names = ", ".join(header.columns[j] for j in header.free_text)
-                    why += f" (a '{header.delimiter}' in one of {names}: ambiguous, not repaired)"
-                rej_reasons.append(why)
-        if rej_lines:
-            acc.rows_read += len(rej_lines)
-            acc.reject(file, np.array(rej_lines), rej_reasons)
-    goodm = pa.array(good)
-    flat = pc.list_flatten(parts.filter(goodm))
+    leftover = [(int(nums[i]), whole[i].as_py()) for i in np.flatnonzero(~good).tolist()]
+    flat = pc.list_flatten(parts.filter(pa.array(good)))
     ngood = int(good.sum())
     columns: dict[str, pa.Array] = {}
     for j, name in enumerate(header.columns):
-        if name not in KNOWN_COLUMNS:
-            continue  # columns slurmgpu does not use are never materialized
-        col = flat.take(pa.array(np.arange(j, ngood * ncols, ncols, dtype=np.int64)))
-        if fixed_cols:
-            col = pa.concat_arrays([col, pa.array([r[j] for r in fixed_cols], pa.string())])
-        columns[name] = col
-    all_lines = np.concatenate([nums[good], np.array(fixed_lines, dtype=np.int64)])
-    _normalize_chunk(acc, columns, all_lines, file)
+        if name in KNOWN_COLUMNS:  # columns slurmgpu does not use are never materialized
+            columns[name] = flat.take(pa.array(np.arange(j, ngood * ncols, ncols, dtype=np.int64)))
+    _normalize_split(acc, header, columns, nums[good], leftover, file)
+
+
+_TRAILING = "\x00trailing"  # name of the empty field after a `-p` line's last `|`
+
+
+def _csv_block(
+    acc: _Accumulator, header: _Header, first_line: int, block: bytes, file: str
+) -> bool:
+    """Split a block with pyarrow's C++ CSV parser (the fast path); False if it cannot.
+
+    The parser is told to quote nothing and to keep empty lines, so every physical line is
+    either one parsed row or one "invalid row" with its line number; the line number of each
+    row is therefore known. Lines it cannot take (wrong field count, whitespace, a `-p` line
+    without its last `|`) go through the row-by-row rule. Blocks with a lone `\r` (a line
+    end for the parser, not for sacct) or bytes that are not UTF-8 take the general path.
+    """
+    d = header.delimiter
+    if len(d) != 1 or d in "\r\n" or len(d.encode()) != 1:
+        return False
+    if block.count(b"\r") != block.count(b"\r\n"):
+        return False
+    try:
+        pa.array([block], pa.binary()).cast(pa.string())
+    except pa.ArrowInvalid:
+        return False
+    names = [*header.columns, *([_TRAILING] if header.trailing_pipe else [])]
+    wanted = [c for c in header.columns if c in KNOWN_COLUMNS]
+    invalid: list[tuple[int | None, str]] = []
+
+    def on_invalid(row: pacsv.InvalidRow) -> str:
+        invalid.append((row.number, row.text))
+        return "skip"
+
+    try:
+        table = pacsv.read_csv(
+            pa.py_buffer(block),
+            read_options=pacsv.ReadOptions(
+                column_names=names, use_threads=False, block_size=len(block) + 1
+            ),
+            parse_options=pacsv.ParseOptions(
+                delimiter=d,
+                quote_char=False,
+                double_quote=False,
+                escape_char=False,
+                newlines_in_values=False,
+                ignore_empty_lines=False,
+                invalid_row_handler=on_invalid,
+            ),
+            convert_options=pacsv.ConvertOptions(
+                include_columns=wanted + ([_TRAILING] if header.trailing_pipe else []),
+                column_types={c: pa.string() for c in names},
+                strings_can_be_null=False,
+                quoted_strings_can_be_null=False,
+                null_values=[],
+                check_utf8=False,
+            ),
+        )
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+        return False
+    n = _line_count(block)
+    if any(number is None or not 1 <= number <= n for number, _ in invalid):
+        return False
+    valid = np.ones(n, dtype=bool)
+    valid[[number - 1 for number, _ in invalid]] = False
+    if int(valid.sum()) != table.num_rows:
+        return False  # not one row per line: let the general path split it
+    nums = np.flatnonzero(valid).astype(np.int64) + first_line
+    leftover = [(first_line + number - 1, text) for number, text in invalid]
+    # rows to split by hand: a possibly empty line (the parser gives it as a row of empty
+    # fields; one empty field marks the candidates, their text decides) and, for `-p`, a line
+    # whose last field was not empty (a `|` in free text)
+    odd = pc.equal(table.column(wanted[0]), "") if wanted else None
+    if header.trailing_pipe:
+        extra = pc.not_equal(table.column(_TRAILING), "")
+        odd = extra if odd is None else pc.or_(odd, extra)
+    if odd is not None and pc.any(odd).as_py():
+        rows = np.flatnonzero(odd.to_numpy(zero_copy_only=False))
+        ends = np.flatnonzero(np.frombuffer(block, dtype=np.uint8) == 10)
+        starts = np.concatenate([[0], ends + 1])
+        ends = np.concatenate([ends, [len(block)]])
+        for r in rows.tolist():
+            i = int(nums[r] - first_line)
+            text = block[starts[i] : ends[i]].decode("utf-8").rstrip("\r")
+            leftover.append((int(nums[r]), text))
+        keep = np.ones(len(nums), dtype=bool)
+        keep[rows] = False
+        table = table.filter(pa.array(keep))
+        nums = nums[keep]
+    columns = {c: table.column(c).combine_chunks() for c in wanted}
+    _normalize_split(acc, header, columns, nums, leftover, file)
+    return True
+
+
+def _header_of(
+    acc: _Accumulator, block: bytes, first: int, file: str, delimiter: str
+) -> tuple[_Header | None, bytes, int]:
+    """Find the header (the first non-blank line); returns it, the rest of the block and the
+    number of the rest's first line. Blank lines before it are counted."""
+    pos = 0
+    while pos < len(block):
+        nl = block.find(b"\n", pos)
+        end = nl if nl >= 0 else len(block)
+        line = block[pos:end]
+        try:
+            text = line.decode("utf-8")
+        except UnicodeDecodeError:
+            text = line.decode("latin-1")
+            acc.latin1_lines += 1
+        text = text.rstrip("\r")
+        pos = end + 1
+        if not text.strip():
+            acc.blank_lines += 1
+            first += 1
+            continue
+        return _parse_header(text, first, file, delimiter), block[pos:], first + 1
+    return None, b"", first
 
 
 def _read_stream(
@@ -653,30 +805,26 @@ def _read_stream(
     chunk_bytes: int,
     delimiter: str = "|",
 ) -> None:
-    """Read one stream: the header, then chunks of lines, each split and normalized.
+    """Read one stream: the header, then blocks of lines, each split and normalized.
 
-    pyarrow compute releases the GIL, so chunks are normalized on WORKERS threads while the
-    next block is read; each chunk fills its own accumulator and they are merged in file
-    order, so results (and the first rejections kept) are those of a sequential read. At
-    most 2 x WORKERS chunks are in flight, which bounds memory.
+    pyarrow's CSV parser and compute functions release the GIL, so blocks are split and
+    normalized on WORKERS threads while the next block is read; each block fills its own
+    accumulator and they are merged in file order, so results (and the first rejections
+    kept) are those of a sequential read. At most 2 x WORKERS blocks are in flight, which
+    bounds memory.
     """
     header: _Header | None = None
     acc.file_index(file)
     pending: deque[Future[_Accumulator]] = deque()
+    first = 1
     with ThreadPoolExecutor(max_workers=WORKERS) as pool:
-        for first, lines in _line_chunks(stream, chunk_bytes, file, acc):
+        for block in _blocks(stream, chunk_bytes, file):
             if header is None:
-                nonblank = pc.not_equal(pc.utf8_trim_whitespace(lines), "")
-                idx = pc.index(nonblank, True).as_py()
-                if idx < 0:
-                    acc.blank_lines += len(lines)
-                    continue
-                header = _parse_header(lines[idx].as_py(), first + idx, file, delimiter)
-                acc.blank_lines += idx
-                lines = lines.slice(idx + 1)
-                first += idx + 1
-            if len(lines):
-                pending.append(pool.submit(_chunk, acc.child(), header, first, lines, file))
+                header, block, first = _header_of(acc, block, first, file, delimiter)
+            if header is None or not block:
+                continue
+            pending.append(pool.submit(_chunk, acc.child(), header, first, block, file))
+            first += _line_count(block)
             while len(pending) > 2 * WORKERS:
                 acc.merge(pending.popleft().result())
         while pending:
@@ -685,10 +833,9 @@ def _read_stream(
         raise SacctParseError(f"{file}: no header line (empty input)")
 
 
-def _chunk(
-    kid: _Accumulator, header: _Header, first: int, lines: pa.Array, file: str
-) -> _Accumulator:
-    _split_lines(kid, header, first, lines, file)
+def _chunk(kid: _Accumulator, header: _Header, first: int, block: bytes, file: str) -> _Accumulator:
+    if not _csv_block(kid, header, first, block, file):
+        _split_lines(kid, header, first, _block_lines(block, kid), file)
     return kid
 
 
