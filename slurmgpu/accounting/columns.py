@@ -43,7 +43,33 @@ def codes(frame: pd.DataFrame, column: str) -> tuple[np.ndarray, list[str]]:
 
 def duplicated(frame: pd.DataFrame, cols: Sequence[str], keep: str = "first") -> np.ndarray:
     """`DataFrame.duplicated` over integer views of the columns (text via dictionary codes,
-    numbers and times as int64), much faster than pandas' Arrow-backed factorize."""
+    numbers and times as int64), much faster than pandas' Arrow-backed factorize.
+
+    A row can only be a duplicate if its value in each column repeats, so the key is
+    compared only among the rows whose first numeric column (a job id) repeats: few rows
+    (requeued runs, repeated rows) instead of all of them; encoding plain text such as job
+    ids, about one value per row, is the slow part and is then done for those rows only.
+    """
+    numeric = [c for c in cols if _numeric(frame, c)]
+    if not numeric or len(frame) == 0:
+        return _duplicated(frame, cols, keep)
+    values = frame[numeric[0]].to_numpy(dtype=float, na_value=np.nan)
+    _, inverse, counts = np.unique(values, return_inverse=True, return_counts=True)
+    candidates = np.flatnonzero(counts[inverse.reshape(-1)] > 1)
+    out = np.zeros(len(frame), dtype=bool)
+    if len(candidates):
+        out[candidates] = _duplicated(frame.iloc[candidates], cols, keep)
+    return out
+
+
+def _numeric(frame: pd.DataFrame, column: str) -> bool:
+    kind = getattr(frame[column].dtype, "pyarrow_dtype", None)
+    if kind is not None:
+        return pa.types.is_integer(kind) or pa.types.is_floating(kind)
+    return pd.api.types.is_numeric_dtype(frame[column].dtype)
+
+
+def _duplicated(frame: pd.DataFrame, cols: Sequence[str], keep: str | bool) -> np.ndarray:
     parts = {}
     for c in cols:
         dtype = frame[c].dtype
@@ -55,4 +81,4 @@ def duplicated(frame: pd.DataFrame, cols: Sequence[str], keep: str = "first") ->
             parts[c] = t.astype(np.int64)
         else:
             parts[c] = frame[c].to_numpy(dtype=float, na_value=np.nan)
-    return pd.DataFrame(parts).duplicated(keep=keep).to_numpy(dtype=bool)
+    return pd.DataFrame(parts).duplicated(keep=keep).to_numpy(dtype=bool)  # type: ignore[arg-type]

@@ -686,7 +686,7 @@ _TRAILING = "\x00trailing"  # name of the empty field after a `-p` line's last `
 
 
 def _csv_block(
-    acc: _Accumulator, header: _Header, first_line: int, block: bytes, file: str
+    acc: _Accumulator, header: _Header, first_line: int, block: bytes, n: int, file: str
 ) -> bool:
     """Split a block with pyarrow's C++ CSV parser (the fast path); False if it cannot.
 
@@ -699,11 +699,9 @@ def _csv_block(
     d = header.delimiter
     if len(d) != 1 or d in "\r\n" or len(d.encode()) != 1:
         return False
-    if block.count(b"\r") != block.count(b"\r\n"):
+    if b"\r" in block and block.count(b"\r") != block.count(b"\r\n"):
         return False
-    try:
-        pa.array([block], pa.binary()).cast(pa.string())
-    except pa.ArrowInvalid:
+    if not _is_utf8(block):
         return False
     names = [*header.columns, *([_TRAILING] if header.trailing_pipe else [])]
     wanted = [c for c in header.columns if c in KNOWN_COLUMNS]
@@ -739,7 +737,6 @@ def _csv_block(
         )
     except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
         return False
-    n = _line_count(block)
     if any(number is None or not 1 <= number <= n for number, _ in invalid):
         return False
     valid = np.ones(n, dtype=bool)
@@ -770,6 +767,17 @@ def _csv_block(
         nums = nums[keep]
     columns = {c: table.column(c).combine_chunks() for c in wanted}
     _normalize_split(acc, header, columns, nums, leftover, file)
+    return True
+
+
+def _is_utf8(block: bytes) -> bool:
+    """Whether the bytes are valid UTF-8 (checked by Arrow in place: no copy, no GIL)."""
+    offsets = pa.array([0, len(block)], pa.int64()).buffers()[1]
+    text = pa.Array.from_buffers(pa.large_string(), 1, [None, offsets, pa.py_buffer(block)])
+    try:
+        text.validate(full=True)
+    except pa.ArrowInvalid:
+        return False
     return True
 
 
@@ -823,8 +831,9 @@ def _read_stream(
                 header, block, first = _header_of(acc, block, first, file, delimiter)
             if header is None or not block:
                 continue
-            pending.append(pool.submit(_chunk, acc.child(), header, first, block, file))
-            first += _line_count(block)
+            n = _line_count(block)
+            pending.append(pool.submit(_chunk, acc.child(), header, first, block, n, file))
+            first += n
             while len(pending) > 2 * WORKERS:
                 acc.merge(pending.popleft().result())
         while pending:
@@ -833,8 +842,11 @@ def _read_stream(
         raise SacctParseError(f"{file}: no header line (empty input)")
 
 
-def _chunk(kid: _Accumulator, header: _Header, first: int, block: bytes, file: str) -> _Accumulator:
-    if not _csv_block(kid, header, first, block, file):
+def _chunk(
+    kid: _Accumulator, header: _Header, first: int, block: bytes, n: int, file: str
+) -> _Accumulator:
+    """Split and normalize one block (`n` lines from line `first`) on a worker thread."""
+    if not _csv_block(kid, header, first, block, n, file):
         _split_lines(kid, header, first, _block_lines(block, kid), file)
     return kid
 

@@ -1,0 +1,51 @@
+"""columns.duplicated against a plain Python reference (first/last occurrence of a key)."""
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+import pytest
+
+from slurmgpu.accounting.columns import duplicated
+
+
+def _frame(n: int, seed: int) -> pd.DataFrame:
+    rng = np.random.default_rng(seed)
+    raw = rng.integers(0, n // 3, n)
+    # job ids repeat with their raw id mostly, but not always (hostile input)
+    job = [f"{r}_{rng.integers(0, 2)}" if rng.random() < 0.3 else str(r) for r in raw]
+    job = [None if rng.random() < 0.02 else j for j in job]
+    start = rng.integers(0, 5, n).astype("datetime64[s]").astype("datetime64[ns]")
+    table = pa.table(
+        {
+            "cluster": pc_dict(rng.choice(["a", "b"], n)),
+            "job_id_raw": pa.array(raw, pa.int64()),
+            "job_id": pa.array(job, pa.string()),
+            "start": pa.array(start, pa.timestamp("s")),
+        }
+    )
+    return table.to_pandas(types_mapper=pd.ArrowDtype)
+
+
+def pc_dict(values) -> pa.Array:
+    return pa.array(values, pa.string()).dictionary_encode()
+
+
+def _reference(frame: pd.DataFrame, cols: list[str], keep: str) -> np.ndarray:
+    rows = list(zip(*(frame[c].astype(object).tolist() for c in cols), strict=True))
+    order = range(len(rows)) if keep == "first" else reversed(range(len(rows)))
+    seen, out = set(), np.zeros(len(rows), dtype=bool)
+    for i in order:
+        key = tuple("<NA>" if pd.isna(v) else v for v in rows[i])
+        out[i] = key in seen
+        seen.add(key)
+    return out
+
+
+@pytest.mark.parametrize("keep", ["first", "last"])
+@pytest.mark.parametrize("cols", [["cluster", "job_id_raw", "job_id"], ["job_id", "start"]])
+def test_duplicated_matches_reference(keep, cols):
+    frame = _frame(3000, seed=len(cols))
+    got = duplicated(frame, cols, keep=keep)
+    want = _reference(frame, cols, keep)
+    assert got.sum() > 100
+    np.testing.assert_array_equal(got, want)
