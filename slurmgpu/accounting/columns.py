@@ -41,6 +41,43 @@ def codes(frame: pd.DataFrame, column: str) -> tuple[np.ndarray, list[str]]:
     return compact.astype(np.int64), [str(uniq_names[u]) for u in used]
 
 
+def objects(frame: pd.DataFrame, column: str, na_value: object = None) -> np.ndarray:
+    """`frame[column].to_numpy(dtype=object, na_value=...)`, one Python string per distinct
+    value instead of per row when the column is dictionary-encoded (same values)."""
+    kind = getattr(frame[column].dtype, "pyarrow_dtype", None)
+    if kind is None or not pa.types.is_dictionary(kind) or len(frame) == 0:
+        return frame[column].to_numpy(dtype=object, na_value=na_value)
+    idx, dictionary = _indices(frame, column)
+    values = [na_value if v is None else v for v in dictionary.to_pylist()]
+    table = np.empty(len(values) + 1, dtype=object)
+    table[:-1] = values
+    table[-1] = na_value
+    return table[idx]  # index -1 (null) -> na_value
+
+
+def per_value(frame: pd.DataFrame, column: str, fn, na_input: object = "") -> np.ndarray:
+    """`fn(value)` for every row as an object array, called once per distinct value (a null
+    is passed as `na_input`)."""
+    if len(frame) == 0:
+        return np.empty(0, dtype=object)
+    idx, dictionary = _indices(frame, column)
+    values = [na_input if v is None else v for v in dictionary.to_pylist()] + [na_input]
+    table = np.empty(len(values), dtype=object)
+    table[:] = [fn(v) for v in values]
+    return table[idx]  # index -1 (null) -> fn(na_input)
+
+
+def text_per_value(frame: pd.DataFrame, column: str, fn, na_input: str = "") -> pa.Array:
+    """Like `per_value` for a text result, built as a pyarrow string array (no Python
+    string per row)."""
+    if len(frame) == 0:
+        return pa.array([], pa.string())
+    idx, dictionary = _indices(frame, column)
+    values = [na_input if v is None else v for v in dictionary.to_pylist()] + [na_input]
+    table = pa.array([fn(v) for v in values], pa.string())
+    return table.take(pa.array(np.where(idx < 0, len(values) - 1, idx)))
+
+
 def duplicated(frame: pd.DataFrame, cols: Sequence[str], keep: str = "first") -> np.ndarray:
     """`DataFrame.duplicated` over integer views of the columns (text via dictionary codes,
     numbers and times as int64), much faster than pandas' Arrow-backed factorize.

@@ -85,7 +85,9 @@ def parse_times(values: pa.Array, *, timezone: str = "UTC") -> tuple[np.ndarray,
     n = len(s)
     out = np.full(n, np.datetime64("NaT"), dtype="datetime64[s]")
     missing = pc.is_in(s, pa.array(_NO_TIME)).to_numpy(zero_copy_only=False)
-    is_epoch = pc.match_substring_regex(s, _EPOCH).to_numpy(zero_copy_only=False)
+    # `^\d{1,12}$` (RE2's \d is ASCII) without a regex
+    is_epoch = pc.and_(pc.ascii_is_decimal(s), pc.less_equal(pc.utf8_length(s), 12))
+    is_epoch = is_epoch.to_numpy(zero_copy_only=False)
     is_iso = pc.match_substring_regex(s, _ISO).to_numpy(zero_copy_only=False)
     if is_epoch.any():
         out[is_epoch] = (
@@ -172,7 +174,7 @@ def parse_durations(values: pa.Array) -> tuple[np.ndarray, np.ndarray, np.ndarra
 def parse_int(values: pa.Array, *, unlimited_ok: bool = False) -> tuple[np.ndarray, np.ndarray]:
     """Integer text (ElapsedRaw, TimelimitRaw in minutes) -> (float with NaN, bad mask)."""
     s = _strings(values)
-    ok = pc.match_substring_regex(s, r"^\d+$").to_numpy(zero_copy_only=False)
+    ok = pc.ascii_is_decimal(s).to_numpy(zero_copy_only=False)  # `^\d+$`
     out = np.full(len(s), np.nan)
     if ok.any():
         out[ok] = pc.cast(s.filter(pa.array(ok)), pa.float64()).to_numpy()
@@ -231,8 +233,20 @@ def parse_states(values: pa.Array) -> tuple[pa.Array, np.ndarray, np.ndarray]:
     """State text -> (base state, cancelled-by uid float/NaN, bad mask).
 
     `CANCELLED by 1000` -> CANCELLED + 1000 (`print.c` prints "CANCELLED by %u" when requid is
-    set); a `+` (fixed-width truncation marker) is tolerated.
+    set); a `+` (fixed-width truncation marker) is tolerated. A dump has few distinct states:
+    each is parsed once and the results are spread to the rows.
     """
+    enc = pc.dictionary_encode(pc.fill_null(values.cast(pa.string()), ""))
+    if isinstance(enc, pa.ChunkedArray):
+        enc = enc.combine_chunks()
+    if 2 * len(enc.dictionary) > len(values):
+        return _parse_states(values)
+    state, uid, bad = _parse_states(enc.dictionary)
+    idx = enc.indices.to_numpy(zero_copy_only=False)
+    return state.take(enc.indices), uid[idx], bad[idx]
+
+
+def _parse_states(values: pa.Array) -> tuple[pa.Array, np.ndarray, np.ndarray]:
     s = _strings(values)
     m = pc.extract_regex(s, _STATE)
     ok = m.is_valid().to_numpy(zero_copy_only=False)

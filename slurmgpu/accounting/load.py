@@ -1000,18 +1000,19 @@ def _derive(frame: pd.DataFrame, opts: Options) -> pd.DataFrame:
     float_t = pd.ArrowDtype(pa.float64())
     # tier: the policy's mapping of the QOS, else the QOS name itself (the tier= tag the
     # job_submit plugin wrote is kept as `tag_tier`, for checking the two agree)
-    qos = pd.Series(f["qos"].to_numpy(dtype=object, na_value=""), index=f.index)
-    tier = qos.copy()
-    if opts.tier_for_qos is not None:
-        mapping = {q: opts.tier_for_qos(q) for q in qos.unique()}
-        from_policy = qos.map(mapping)
-        tier = from_policy.where(from_policy.notna(), tier)
-    f["tier"] = pd.array(tier.to_numpy(dtype=object), dtype=pd.ArrowDtype(pa.string()))
+    policy = opts.tier_for_qos
+
+    def tier_of(qos: str) -> str:
+        tier = policy(qos) if policy is not None else None
+        return qos if tier is None or pd.isna(tier) else tier
+
+    tier = columns_mod.text_per_value(f, "qos", tier_of)  # once per distinct QOS
+    f["tier"] = pd.arrays.ArrowExtensionArray(tier)
     f["tag_tier"] = f["tag_tier"].where(f["tag_tier"] != "", None)
     # shards -> GPU share, by partition's shards per GPU (or the "*" default); unknown -> NaN
     shards = f["shards"].to_numpy(dtype=float, na_value=np.nan)
     gpu_equiv = f["gpu_equiv"].to_numpy(dtype=float, na_value=np.nan)
-    parts = f["partition"].to_numpy(dtype=object, na_value="")
+    parts = columns_mod.objects(f, "partition", "")
     default = opts.shards_per_gpu.get("*", np.nan)
     per_gpu = np.full(len(f), default, dtype=float)
     for part, value in opts.shards_per_gpu.items():  # one pass per configured partition
@@ -1050,11 +1051,10 @@ def _derive(frame: pd.DataFrame, opts: Options) -> pd.DataFrame:
     het = f["het_offset"].to_numpy(dtype=float, na_value=np.nan)
     f["counts_as_job"] = pd.array(np.isnan(het) | (het == 0), dtype=pd.ArrowDtype(pa.bool_()))
     # a pending array range `123_[5-9,11%2]` stands for its tasks
-    rng = f["array_range"].astype(object)
-    uniq = {r: _range_size(r) for r in rng.dropna().unique()}
-    f["array_pending_tasks"] = pd.array(
-        rng.map(uniq).to_numpy(dtype=float, na_value=np.nan), dtype=float_t
+    tasks = columns_mod.per_value(
+        f, "array_range", lambda r: np.nan if r is None else _range_size(r), None
     )
+    f["array_pending_tasks"] = pd.array(tasks.astype(float), dtype=float_t)
     # MIG devices never report gpuutil/gpumem (NVML limitation, gres.shtml): unknown, not 0
     mig = f["mig_slices"].to_numpy(dtype=float, na_value=0) > 0
     for c in ("gpu_util_pct", "gpu_mem_used_mib"):

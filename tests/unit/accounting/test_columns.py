@@ -5,7 +5,7 @@ import pandas as pd
 import pyarrow as pa
 import pytest
 
-from slurmgpu.accounting.columns import duplicated
+from slurmgpu.accounting.columns import duplicated, objects, per_value, text_per_value
 
 
 def _frame(n: int, seed: int) -> pd.DataFrame:
@@ -49,3 +49,17 @@ def test_duplicated_matches_reference(keep, cols):
     want = _reference(frame, cols, keep)
     assert got.sum() > 100
     np.testing.assert_array_equal(got, want)
+
+
+def test_objects_and_per_value_match_the_plain_conversion():
+    frame = _frame(500, seed=7)
+    frame["cluster"] = frame["cluster"].where(np.arange(500) % 7 != 0, None)  # some nulls
+    want = frame["cluster"].to_numpy(dtype=object, na_value="?")
+    np.testing.assert_array_equal(objects(frame, "cluster", "?"), want)
+    got = per_value(frame, "cluster", lambda v: f"<{v}>", na_input="null")
+    named = frame["cluster"].to_numpy(dtype=object, na_value="null")
+    np.testing.assert_array_equal(got, np.array([f"<{v}>" for v in named]).astype(object))
+    text = text_per_value(frame, "job_id", str.upper, na_input="none")
+    plain = frame["job_id"].to_numpy(dtype=object, na_value="none")
+    assert text.to_pylist() == [v.upper() for v in plain]
+    assert len(objects(frame.iloc[:0], "cluster")) == 0
