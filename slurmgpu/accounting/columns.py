@@ -37,8 +37,12 @@ def codes(frame: pd.DataFrame, column: str) -> tuple[np.ndarray, list[str]]:
     idx = np.where(idx < 0, len(names) - 1, idx)
     # merge equal names ("" and null) and drop unused ones: compact codes
     uniq_names, name_code = np.unique(np.array(names, dtype=object), return_inverse=True)
-    used, compact = np.unique(name_code[idx], return_inverse=True)
-    return compact.astype(np.int64), [str(uniq_names[u]) for u in used]
+    # (a table look-up, not np.unique over every row: no sort of a million codes)
+    row_code = name_code.reshape(-1)[idx]
+    used = np.flatnonzero(np.bincount(row_code, minlength=len(uniq_names)))
+    remap = np.zeros(len(uniq_names), dtype=np.int64)
+    remap[used] = np.arange(len(used))
+    return remap[row_code], [str(uniq_names[u]) for u in used]
 
 
 def objects(frame: pd.DataFrame, column: str, na_value: object = None) -> np.ndarray:

@@ -5,7 +5,7 @@ import pandas as pd
 import pyarrow as pa
 import pytest
 
-from slurmgpu.accounting.columns import duplicated, objects, per_value, text_per_value
+from slurmgpu.accounting.columns import codes, duplicated, objects, per_value, text_per_value
 
 
 def _frame(n: int, seed: int) -> pd.DataFrame:
@@ -63,3 +63,12 @@ def test_objects_and_per_value_match_the_plain_conversion():
     plain = frame["job_id"].to_numpy(dtype=object, na_value="none")
     assert text.to_pylist() == [v.upper() for v in plain]
     assert len(objects(frame.iloc[:0], "cluster")) == 0
+
+
+def test_codes_are_sorted_names_of_used_values_with_null_as_empty():
+    values = ["b", None, "", "a", "b", "c", None]
+    table = pa.table({"p": pa.array(values, pa.string()).dictionary_encode()})
+    frame = table.to_pandas(types_mapper=pd.ArrowDtype).iloc[[0, 1, 2, 3, 4, 6]]  # "c" unused
+    got, names = codes(frame.reset_index(drop=True), "p")
+    assert names == ["", "a", "b"]
+    assert got.tolist() == [2, 0, 0, 1, 2, 0]
