@@ -27,6 +27,14 @@ def _indices(frame: pd.DataFrame, column: str) -> tuple[np.ndarray, pa.Array]:
     return idx, data.dictionary
 
 
+def dictionary_indices(frame: pd.DataFrame, column: str) -> tuple[np.ndarray, list]:
+    """(index per row into the names, -1 for null; the names) of a text column."""
+    if len(frame) == 0:
+        return np.zeros(0, dtype=np.int64), []
+    idx, dictionary = _indices(frame, column)
+    return idx, dictionary.to_pylist()
+
+
 def codes(frame: pd.DataFrame, column: str) -> tuple[np.ndarray, list[str]]:
     """(code per row, names): one code per distinct value; null and "" share the name ""."""
     if len(frame) == 0:

@@ -932,17 +932,20 @@ def _fold_steps(frame: pd.DataFrame, steps: list[pa.Table], sums: bool = False) 
     frame["gpu_mem_used_mib"] = frame["gpu_util_pct"].copy()
     if not steps or frame.empty:
         return frame
-    st = pa.concat_tables(steps).to_pandas()
-    # one integer key per (cluster, JobIDRaw), shared by both sides
-    codes, _ = pd.factorize(
-        pd.concat(
-            [frame["cluster"].astype(object), st["cluster"].astype(object)], ignore_index=True
-        )
-    )
+    st = pa.concat_tables(steps)
+    # one integer key per (cluster, JobIDRaw), shared by both sides: cluster names are
+    # coded through the two dictionaries (a null cluster codes -1 on both sides)
+    f_idx, f_names = columns_mod.dictionary_indices(frame, "cluster")
+    s_enc = pc.dictionary_encode(st.column("cluster")).combine_chunks()
+    s_idx = s_enc.indices.fill_null(-1).to_numpy(zero_copy_only=False).astype(np.int64)
+    names = {n: i for i, n in enumerate(dict.fromkeys(f_names + s_enc.dictionary.to_pylist()))}
+    f_code = np.array([names[n] for n in f_names] + [-1], dtype=np.int64)[f_idx]
+    s_code = np.array([names[n] for n in s_enc.dictionary.to_pylist()] + [-1], np.int64)[s_idx]
+    codes = np.concatenate([f_code, s_code])
     raw = np.concatenate(
         [
             frame["job_id_raw"].to_numpy(dtype=float, na_value=-1),
-            st["job_id_raw"].to_numpy(dtype=float),
+            st.column("job_id_raw").to_numpy().astype(float),
         ]
     )
     key = codes.astype(np.int64) * (1 << 40) + raw.astype(np.int64)
@@ -961,10 +964,10 @@ def _fold_steps(frame: pd.DataFrame, steps: list[pa.Table], sums: bool = False) 
     steps_df = pd.DataFrame(
         {
             "key": key[len(frame) :],
-            "step_start": st["step_start"].to_numpy(dtype="datetime64[ns]"),
-            "util": st["step_gpu_util_pct"].to_numpy(float),
-            "mem": st["step_gpu_mem_mib"].to_numpy(float),
-            "step_gpus": st["step_gpus"].to_numpy(float),
+            "step_start": st.column("step_start").to_numpy().astype("datetime64[ns]"),
+            "util": st.column("step_gpu_util_pct").to_numpy().astype(float),
+            "mem": st.column("step_gpu_mem_mib").to_numpy().astype(float),
+            "step_gpus": st.column("step_gpus").to_numpy().astype(float),
         }
     )
     # a step without a start time belongs to the latest run of its job
