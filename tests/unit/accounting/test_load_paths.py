@@ -32,6 +32,8 @@ def _lines() -> list[str]:
     out[15] = ROW.format(id=115, tres="gres/gpu=oops", name="y")  # rejected in normalizing
     out[17] = ROW.format(id=117, tres=TRES, name="")  # an empty last field
     out[19] = ROW.format(id=100, tres=TRES, name="dup")  # a duplicate allocation row
+    out[23] = "\x1f"  # whitespace (unit separator)
+    out[25] = "\u3000\x0b"  # whitespace to both
     return out
 
 
@@ -61,7 +63,7 @@ def test_awkward_lines_split_alike(monkeypatch):
     fast, general = _both(text, monkeypatch)
     _same(fast, general)
     assert fast.fast_blocks > 10
-    assert fast.blank_lines == 3  # the empty line before the header, line 5 and line 7
+    assert fast.blank_lines == 5  # the empty line before the header, lines 5, 7, 25, 27
     assert {r.line for r in fast.rejected} == {10, 14, 18, 22}
     assert "a|b" in set(fast.frame["job_name"].astype(str))
 
