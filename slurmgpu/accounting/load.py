@@ -5,9 +5,10 @@ line, in any column order and subset that has the required columns, optionally g
 (detected by magic bytes), from one or many files or from a live sacct call. Records from
 `sacct --json` or pyslurm enter through `load_records` and the same normalizer.
 
-Streaming: text is read in blocks of about `chunk_bytes`; each block is split and parsed with
-pyarrow compute (no Python loop per row), its allocation rows become a small typed table and its
-step rows are reduced to the few usage numbers that are folded into their allocation at the end.
+Streaming: text is read in blocks of about `chunk_bytes`; each block is split by pyarrow's CSV
+parser (every line's number kept) and parsed with pyarrow compute (no Python loop per row),
+its allocation rows become a small typed table and its step rows are reduced to the few
+usage numbers that are folded into their allocation at the end.
 So memory is one chunk of text plus ~100 bytes per allocation, never the whole file.
 
 Nothing is dropped silently: every rejected row keeps (file, line, reason), and
