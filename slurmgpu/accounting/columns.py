@@ -27,6 +27,14 @@ def _indices(frame: pd.DataFrame, column: str) -> tuple[np.ndarray, pa.Array]:
     return idx, data.dictionary
 
 
+def dictionary_indices(frame: pd.DataFrame, column: str) -> tuple[np.ndarray, list]:
+    """(index per row into the names, -1 for null; the names) of a text column."""
+    if len(frame) == 0:
+        return np.zeros(0, dtype=np.int64), []
+    idx, dictionary = _indices(frame, column)
+    return idx, dictionary.to_pylist()
+
+
 def codes(frame: pd.DataFrame, column: str) -> tuple[np.ndarray, list[str]]:
     """(code per row, names): one code per distinct value; null and "" share the name ""."""
     if len(frame) == 0:
@@ -37,13 +45,80 @@ def codes(frame: pd.DataFrame, column: str) -> tuple[np.ndarray, list[str]]:
     idx = np.where(idx < 0, len(names) - 1, idx)
     # merge equal names ("" and null) and drop unused ones: compact codes
     uniq_names, name_code = np.unique(np.array(names, dtype=object), return_inverse=True)
-    used, compact = np.unique(name_code[idx], return_inverse=True)
-    return compact.astype(np.int64), [str(uniq_names[u]) for u in used]
+    # (a table look-up, not np.unique over every row: no sort of a million codes)
+    row_code = name_code.reshape(-1)[idx]
+    used = np.flatnonzero(np.bincount(row_code, minlength=len(uniq_names)))
+    remap = np.zeros(len(uniq_names), dtype=np.int64)
+    remap[used] = np.arange(len(used))
+    return remap[row_code], [str(uniq_names[u]) for u in used]
+
+
+def objects(frame: pd.DataFrame, column: str, na_value: object = None) -> np.ndarray:
+    """`frame[column].to_numpy(dtype=object, na_value=...)`, one Python string per distinct
+    value instead of per row when the column is dictionary-encoded (same values)."""
+    kind = getattr(frame[column].dtype, "pyarrow_dtype", None)
+    if kind is None or not pa.types.is_dictionary(kind) or len(frame) == 0:
+        return frame[column].to_numpy(dtype=object, na_value=na_value)
+    idx, dictionary = _indices(frame, column)
+    values = [na_value if v is None else v for v in dictionary.to_pylist()]
+    table = np.empty(len(values) + 1, dtype=object)
+    table[:-1] = values
+    table[-1] = na_value
+    return table[idx]  # index -1 (null) -> na_value
+
+
+def per_value(frame: pd.DataFrame, column: str, fn, na_input: object = "") -> np.ndarray:
+    """`fn(value)` for every row as an object array, called once per distinct value (a null
+    is passed as `na_input`)."""
+    if len(frame) == 0:
+        return np.empty(0, dtype=object)
+    idx, dictionary = _indices(frame, column)
+    values = [na_input if v is None else v for v in dictionary.to_pylist()] + [na_input]
+    table = np.empty(len(values), dtype=object)
+    table[:] = [fn(v) for v in values]
+    return table[idx]  # index -1 (null) -> fn(na_input)
+
+
+def text_per_value(frame: pd.DataFrame, column: str, fn, na_input: str = "") -> pa.Array:
+    """Like `per_value` for a text result, built as a pyarrow string array (no Python
+    string per row)."""
+    if len(frame) == 0:
+        return pa.array([], pa.string())
+    idx, dictionary = _indices(frame, column)
+    values = [na_input if v is None else v for v in dictionary.to_pylist()] + [na_input]
+    table = pa.array([fn(v) for v in values], pa.string())
+    return table.take(pa.array(np.where(idx < 0, len(values) - 1, idx)))
 
 
 def duplicated(frame: pd.DataFrame, cols: Sequence[str], keep: str = "first") -> np.ndarray:
     """`DataFrame.duplicated` over integer views of the columns (text via dictionary codes,
-    numbers and times as int64), much faster than pandas' Arrow-backed factorize."""
+    numbers and times as int64), much faster than pandas' Arrow-backed factorize.
+
+    A row can only be a duplicate if its value in each column repeats, so the key is
+    compared only among the rows whose first numeric column (a job id) repeats: few rows
+    (requeued runs, repeated rows) instead of all of them; encoding plain text such as job
+    ids, about one value per row, is the slow part and is then done for those rows only.
+    """
+    numeric = [c for c in cols if _numeric(frame, c)]
+    if not numeric or len(frame) == 0:
+        return _duplicated(frame, cols, keep)
+    values = frame[numeric[0]].to_numpy(dtype=float, na_value=np.nan)
+    _, inverse, counts = np.unique(values, return_inverse=True, return_counts=True)
+    candidates = np.flatnonzero(counts[inverse.reshape(-1)] > 1)
+    out = np.zeros(len(frame), dtype=bool)
+    if len(candidates):
+        out[candidates] = _duplicated(frame.iloc[candidates], cols, keep)
+    return out
+
+
+def _numeric(frame: pd.DataFrame, column: str) -> bool:
+    kind = getattr(frame[column].dtype, "pyarrow_dtype", None)
+    if kind is not None:
+        return pa.types.is_integer(kind) or pa.types.is_floating(kind)
+    return pd.api.types.is_numeric_dtype(frame[column].dtype)
+
+
+def _duplicated(frame: pd.DataFrame, cols: Sequence[str], keep: str | bool) -> np.ndarray:
     parts = {}
     for c in cols:
         dtype = frame[c].dtype
@@ -55,4 +130,4 @@ def duplicated(frame: pd.DataFrame, cols: Sequence[str], keep: str = "first") ->
             parts[c] = t.astype(np.int64)
         else:
             parts[c] = frame[c].to_numpy(dtype=float, na_value=np.nan)
-    return pd.DataFrame(parts).duplicated(keep=keep).to_numpy(dtype=bool)
+    return pd.DataFrame(parts).duplicated(keep=keep).to_numpy(dtype=bool)  # type: ignore[arg-type]

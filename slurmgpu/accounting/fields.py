@@ -85,7 +85,9 @@ def parse_times(values: pa.Array, *, timezone: str = "UTC") -> tuple[np.ndarray,
     n = len(s)
     out = np.full(n, np.datetime64("NaT"), dtype="datetime64[s]")
     missing = pc.is_in(s, pa.array(_NO_TIME)).to_numpy(zero_copy_only=False)
-    is_epoch = pc.match_substring_regex(s, _EPOCH).to_numpy(zero_copy_only=False)
+    # `^\d{1,12}$` (RE2's \d is ASCII) without a regex
+    is_epoch = pc.and_(pc.ascii_is_decimal(s), pc.less_equal(pc.utf8_length(s), 12))
+    is_epoch = is_epoch.to_numpy(zero_copy_only=False)
     is_iso = pc.match_substring_regex(s, _ISO).to_numpy(zero_copy_only=False)
     if is_epoch.any():
         out[is_epoch] = (
@@ -172,7 +174,7 @@ def parse_durations(values: pa.Array) -> tuple[np.ndarray, np.ndarray, np.ndarra
 def parse_int(values: pa.Array, *, unlimited_ok: bool = False) -> tuple[np.ndarray, np.ndarray]:
     """Integer text (ElapsedRaw, TimelimitRaw in minutes) -> (float with NaN, bad mask)."""
     s = _strings(values)
-    ok = pc.match_substring_regex(s, r"^\d+$").to_numpy(zero_copy_only=False)
+    ok = pc.ascii_is_decimal(s).to_numpy(zero_copy_only=False)  # `^\d+$`
     out = np.full(len(s), np.nan)
     if ok.any():
         out[ok] = pc.cast(s.filter(pa.array(ok)), pa.float64()).to_numpy()
@@ -231,8 +233,20 @@ def parse_states(values: pa.Array) -> tuple[pa.Array, np.ndarray, np.ndarray]:
     """State text -> (base state, cancelled-by uid float/NaN, bad mask).
 
     `CANCELLED by 1000` -> CANCELLED + 1000 (`print.c` prints "CANCELLED by %u" when requid is
-    set); a `+` (fixed-width truncation marker) is tolerated.
+    set); a `+` (fixed-width truncation marker) is tolerated. A dump has few distinct states:
+    each is parsed once and the results are spread to the rows.
     """
+    enc = pc.dictionary_encode(pc.fill_null(values.cast(pa.string()), ""))
+    if isinstance(enc, pa.ChunkedArray):
+        enc = enc.combine_chunks()
+    if 2 * len(enc.dictionary) > len(values):
+        return _parse_states(values)
+    state, uid, bad = _parse_states(enc.dictionary)
+    idx = enc.indices.to_numpy(zero_copy_only=False)
+    return state.take(enc.indices), uid[idx], bad[idx]
+
+
+def _parse_states(values: pa.Array) -> tuple[pa.Array, np.ndarray, np.ndarray]:
     s = _strings(values)
     m = pc.extract_regex(s, _STATE)
     ok = m.is_valid().to_numpy(zero_copy_only=False)
@@ -272,29 +286,15 @@ class JobIds:
         self._steps: pa.Array = pa.repeat(pa.scalar("", pa.string()), n)
         self.raw = np.full(n, np.nan)
         if job_id is not None:
-            m = pc.extract_regex(_strings(job_id), _JOBID)
-            ok = m.is_valid().to_numpy(zero_copy_only=False)
-            self.bad |= ~ok
-            mf = fill_struct(m, {k: "" for k in ("job", "task", "range", "het", "step")})
-            self.base_job = _num(pc.struct_field(mf, "job"))
-            self.array_task = _num(pc.struct_field(mf, "task"))
-            self.het_offset = _num(pc.struct_field(mf, "het"))
-            rng = pc.struct_field(mf, "range")
-            if pc.any(pc.not_equal(rng, "")).as_py():  # pending array ranges are rare
-                self.array_range = np.where(
-                    pc.equal(rng, "").to_numpy(zero_copy_only=False),
-                    None,
-                    rng.to_numpy(zero_copy_only=False),
-                )
-            self._steps = pc.struct_field(mf, "step")
+            self._parse_job_id(_strings(job_id))
         if job_id_raw is not None:
-            m = pc.extract_regex(_strings(job_id_raw), _JOBIDRAW)
-            ok = m.is_valid().to_numpy(zero_copy_only=False)
+            head, step, step_ok = _split_step(_strings(job_id_raw))
+            ok = pc.ascii_is_decimal(head).to_numpy(zero_copy_only=False) & step_ok  # _JOBIDRAW
             self.bad |= ~ok
-            mf = fill_struct(m, {"raw": "", "step": ""})
-            self.raw = _num(pc.struct_field(mf, "raw"))
+            okm = pa.array(ok)
+            self.raw = _num(pc.if_else(okm, head, ""))
             if job_id is None:
-                self._steps = pc.struct_field(mf, "step")
+                self._steps = pc.if_else(okm, step, "")
                 self.base_job = self.raw.copy()
         else:
             # Without JobIDRaw, the displayed id is the key; array tasks then share the array
@@ -309,10 +309,60 @@ class JobIds:
         # `.extern` steps (adopted processes) never count for usage
         self.is_extern = pc.equal(self._steps, "extern").to_numpy(zero_copy_only=False)
 
+    def _parse_job_id(self, s: pa.Array) -> None:
+        """JobID: the common forms (`123`, `123_4`, optional `.step`) by splitting; the rest
+        (het jobs, pending ranges, anything malformed) by the `_JOBID` regex."""
+        head, step, step_ok = _split_step(s)
+        plain = pc.ascii_is_decimal(head)
+        job, task = _split_once(head, "_")
+        task_form = pc.and_(pc.ascii_is_decimal(job), pc.ascii_is_decimal(task))
+        fast = (pc.or_(plain, task_form).to_numpy(zero_copy_only=False)) & step_ok
+        fm = pa.array(fast)
+        self.base_job = _num(pc.if_else(fm, pc.if_else(plain, head, job), ""))
+        self.array_task = _num(pc.if_else(fm, pc.if_else(plain, "", task), ""))
+        self._steps = step
+        rest = np.flatnonzero(~fast)
+        if not len(rest):
+            return
+        m = pc.extract_regex(s.take(pa.array(rest)), _JOBID)
+        ok = m.is_valid().to_numpy(zero_copy_only=False)
+        self.bad[rest] |= ~ok
+        mf = fill_struct(m, {k: "" for k in ("job", "task", "range", "het", "step")})
+        self.base_job[rest] = _num(pc.struct_field(mf, "job"))
+        self.array_task[rest] = _num(pc.struct_field(mf, "task"))
+        self.het_offset[rest] = _num(pc.struct_field(mf, "het"))
+        rng = pc.struct_field(mf, "range")
+        if pc.any(pc.not_equal(rng, "")).as_py():  # pending array ranges are rare
+            self.array_range[rest] = np.where(
+                pc.equal(rng, "").to_numpy(zero_copy_only=False),
+                None,
+                rng.to_numpy(zero_copy_only=False),
+            )
+        mask = np.zeros(len(s), dtype=bool)
+        mask[rest] = True
+        self._steps = pc.replace_with_mask(step, pa.array(mask), pc.struct_field(mf, "step"))
+
     @property
     def step(self) -> np.ndarray:
         """Step names as an object array (None where the row is no step)."""
         return _opt_str(self._steps)
+
+
+def _split_once(s: pa.Array, sep: str) -> tuple[pa.Array, pa.Array]:
+    """(text before the first `sep`, text after it; "" when there is none)."""
+    parts = pc.split_pattern(pc.binary_join_element_wise(s, sep, ""), sep, max_splits=1)
+    return pc.list_element(parts, 0), pc.utf8_slice_codeunits(pc.list_element(parts, 1), 0, -1)
+
+
+def _split_step(s: pa.Array) -> tuple[pa.Array, pa.Array, np.ndarray]:
+    """(id before the first `.`, step name after it, whether the step part is valid: absent,
+    or `[A-Za-z0-9_]+`). Step names are few: checked once per distinct name."""
+    head, step = _split_once(s, ".")
+    has_dot = pc.match_substring(s, ".").to_numpy(zero_copy_only=False)
+    enc = pc.dictionary_encode(step)
+    name_ok = pc.match_substring_regex(enc.dictionary, r"^[A-Za-z0-9_]+$")
+    valid = name_ok.to_numpy(zero_copy_only=False)[enc.indices.to_numpy(zero_copy_only=False)]
+    return head, step, ~has_dot | valid
 
 
 def _num(col: pa.Array) -> np.ndarray:

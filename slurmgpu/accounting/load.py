@@ -5,9 +5,10 @@ line, in any column order and subset that has the required columns, optionally g
 (detected by magic bytes), from one or many files or from a live sacct call. Records from
 `sacct --json` or pyslurm enter through `load_records` and the same normalizer.
 
-Streaming: text is read in blocks of about `chunk_bytes`; each block is split and parsed with
-pyarrow compute (no Python loop per row), its allocation rows become a small typed table and its
-step rows are reduced to the few usage numbers that are folded into their allocation at the end.
+Streaming: text is read in blocks of about `chunk_bytes`; each block is split by pyarrow's CSV
+parser (every line's number kept) and parsed with pyarrow compute (no Python loop per row),
+its allocation rows become a small typed table and its step rows are reduced to the few
+usage numbers that are folded into their allocation at the end.
 So memory is one chunk of text plus ~100 bytes per allocation, never the whole file.
 
 Nothing is dropped silently: every rejected row keeps (file, line, reason), and
@@ -30,6 +31,7 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
+import pyarrow.csv as pacsv
 
 from slurmgpu.accounting import columns as columns_mod
 from slurmgpu.accounting import fields, tres
@@ -202,15 +204,9 @@ def _decode_lines(raw: pa.Array, acc: _Accumulator | None) -> pa.Array:
     return pa.array(out, pa.string())
 
 
-def _line_chunks(
-    stream: io.BufferedIOBase, chunk_bytes: int, file: str = "", acc: _Accumulator | None = None
-) -> Iterator[tuple[int, pa.Array]]:
-    """Yield (number of the chunk's first line, its lines as a pyarrow string array).
-
-    Reads blocks of about `chunk_bytes` bytes and splits them into lines with pyarrow
-    (no Python loop per line); a partial last line is carried into the next block.
-    """
-    first = 1
+def _blocks(stream: io.BufferedIOBase, chunk_bytes: int, file: str = "") -> Iterator[bytes]:
+    """Yield blocks of about `chunk_bytes` bytes that end at a line end (the file's last line
+    may lack one); a partial last line is carried into the next block."""
     carry = b""
     offset = 0
     while True:
@@ -218,8 +214,7 @@ def _line_chunks(
         offset += len(block)
         if not block:
             if carry:
-                last = _decode_lines(pa.array([carry], pa.binary()), acc)
-                yield first, pc.utf8_rtrim(last, characters="\r")
+                yield carry
             return
         data = carry + block if carry else block
         cut = data.rfind(b"\n")
@@ -227,11 +222,18 @@ def _line_chunks(
             carry = data
             continue
         carry = data[cut + 1 :]
-        raw = pc.list_flatten(pc.split_pattern(pa.array([data[:cut]], pa.binary()), b"\n"))
-        del data
-        lines = pc.utf8_rtrim(_decode_lines(raw, acc), characters="\r")
-        yield first, lines
-        first += len(lines)
+        yield data[: cut + 1]
+
+
+def _line_count(block: bytes) -> int:
+    return block.count(b"\n") + (0 if block.endswith(b"\n") else 1)
+
+
+def _block_lines(block: bytes, acc: _Accumulator | None) -> pa.Array:
+    """A block's lines as a pyarrow string array (`\r` of CRLF ends removed)."""
+    body = block[:-1] if block.endswith(b"\n") else block
+    raw = pc.list_flatten(pc.split_pattern(pa.array([body], pa.binary()), b"\n"))
+    return pc.utf8_rtrim(_decode_lines(raw, acc), characters="\r")
 
 
 # -------------------------------------------------------------------------------- normalizing
@@ -292,7 +294,7 @@ class _Accumulator:
         self.allocs += kid.allocs
         self.steps += kid.steps
         for name in ("rows_read", "rows_rejected", "step_rows", "blank_lines", "rows_overlap",
-                     "usage_over_100"):  # fmt: skip
+                     "usage_over_100", "latin1_lines"):  # fmt: skip
             setattr(self, name, getattr(self, name) + getattr(kid, name))
         self.reasons.update(kid.reasons)
         self.has_usage |= kid.has_usage
@@ -591,59 +593,222 @@ def _id_text(raw: np.ndarray) -> pa.Array:
     return pc.cast(pc.cast(pa.array(raw), pa.int64()), pa.string())
 
 
+def _line_fields(header: _Header, text: str) -> list[str] | str:
+    """One line's fields (a `|` in the one free-text column joined back), or why it cannot
+    be split: the row-by-row rule, used for the few lines the vectorized split leaves over."""
+    d = header.delimiter
+    if header.trailing_pipe and text.endswith(d):
+        # `-p` ends every line with `|`; strip exactly one so an empty last field survives
+        text = text[: -len(d)]
+    ncols = len(header.columns)
+    tokens = text.split(d)
+    extra = len(tokens) - ncols
+    if extra == 0:
+        return tokens
+    k = header.free_text_index
+    if extra > 0 and k is not None:
+        return [*tokens[:k], d.join(tokens[k : k + extra + 1]), *tokens[k + extra + 1 :]]
+    why = f"wrong column count: {len(tokens)} fields, header has {ncols}"
+    if extra > 0 and len(header.free_text) > 1:
+        names = ", ".join(header.columns[j] for j in header.free_text)
+        why += f" (a '{d}' in one of {names}: ambiguous, not repaired)"
+    return why
+
+
+def _normalize_split(
+    acc: _Accumulator,
+    header: _Header,
+    columns: dict[str, pa.Array],
+    nums: np.ndarray,
+    leftover: list[tuple[int, str]],
+    file: str,
+) -> None:
+    """Normalize rows already split into `columns` (line numbers `nums`) plus `leftover`
+    (line number, text) lines, which are split one by one: repaired, rejected or blank."""
+    fixed_cols: list[list[str]] = []
+    fixed_lines: list[int] = []
+    rej_lines: list[int] = []
+    rej_reasons: list[str] = []
+    leftover = sorted(leftover)
+    # blank as the vectorized split judges it (Arrow's idea of whitespace, not Python's)
+    texts = pa.array([text for _, text in leftover], pa.string())
+    blank = pc.equal(pc.utf8_trim_whitespace(texts), "").to_pylist()
+    for (line, text), is_blank in zip(leftover, blank, strict=True):  # rare: odd lines only
+        if is_blank:
+            acc.blank_lines += 1
+            continue
+        got = _line_fields(header, text)
+        if isinstance(got, str):
+            rej_lines.append(line)
+            rej_reasons.append(got)
+        else:
+            fixed_cols.append(got)
+            fixed_lines.append(line)
+    if rej_lines:
+        acc.rows_read += len(rej_lines)
+        acc.reject(file, np.array(rej_lines), rej_reasons)
+    if fixed_cols:
+        for j, name in enumerate(header.columns):
+            if name in columns:
+                extra = pa.array([r[j] for r in fixed_cols], pa.string())
+                columns[name] = pa.concat_arrays([columns[name], extra])
+        nums = np.concatenate([nums, np.array(fixed_lines, dtype=np.int64)])
+        # back in line order, so "first" (duplicates) means first in the file
+        order = np.argsort(nums, kind="stable")
+        columns = {k: v.take(pa.array(order)) for k, v in columns.items()}
+        nums = nums[order]
+    _normalize_chunk(acc, columns, nums, file)
+
+
 def _split_lines(
     acc: _Accumulator, header: _Header, first_line: int, arr: pa.Array, file: str
 ) -> None:
-    """Split one chunk of text lines into columns and normalize them."""
+    """Split one chunk of text lines into columns and normalize them (the general path: any
+    delimiter, any line ends, lines that are not UTF-8)."""
     nums = np.arange(first_line, first_line + len(arr), dtype=np.int64)
     nonblank = pc.not_equal(pc.utf8_trim_whitespace(arr), "").to_numpy(zero_copy_only=False)
     acc.blank_lines += int((~nonblank).sum())
     arr, nums = arr.filter(pa.array(nonblank)), nums[nonblank]
+    whole = arr
     if header.trailing_pipe:
-        # `-p` ends every line with `|`; strip exactly one so an empty last field survives
         d = header.delimiter
         arr = pc.if_else(pc.ends_with(arr, d), pc.utf8_slice_codeunits(arr, 0, -len(d)), arr)
     ncols = len(header.columns)
     parts = pc.split_pattern(arr, header.delimiter)
     counts = pc.list_value_length(parts).to_numpy()
     good = counts == ncols
-    fixed_cols: list[list[str]] = []
-    fixed_lines: list[int] = []
-    if not good.all():
-        bad_idx = np.flatnonzero(~good)
-        rej_lines, rej_reasons = [], []
-        k = header.free_text_index
-        for i in bad_idx.tolist():  # rare path: malformed lines only
-            tokens = arr[i].as_py().split(header.delimiter)
-            extra = len(tokens) - ncols
-            if extra > 0 and k is not None:
-                joined = header.delimiter.join(tokens[k : k + extra + 1])
-                merged = [*tokens[:k], joined, *tokens[k + extra + 1 :]]
-                fixed_cols.append(merged)
-                fixed_lines.append(int(nums[i]))
-            else:
-                rej_lines.append(int(nums[i]))
-                why = f"wrong column count: {len(tokens)} fields, header has {ncols}"
-                if extra > 0 and len(header.free_text) > 1:
-                    names = ", ".join(header.columns[j] for j in header.free_text)
-                    why += f" (a '{header.delimiter}' in one of {names}: ambiguous, not repaired)"
-                rej_reasons.append(why)
-        if rej_lines:
-            acc.rows_read += len(rej_lines)
-            acc.reject(file, np.array(rej_lines), rej_reasons)
-    goodm = pa.array(good)
-    flat = pc.list_flatten(parts.filter(goodm))
+    leftover = [(int(nums[i]), whole[i].as_py()) for i in np.flatnonzero(~good).tolist()]
+    flat = pc.list_flatten(parts.filter(pa.array(good)))
     ngood = int(good.sum())
     columns: dict[str, pa.Array] = {}
     for j, name in enumerate(header.columns):
-        if name not in KNOWN_COLUMNS:
-            continue  # columns slurmgpu does not use are never materialized
-        col = flat.take(pa.array(np.arange(j, ngood * ncols, ncols, dtype=np.int64)))
-        if fixed_cols:
-            col = pa.concat_arrays([col, pa.array([r[j] for r in fixed_cols], pa.string())])
-        columns[name] = col
-    all_lines = np.concatenate([nums[good], np.array(fixed_lines, dtype=np.int64)])
-    _normalize_chunk(acc, columns, all_lines, file)
+        if name in KNOWN_COLUMNS:  # columns slurmgpu does not use are never materialized
+            columns[name] = flat.take(pa.array(np.arange(j, ngood * ncols, ncols, dtype=np.int64)))
+    _normalize_split(acc, header, columns, nums[good], leftover, file)
+
+
+_TRAILING = "\x00trailing"  # name of the empty field after a `-p` line's last `|`
+
+
+def _csv_block(
+    acc: _Accumulator, header: _Header, first_line: int, block: bytes, n: int, file: str
+) -> bool:
+    """Split a block with pyarrow's C++ CSV parser (the fast path); False if it cannot.
+
+    The parser is told to quote nothing and to keep empty lines, so every physical line is
+    either one parsed row or one "invalid row" with its line number; the line number of each
+    row is therefore known. Lines it cannot take (wrong field count, whitespace, a `-p` line
+    without its last `|`) go through the row-by-row rule. Blocks with a lone `\r` (a line
+    end for the parser, not for sacct) or bytes that are not UTF-8 take the general path.
+    """
+    d = header.delimiter
+    if len(d) != 1 or d in "\r\n" or len(d.encode()) != 1:
+        return False
+    if b"\r" in block and block.count(b"\r") != block.count(b"\r\n"):
+        return False
+    if not _is_utf8(block):
+        return False
+    names = [*header.columns, *([_TRAILING] if header.trailing_pipe else [])]
+    wanted = [c for c in header.columns if c in KNOWN_COLUMNS]
+    invalid: list[tuple[int | None, str]] = []
+
+    def on_invalid(row: pacsv.InvalidRow) -> str:
+        invalid.append((row.number, row.text))
+        return "skip"
+
+    try:
+        table = pacsv.read_csv(
+            pa.py_buffer(block),
+            read_options=pacsv.ReadOptions(
+                column_names=names, use_threads=False, block_size=len(block) + 1
+            ),
+            parse_options=pacsv.ParseOptions(
+                delimiter=d,
+                quote_char=False,
+                double_quote=False,
+                escape_char=False,
+                newlines_in_values=False,
+                ignore_empty_lines=False,
+                invalid_row_handler=on_invalid,
+            ),
+            convert_options=pacsv.ConvertOptions(
+                include_columns=wanted + ([_TRAILING] if header.trailing_pipe else []),
+                column_types={c: pa.string() for c in names},
+                strings_can_be_null=False,
+                quoted_strings_can_be_null=False,
+                null_values=[],
+                check_utf8=False,
+            ),
+        )
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+        return False
+    if any(number is None or not 1 <= number <= n for number, _ in invalid):
+        return False
+    valid = np.ones(n, dtype=bool)
+    valid[[number - 1 for number, _ in invalid]] = False
+    if int(valid.sum()) != table.num_rows:
+        return False  # not one row per line: let the general path split it
+    nums = np.flatnonzero(valid).astype(np.int64) + first_line
+    leftover = [(first_line + number - 1, text) for number, text in invalid]
+    # rows to split by hand: a possibly empty line (the parser gives it as a row of empty
+    # fields; one empty field marks the candidates, their text decides) and, for `-p`, a line
+    # whose last field was not empty (a `|` in free text)
+    odd = pc.equal(table.column(wanted[0]), "") if wanted else None
+    if header.trailing_pipe:
+        extra = pc.not_equal(table.column(_TRAILING), "")
+        odd = extra if odd is None else pc.or_(odd, extra)
+    if odd is not None and pc.any(odd).as_py():
+        rows = np.flatnonzero(odd.to_numpy(zero_copy_only=False))
+        ends = np.flatnonzero(np.frombuffer(block, dtype=np.uint8) == 10)
+        starts = np.concatenate([[0], ends + 1])
+        ends = np.concatenate([ends, [len(block)]])
+        for r in rows.tolist():
+            i = int(nums[r] - first_line)
+            text = block[starts[i] : ends[i]].decode("utf-8").rstrip("\r")
+            leftover.append((int(nums[r]), text))
+        keep = np.ones(len(nums), dtype=bool)
+        keep[rows] = False
+        table = table.filter(pa.array(keep))
+        nums = nums[keep]
+    columns = {c: table.column(c).combine_chunks() for c in wanted}
+    _normalize_split(acc, header, columns, nums, leftover, file)
+    return True
+
+
+def _is_utf8(block: bytes) -> bool:
+    """Whether the bytes are valid UTF-8 (checked by Arrow in place: no copy, no GIL)."""
+    offsets = pa.array([0, len(block)], pa.int64()).buffers()[1]
+    text = pa.Array.from_buffers(pa.large_string(), 1, [None, offsets, pa.py_buffer(block)])
+    try:
+        text.validate(full=True)
+    except pa.ArrowInvalid:
+        return False
+    return True
+
+
+def _header_of(
+    acc: _Accumulator, block: bytes, first: int, file: str, delimiter: str
+) -> tuple[_Header | None, bytes, int]:
+    """Find the header (the first non-blank line); returns it, the rest of the block and the
+    number of the rest's first line. Blank lines before it are counted."""
+    pos = 0
+    while pos < len(block):
+        nl = block.find(b"\n", pos)
+        end = nl if nl >= 0 else len(block)
+        line = block[pos:end]
+        try:
+            text = line.decode("utf-8")
+        except UnicodeDecodeError:
+            text = line.decode("latin-1")
+            acc.latin1_lines += 1
+        text = text.rstrip("\r")
+        pos = end + 1
+        if not text.strip():
+            acc.blank_lines += 1
+            first += 1
+            continue
+        return _parse_header(text, first, file, delimiter), block[pos:], first + 1
+    return None, b"", first
 
 
 def _read_stream(
@@ -653,30 +818,27 @@ def _read_stream(
     chunk_bytes: int,
     delimiter: str = "|",
 ) -> None:
-    """Read one stream: the header, then chunks of lines, each split and normalized.
+    """Read one stream: the header, then blocks of lines, each split and normalized.
 
-    pyarrow compute releases the GIL, so chunks are normalized on WORKERS threads while the
-    next block is read; each chunk fills its own accumulator and they are merged in file
-    order, so results (and the first rejections kept) are those of a sequential read. At
-    most 2 x WORKERS chunks are in flight, which bounds memory.
+    pyarrow's CSV parser and compute functions release the GIL, so blocks are split and
+    normalized on WORKERS threads while the next block is read; each block fills its own
+    accumulator and they are merged in file order, so results (and the first rejections
+    kept) are those of a sequential read. At most 2 x WORKERS blocks are in flight, which
+    bounds memory.
     """
     header: _Header | None = None
     acc.file_index(file)
     pending: deque[Future[_Accumulator]] = deque()
+    first = 1
     with ThreadPoolExecutor(max_workers=WORKERS) as pool:
-        for first, lines in _line_chunks(stream, chunk_bytes, file, acc):
+        for block in _blocks(stream, chunk_bytes, file):
             if header is None:
-                nonblank = pc.not_equal(pc.utf8_trim_whitespace(lines), "")
-                idx = pc.index(nonblank, True).as_py()
-                if idx < 0:
-                    acc.blank_lines += len(lines)
-                    continue
-                header = _parse_header(lines[idx].as_py(), first + idx, file, delimiter)
-                acc.blank_lines += idx
-                lines = lines.slice(idx + 1)
-                first += idx + 1
-            if len(lines):
-                pending.append(pool.submit(_chunk, acc.child(), header, first, lines, file))
+                header, block, first = _header_of(acc, block, first, file, delimiter)
+            if header is None or not block:
+                continue
+            n = _line_count(block)
+            pending.append(pool.submit(_chunk, acc.child(), header, first, block, n, file))
+            first += n
             while len(pending) > 2 * WORKERS:
                 acc.merge(pending.popleft().result())
         while pending:
@@ -686,9 +848,11 @@ def _read_stream(
 
 
 def _chunk(
-    kid: _Accumulator, header: _Header, first: int, lines: pa.Array, file: str
+    kid: _Accumulator, header: _Header, first: int, block: bytes, n: int, file: str
 ) -> _Accumulator:
-    _split_lines(kid, header, first, lines, file)
+    """Split and normalize one block (`n` lines from line `first`) on a worker thread."""
+    if not _csv_block(kid, header, first, block, n, file):
+        _split_lines(kid, header, first, _block_lines(block, kid), file)
     return kid
 
 
@@ -773,17 +937,20 @@ def _fold_steps(frame: pd.DataFrame, steps: list[pa.Table], sums: bool = False) 
     frame["gpu_mem_used_mib"] = frame["gpu_util_pct"].copy()
     if not steps or frame.empty:
         return frame
-    st = pa.concat_tables(steps).to_pandas()
-    # one integer key per (cluster, JobIDRaw), shared by both sides
-    codes, _ = pd.factorize(
-        pd.concat(
-            [frame["cluster"].astype(object), st["cluster"].astype(object)], ignore_index=True
-        )
-    )
+    st = pa.concat_tables(steps)
+    # one integer key per (cluster, JobIDRaw), shared by both sides: cluster names are
+    # coded through the two dictionaries (a null cluster codes -1 on both sides)
+    f_idx, f_names = columns_mod.dictionary_indices(frame, "cluster")
+    s_enc = pc.dictionary_encode(st.column("cluster")).combine_chunks()
+    s_idx = s_enc.indices.fill_null(-1).to_numpy(zero_copy_only=False).astype(np.int64)
+    names = {n: i for i, n in enumerate(dict.fromkeys(f_names + s_enc.dictionary.to_pylist()))}
+    f_code = np.array([names[n] for n in f_names] + [-1], dtype=np.int64)[f_idx]
+    s_code = np.array([names[n] for n in s_enc.dictionary.to_pylist()] + [-1], np.int64)[s_idx]
+    codes = np.concatenate([f_code, s_code])
     raw = np.concatenate(
         [
             frame["job_id_raw"].to_numpy(dtype=float, na_value=-1),
-            st["job_id_raw"].to_numpy(dtype=float),
+            st.column("job_id_raw").to_numpy().astype(float),
         ]
     )
     key = codes.astype(np.int64) * (1 << 40) + raw.astype(np.int64)
@@ -802,10 +969,10 @@ def _fold_steps(frame: pd.DataFrame, steps: list[pa.Table], sums: bool = False) 
     steps_df = pd.DataFrame(
         {
             "key": key[len(frame) :],
-            "step_start": st["step_start"].to_numpy(dtype="datetime64[ns]"),
-            "util": st["step_gpu_util_pct"].to_numpy(float),
-            "mem": st["step_gpu_mem_mib"].to_numpy(float),
-            "step_gpus": st["step_gpus"].to_numpy(float),
+            "step_start": st.column("step_start").to_numpy().astype("datetime64[ns]"),
+            "util": st.column("step_gpu_util_pct").to_numpy().astype(float),
+            "mem": st.column("step_gpu_mem_mib").to_numpy().astype(float),
+            "step_gpus": st.column("step_gpus").to_numpy().astype(float),
         }
     )
     # a step without a start time belongs to the latest run of its job
@@ -841,18 +1008,19 @@ def _derive(frame: pd.DataFrame, opts: Options) -> pd.DataFrame:
     float_t = pd.ArrowDtype(pa.float64())
     # tier: the policy's mapping of the QOS, else the QOS name itself (the tier= tag the
     # job_submit plugin wrote is kept as `tag_tier`, for checking the two agree)
-    qos = pd.Series(f["qos"].to_numpy(dtype=object, na_value=""), index=f.index)
-    tier = qos.copy()
-    if opts.tier_for_qos is not None:
-        mapping = {q: opts.tier_for_qos(q) for q in qos.unique()}
-        from_policy = qos.map(mapping)
-        tier = from_policy.where(from_policy.notna(), tier)
-    f["tier"] = pd.array(tier.to_numpy(dtype=object), dtype=pd.ArrowDtype(pa.string()))
+    policy = opts.tier_for_qos
+
+    def tier_of(qos: str) -> str:
+        tier = policy(qos) if policy is not None else None
+        return qos if tier is None or pd.isna(tier) else tier
+
+    tier = columns_mod.text_per_value(f, "qos", tier_of)  # once per distinct QOS
+    f["tier"] = pd.arrays.ArrowExtensionArray(tier)
     f["tag_tier"] = f["tag_tier"].where(f["tag_tier"] != "", None)
     # shards -> GPU share, by partition's shards per GPU (or the "*" default); unknown -> NaN
     shards = f["shards"].to_numpy(dtype=float, na_value=np.nan)
     gpu_equiv = f["gpu_equiv"].to_numpy(dtype=float, na_value=np.nan)
-    parts = f["partition"].to_numpy(dtype=object, na_value="")
+    parts = columns_mod.objects(f, "partition", "")
     default = opts.shards_per_gpu.get("*", np.nan)
     per_gpu = np.full(len(f), default, dtype=float)
     for part, value in opts.shards_per_gpu.items():  # one pass per configured partition
@@ -891,11 +1059,10 @@ def _derive(frame: pd.DataFrame, opts: Options) -> pd.DataFrame:
     het = f["het_offset"].to_numpy(dtype=float, na_value=np.nan)
     f["counts_as_job"] = pd.array(np.isnan(het) | (het == 0), dtype=pd.ArrowDtype(pa.bool_()))
     # a pending array range `123_[5-9,11%2]` stands for its tasks
-    rng = f["array_range"].astype(object)
-    uniq = {r: _range_size(r) for r in rng.dropna().unique()}
-    f["array_pending_tasks"] = pd.array(
-        rng.map(uniq).to_numpy(dtype=float, na_value=np.nan), dtype=float_t
+    tasks = columns_mod.per_value(
+        f, "array_range", lambda r: np.nan if r is None else _range_size(r), None
     )
+    f["array_pending_tasks"] = pd.array(tasks.astype(float), dtype=float_t)
     # MIG devices never report gpuutil/gpumem (NVML limitation, gres.shtml): unknown, not 0
     mig = f["mig_slices"].to_numpy(dtype=float, na_value=0) > 0
     for c in ("gpu_util_pct", "gpu_mem_used_mib"):

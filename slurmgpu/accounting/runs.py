@@ -21,7 +21,7 @@ from datetime import datetime
 import numpy as np
 import pandas as pd
 
-from slurmgpu.accounting.columns import duplicated
+from slurmgpu.accounting.columns import duplicated, objects
 from slurmgpu.accounting.window import Window, dt_column
 from slurmgpu.measure.warnings import MeasureWarning
 from slurmgpu.model.catalog import resolve
@@ -59,8 +59,8 @@ def gpu_sizes(
     A type name is looked up in `type_memory_mib` (given sizes and inventory snapshots, by
     exact name, then case-insensitively), then in the catalogue through `resolve()`.
     """
-    types = frame["gpu_type"].to_numpy(dtype=object, na_value=None)
-    parts = frame["partition"].to_numpy(dtype=object, na_value="")
+    types = objects(frame, "gpu_type", None)
+    parts = objects(frame, "partition", "")
     given = {str(k).lower(): float(v) for k, v in type_memory_mib.items()}
 
     def size(name: str) -> float:
@@ -110,7 +110,7 @@ def prepare(frame: pd.DataFrame, window: Window, gpu_mem_mib: np.ndarray) -> pd.
     f["gpu_hours"] = gpus * overlap / 3600.0
     f["util"] = np.minimum(num(frame, "gpu_util_pct"), 100.0)
     f["mem_used_mib"] = num(frame, "gpu_mem_used_mib")
-    state = frame["state"].to_numpy(dtype=object, na_value="")
+    state = objects(frame, "state", "")
     key = ["cluster", "job_id_raw", "job_id"]
     later_run = duplicated(frame, key, keep="last")
     rerun = duplicated(frame, key, keep="first")
