@@ -310,6 +310,12 @@ class _Accumulator:
             self.rejected.append(Rejected(file, int(line), reason))
 
 
+# states only a job that started can be in (a COMPLETED row without Start is corrupt; FAILED,
+# CANCELLED and NODE_FAIL can happen before a job starts)
+_RAN_STATES = pa.array(["COMPLETED", "TIMEOUT", "OUT_OF_MEMORY", "PREEMPTED", "RUNNING",
+                        "SUSPENDED", "COMPLETING"])  # fmt: skip
+
+
 def _col(columns: Mapping[str, pa.Array], name: str, n: int) -> pa.Array:
     arr = columns.get(name)
     return arr if arr is not None else pa.nulls(n, pa.string())
@@ -458,6 +464,18 @@ def _normalize_chunk(
         else:
             elapsed, _unl, bad = fields.parse_durations(sub("Elapsed", alloc_m))
             flag(bad, "Elapsed", sub("Elapsed", alloc_m), a)
+        # ran for a while (a state only a started job has, and an elapsed time) yet no Start:
+        # its GPU-hours cannot be placed in time (an array's pending range may say TIMEOUT
+        # with no Start and no elapsed time: that one is fine)
+        ran = pc.is_in(state, _RAN_STATES).to_numpy(zero_copy_only=False)
+        ran &= np.nan_to_num(np.asarray(elapsed, dtype=float)) > 0
+        for i in np.flatnonzero(ran & np.isnat(times["Start"])).tolist():
+            raw_start = sub("Start", alloc_m)[i].as_py()
+            errors.setdefault(
+                int(a[i]),
+                f"State {state[i].as_py()} for {int(elapsed[i])} s but no Start time "
+                f"({raw_start!r})",
+            )
         if "TimelimitRaw" in columns:
             tl_min, bad = fields.parse_int(sub("TimelimitRaw", alloc_m), unlimited_ok=True)
             flag(bad, "TimelimitRaw", sub("TimelimitRaw", alloc_m), a)
@@ -877,7 +895,8 @@ def _finish(acc: _Accumulator, files: list[str]) -> LoadResult:
                 str(name),
                 group["line"].to_numpy(dtype=np.int64),
                 [
-                    f"duplicate allocation row of job {j} (same Cluster, JobIDRaw, Submit, Start)"
+                    # "reason: detail": the count by reason is one key, not one per job
+                    f"duplicate allocation row (same Cluster, JobIDRaw, Submit, Start): job {j}"
                     for j in group["job_id"].tolist()
                 ],
             )

@@ -41,7 +41,7 @@ def test_mix_reconciles_and_names_every_rejected_line(mix):
         (23, "bad Start time"),
         (24, "wrong column count: 9 fields, header has 20"),
         (26, "bad State"),
-        (27, "duplicate allocation row of job 1001 (same Cluster, JobIDRaw, Submit, Start)"),
+        (27, "duplicate allocation row (same Cluster, JobIDRaw, Submit, Start): job 1001"),
     }
     assert all(r.file == str(MIX) for r in mix.rejected)
 
@@ -396,3 +396,27 @@ def test_local_times_at_dst_changes_are_rejected_never_zero_gpu_hours():
     assert got[3].startswith("Start time '2026-10-25T02:30:00' occurs twice in Europe/Berlin")
     assert len(res.frame) == 1
     assert res.frame["gpu_hours"].iloc[0] == pytest.approx(1.0)  # 04:00 -> 05:00 CET
+
+
+def test_a_state_only_a_started_job_has_needs_a_start(tmp_path):
+    dump = tmp_path / "d.txt"
+    dump.write_text(
+        "JobIDRaw|JobID|Cluster|Partition|QOS|Account|User|Submit|Start|End|ElapsedRaw|"
+        "TimelimitRaw|State|AllocTRES|ReqTRES|NodeList|JobName\n"
+        "1|1|c|gpu|p1|a|u|2026-01-01T00:00:00|Unknown|2026-01-01T01:00:00|3600|120|COMPLETED|"
+        "cpu=1,gres/gpu=1|cpu=1,gres/gpu=1|n1|j\n"
+        "2|2|c|gpu|p1|a|u|2026-01-01T00:00:00|None|2026-01-01T01:00:00|0|120|CANCELLED by 0|"
+        "|cpu=1,gres/gpu=1|None assigned|j\n"
+    )
+    got = load_files([dump])
+    assert [(r.line, r.reason) for r in got.rejected] == [
+        (2, "State COMPLETED for 3600 s but no Start time ('Unknown')")
+    ]
+    assert got.rows_analyzed == 1  # the job cancelled while pending is fine
+
+
+def test_duplicate_rows_are_counted_under_one_reason(mix):
+    assert (
+        mix.rejected_reasons["duplicate allocation row (same Cluster, JobIDRaw, Submit, Start)"]
+        == 1
+    )
