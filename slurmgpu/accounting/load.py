@@ -161,21 +161,42 @@ class _Header:
     free_text: list[int] = field(default_factory=list)
 
 
+def _looks_like(header: str, delimiter: str) -> str:
+    """What a header that is not sacct's looks like instead, as advice ("" when nothing)."""
+    head = header.lstrip("\ufeff").lstrip()
+    if head.startswith(("{", "[")):
+        return "(this looks like JSON, e.g. `sacct --json`: save `sacct -P` text instead)"
+    if "\x00" in header or header.startswith(("\ufffe", "\xff\xfe", "\xfe\xff")):
+        return "(this looks like UTF-16 text: convert it to UTF-8, e.g. iconv -f UTF-16 -t UTF-8)"
+    if "\r" in header:
+        return "(lines end with a lone CR: convert them, e.g. tr '\\r' '\\n')"
+    if delimiter not in header and ("," in header or "\t" in header):
+        return "(no `|` in the header: save `sacct -P` (or --parsable2) output)"
+    return ""
+
+
 def _parse_header(text: str, line: int, source: str, delimiter: str = "|") -> _Header:
     trailing = text.endswith(delimiter)
     body = text[: -len(delimiter)] if trailing else text
     names = [_canonical(c) for c in body.split(delimiter)]
     present = set(names)
+    looks = _looks_like(text, delimiter)
     for options in REQUIRED_COLUMNS:
         if not present.intersection(options):
             wanted = " or ".join(options)
             raise SacctParseError(
                 f"{source}: line {line}: required column {wanted} missing from the header "
-                "(save sacct output with its header, e.g. sacct -P -o JobIDRaw,State,...)"
+                + (
+                    looks
+                    or "(save sacct output with its header, e.g. sacct -P -o JobIDRaw,State,...)"
+                )
             )
     dup = [c for c, k in Counter(names).items() if k > 1]
     if dup:
-        raise SacctParseError(f"{source}: line {line}: column {dup[0]} appears twice in the header")
+        raise SacctParseError(
+            f"{source}: line {line}: column {dup[0]} appears twice in the header"
+            + (f" {looks}" if looks else "")
+        )
     free = [i for i, c in enumerate(names) if c in FREE_TEXT_COLUMNS]
     # a too-long line is repaired only when ONE free-text column could hold the extra `|`
     return _Header(names, trailing, line, free[0] if len(free) == 1 else None, delimiter, free)

@@ -237,3 +237,20 @@ def test_a_policy_with_several_problems_lists_them_on_one_line(tmp_path):
     assert "\\n" not in res.stderr  # no escaped line break between the problems
     assert f"{policy}:1: tiers: missing" in res.stderr
     assert f"; {policy}:1: default_tier: missing" in res.stderr
+
+
+@pytest.mark.parametrize(
+    ("content", "says"),
+    [
+        (b'{"jobs": [{"job_id": 1}]}\n', "this looks like JSON"),
+        ("JobIDRaw|State\n1|COMPLETED\n".encode("utf-16"), "this looks like UTF-16 text"),
+        (b"JobIDRaw|JobID|Cluster|State\r1|1|c1|COMPLETED\r2|2|c1|COMPLETED\r", "lone CR"),
+        (b"JobIDRaw,JobID,State\n1,1,COMPLETED\n", "save `sacct -P`"),
+    ],
+)
+def test_a_dump_that_is_not_sacct_text_says_what_it_looks_like(tmp_path, content, says):
+    dump = tmp_path / "dump.txt"
+    dump.write_bytes(content)
+    res = cli("analyze", "--sacct-file", dump)
+    assert res.code == 1 and res.stderr.count("\n") == 1, res.stderr
+    assert res.stderr.startswith("slurmgpu: error: ") and says in res.stderr, res.stderr
