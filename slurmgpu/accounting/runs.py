@@ -276,7 +276,9 @@ def build_runs(
     work = prepare(frame, window, sizes.per_run_mib)
     util_basis, measure_warnings = apply_measures(frame, work, sources)
     need, basis = need_of_runs(work)
-    work["mem_share"] = work["mem_used_mib"].to_numpy() / (
-        work["gpu_mem_mib"].to_numpy() * np.where(work["gpus"] > 0, work["gpus"], np.nan)
+    # mem_used_mib is already one GPU's value (load.py divides 24.05+ sums by the step's
+    # GPUs): its share is of ONE GPU's memory, whatever the run's GPU count
+    work["mem_share"] = work["mem_used_mib"].to_numpy() / np.where(
+        work["gpus"] > 0, work["gpu_mem_mib"].to_numpy(), np.nan
     )
     return Runs(work, need, basis, util_basis, sizes.unknown_types, measure_warnings)

@@ -201,6 +201,19 @@ def test_low_memory_gpu_hours(tmp_path):
     assert doc["totals"]["low_memory_gpu_hours"] is None
 
 
+def test_low_memory_share_is_of_one_gpu_for_multi_gpu_jobs(tmp_path):
+    # 4 T4s (15360 MiB each), 14000 MiB used on each: not low memory (it is per GPU)
+    alloc = "gres/gpu:tesla_t4=4,gres/gpu=4"
+    rows = [job(1, "t4", 0, 0, 3600, alloc, usage="gres/gpumem=14000M")]
+    assert run(tmp_path, rows)["totals"]["low_memory_gpu_hours"] == pytest.approx(0.0)
+    rows = [job(1, "t4", 0, 0, 3600, alloc, usage="gres/gpumem=2000M")]
+    assert run(tmp_path, rows)["totals"]["low_memory_gpu_hours"] == pytest.approx(4.0)
+    # Slurm 24.05+: the step's gpumem is a sum over its 4 GPUs (4 x 14000 MiB)
+    rows = [job(1, "t4", 0, 0, 3600, alloc, usage="gres/gpumem=56000M")]
+    doc = run(tmp_path, rows, slurm_version="24.05")
+    assert doc["totals"]["low_memory_gpu_hours"] == pytest.approx(0.0)
+
+
 def test_inventory_memory_and_partition_gpu_type(tmp_path):
     from pathlib import Path
 
