@@ -737,6 +737,8 @@ class AnalysisDocument:
     utilization_basis: Mapping[str, int]  # measure source (or "slurm_gpuutil") -> runs
     measure_warnings: tuple[MeasureWarning, ...]
     by_partition: tuple[GroupRow, ...]  # sorted by GPU-hours, then name; idle ones too
+    # (several clusters in the window: partitions are labelled CLUSTER/PARTITION)
+    by_cluster: tuple[GroupRow, ...]  # one row per cluster (Cluster column; "" when absent)
     by_qos: tuple[GroupRow, ...]  # each with its `tier`
     by_tier: tuple[GroupRow, ...]
     by_account: tuple[GroupRow, ...]
@@ -750,8 +752,8 @@ class AnalysisDocument:
 
     # (attribute, the JSON key naming a row's group) of each by_* table
     GROUPINGS = (
-        ("by_partition", "partition"), ("by_qos", "qos"), ("by_tier", "tier"),
-        ("by_account", "account"), ("by_user", "user"), ("by_kind", "kind"),
+        ("by_partition", "partition"), ("by_cluster", "cluster"), ("by_qos", "qos"),
+        ("by_tier", "tier"), ("by_account", "account"), ("by_user", "user"), ("by_kind", "kind"),
     )  # fmt: skip
 
     def to_json(self) -> dict[str, Json]:
@@ -786,7 +788,10 @@ class AnalysisDocument:
         if version != SCHEMA_VERSION:
             raise ValueError(f"analysis schema_version {version}: this reads {SCHEMA_VERSION}")
         groups = {
-            attr: tuple(GroupRow.from_json(row, key) for row in data[attr])
+            # by_cluster came later: documents written before it read as having none
+            attr: tuple(GroupRow.from_json(row, key) for row in data.get(attr, ()))
+            if attr == "by_cluster"
+            else tuple(GroupRow.from_json(row, key) for row in data[attr])
             for attr, key in cls.GROUPINGS
         }
         return cls(

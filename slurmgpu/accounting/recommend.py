@@ -324,12 +324,17 @@ def _move_nodes(
     hours: float,
     gpus_per_node: Mapping[str, float],
     checks: list[str],
+    cluster_of: Mapping[str, str] | None = None,
 ) -> list[Recommendation]:
     """Graded node moves: whole nodes from the most idle partitions to the most starved.
 
     Donors rank by idle GPU-hours (capacity - allocated), takers by unmet demand (pending
     GPU-hours); nodes move while the donor stays at or under DONOR_TARGET_RATIO allocated.
+    With several clusters (`cluster_of`: partition label -> cluster), a node never moves
+    across clusters: the donor must be in the taker's cluster.
     """
+    several = cluster_of is not None and len(set(cluster_of.values())) > 1
+    crossed: set[tuple[str, str]] = set()
     known = [e for e in partitions if e.allocation_ratio is not None]
     if len(known) < 2:
         checks.append("move_nodes: capacity known for fewer than 2 partitions")
@@ -363,6 +368,9 @@ def _move_nodes(
         demand_gpus = taker.pending_gpu_hours / hours  # GPUs that would have served it
         for donor in donors:
             name = donor.name
+            if several and cluster_of.get(name) != cluster_of.get(taker.name):
+                crossed.add((name, taker.name))
+                continue
             per_node = gpus_per_node.get(name) or DEFAULT_GPUS_PER_NODE
             nodes = int(min(spare[name], math.ceil(demand_gpus / per_node) * per_node) // per_node)
             if nodes < 1:
@@ -403,6 +411,9 @@ def _move_nodes(
                 break
     if not recs:
         checks.append("move_nodes: no donor has a whole node to spare under its target ratio")
+    if crossed:
+        pairs = ", ".join(f"{d} -> {t}" for d, t in sorted(crossed))
+        checks.append(f"move_nodes: no move across clusters ({pairs})")
     return recs
 
 
@@ -554,11 +565,12 @@ def recommend(
     window: Window,
     partition_types: Mapping[str, str],
     gpus_per_node: Mapping[str, float],
+    cluster_of: Mapping[str, str] | None = None,
 ) -> list[Recommendation]:
     """All recommendations, or one honest `none` entry listing the checks made."""
     checks: list[str] = []
     recs = _carve(frame, work, need, need_basis, by_partition, partition_types, window, checks)
-    recs += _move_nodes(by_partition, window.hours, gpus_per_node, checks)
+    recs += _move_nodes(by_partition, window.hours, gpus_per_node, checks, cluster_of)
     recs += _tiers(frame, work, by_tier, totals, checks)
     if not recs:
         recs.append(
