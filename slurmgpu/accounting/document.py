@@ -193,12 +193,17 @@ class FitShares:
     """Which GPU runs would fit a fraction of one GPU, over the runs whose need is KNOWN.
 
     A run with an unknown need (still running, nothing measured, GPU size unknown) is
-    counted apart (`unknown_runs`, `unknown_gpu_hours`), never as "does not fit"."""
+    counted apart (`unknown_runs`, `unknown_gpu_hours`), never as "does not fit".
+
+    The `jobs` share is per job (a requeued job counts once, its need the largest known
+    need of its runs) over `known_jobs`; the `gpu_hours` share is per run over the GPU-hours
+    of the `known_runs`."""
 
     shares: Mapping[str, FitShare]  # "1/7", "1/4", "1/2" -> share (JSON keys, in order)
     known_runs: int
     unknown_runs: int
     unknown_gpu_hours: float
+    known_jobs: int = 0  # the jobs share's denominator (array tasks counted as jobs)
 
     def as_fields(self) -> dict[str, Any]:
         """The fields of `FitShares` as keyword arguments (to build a `FitFraction`)."""
@@ -214,6 +219,7 @@ class FitShares:
             known_runs=self.known_runs,
             unknown_runs=self.unknown_runs,
             unknown_gpu_hours=self.unknown_gpu_hours,
+            known_jobs=self.known_jobs,
         )
         return out
 
@@ -224,6 +230,7 @@ class FitShares:
             "known_runs": int(data["known_runs"]),
             "unknown_runs": int(data["unknown_runs"]),
             "unknown_gpu_hours": float(data["unknown_gpu_hours"]),
+            "known_jobs": int(data.get("known_jobs", 0)),  # absent before it was added
         }
 
     @classmethod

@@ -103,7 +103,10 @@ def analyze(options: AnalysisOptions) -> AnalysisResult:
         ),
         steps_gpu_usage_over_100=loaded.usage_over_100,
     )
-    by_partition = metrics.by_group(frame, work, "partition", win, part_gpus, need=r.need)
+    jobs_need = metrics.job_need(frame, r.need)
+    by_partition = metrics.by_group(
+        frame, work, "partition", win, part_gpus, need=r.need, jobs_need=jobs_need
+    )
     by_tier = metrics.by_group(frame, work, "tier", win, None)
     recommendations = recommend.recommend(
         frame,
@@ -139,7 +142,9 @@ def analyze(options: AnalysisOptions) -> AnalysisResult:
         by_account=metrics.by_group(frame, work, "account", win, None),
         by_user=metrics.by_group(frame, work, "user", win, None),
         by_kind=metrics.by_group(frame, work, "kind", win, None),
-        fit_fraction=metrics.fit_fraction(work, r.need, r.need_basis, r.unknown_gpu_types),
+        fit_fraction=metrics.fit_fraction(
+            work, r.need, r.need_basis, r.unknown_gpu_types, jobs_need=jobs_need
+        ),
         timeseries=metrics.timeseries(
             work,
             win,

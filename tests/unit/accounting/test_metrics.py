@@ -224,3 +224,22 @@ def test_inventory_memory_and_partition_gpu_type(tmp_path):
     doc = run(tmp_path, rows, gpu_types={"gpu": "h100"}, inventories=[inventory])
     assert doc["fit_fraction"]["basis_counts"]["measured_gpumem"] == 1
     assert doc["fit_fraction"]["1/7"]["jobs"] == 1.0  # 5000 of 81559 MiB
+
+
+def test_requeued_job_fits_by_the_run_that_did_the_work(tmp_path):
+    alloc = "gres/gpu:tesla_t4=1,gres/gpu=1"  # 15360 MiB
+    rows = [
+        # job 1: its first run was requeued after using 1000 MiB; the rerun needed 14000 MiB
+        job(1, "t4", 0, 0, 600, alloc, state="REQUEUED", usage="gres/gpumem=1000M"),
+        job(1, "t4", 600, 700, 4300, alloc, usage="gres/gpumem=14000M"),
+        # job 2: one run at 1000 MiB, fits 1/7
+        job(2, "t4", 0, 0, 3600, alloc, usage="gres/gpumem=1000M"),
+        # job 3: nothing measured: unknown, not in the job denominator
+        job(3, "t4", 0, 0, 3600, alloc),
+    ]
+    fit = run(tmp_path, rows)["fit_fraction"]
+    assert fit["known_jobs"] == 2 and fit["known_runs"] == 3 and fit["unknown_runs"] == 1
+    assert fit["1/7"]["jobs"] == pytest.approx(0.5)  # job 2 only, not job 1
+    assert fit["1/2"]["jobs"] == pytest.approx(0.5)
+    # GPU-hours are per run: 1000 MiB runs held 1/6 h + 1 h of the 1/6 + 1 + 1 known hours
+    assert fit["1/7"]["gpu_hours"] == pytest.approx((1 / 6 + 1) / (1 / 6 + 1 + 1))
