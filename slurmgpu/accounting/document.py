@@ -240,18 +240,25 @@ class FitShares:
 
 @dataclass(frozen=True)
 class UnknownGpuType:
-    """A GPU type whose memory size is unknown, so its measured runs' need is unknown."""
+    """A GPU type whose memory size is unknown, so its measured runs' need is unknown; or
+    (`type` "", `partition` set) an untyped partition with no type or size given."""
 
     type: str
     gpu_runs: int
     fix: str  # the option that gives the size
+    partition: str | None = None  # the untyped partition (type "")
 
     def to_json(self) -> dict[str, Json]:
-        return {"type": self.type, "gpu_runs": self.gpu_runs, "fix": self.fix}
+        return {
+            "type": self.type,
+            "gpu_runs": self.gpu_runs,
+            "fix": self.fix,
+            "partition": self.partition,
+        }
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> UnknownGpuType:
-        return cls(data["type"], int(data["gpu_runs"]), data["fix"])
+        return cls(data["type"], int(data["gpu_runs"]), data["fix"], data.get("partition"))
 
 
 @dataclass(frozen=True)

@@ -334,6 +334,8 @@ def fit_fraction(
     basis: np.ndarray,
     unknown_types: Mapping[str, int] | None = None,
     jobs_need: np.ndarray | None = None,
+    unknown_partitions: Mapping[str, int] | None = None,
+    type_partitions: Mapping[str, Sequence[str]] | None = None,
 ) -> FitFraction:
     """Cluster-wide fit shares, the basis of each run's need, and what would fix unknowns."""
     gpu_job = work["gpu_job"].to_numpy() & (work["gpus"].to_numpy() > 0)
@@ -349,17 +351,35 @@ def fit_fraction(
         f"{counts['unknown_gpu_size']} unknown (memory measured, GPU size unknown)"
     )
     missing = {t: n for t, n in (unknown_types or {}).items() if n}
+    where = type_partitions or {}
+    unknowns = [
+        UnknownGpuType(
+            type=t,
+            gpu_runs=n,
+            fix=f"give its size: --gpu-memory {t}=SIZE (or gpu_memory in the site policy, "
+            "or an --inventory snapshot)"
+            + (
+                f", or the type of partition {', '.join(where[t])}: --gpu-type {where[t][0]}=TYPE"
+                if where.get(t)
+                else ""
+            ),
+        )
+        for t, n in sorted(missing.items())
+    ]
+    unknowns += [
+        UnknownGpuType(
+            type="",
+            gpu_runs=n,
+            fix=f"partition {p}: its runs name no GPU type: give --gpu-type {p}=TYPE or "
+            f"--gpu-memory TYPE=SIZE (or --gpu-memory {p}=SIZE)",
+            partition=p,
+        )
+        for p, n in sorted((unknown_partitions or {}).items())
+        if n
+    ]
     return FitFraction(
         **shares.as_fields(),
         basis_counts=counts,
         basis=text,
-        unknown_gpu_types=tuple(
-            UnknownGpuType(
-                type=t,
-                gpu_runs=n,
-                fix=f"give its size: --gpu-memory {t}=SIZE (or gpu_memory in the site policy, "
-                "or an --inventory snapshot)",
-            )
-            for t, n in sorted(missing.items())
-        ),
+        unknown_gpu_types=tuple(unknowns),
     )

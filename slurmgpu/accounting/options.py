@@ -34,7 +34,8 @@ class AnalysisOptions:
     capacity: Mapping[str, float] | None = None  # partition -> GPUs (overrides scontrol)
     shards_per_gpu: Mapping[str, float] = field(default_factory=dict)  # partition or "*"
     gpu_types: Mapping[str, str] = field(default_factory=dict)  # partition -> GPU type name
-    gpu_memory_mib: Mapping[str, float] = field(default_factory=dict)  # GPU type -> MiB
+    # GPU type -> MiB; a key naming a partition sizes its GPUs when their type is unknown
+    gpu_memory_mib: Mapping[str, float] = field(default_factory=dict)
     inventories: Sequence[str | os.PathLike[str]] = ()
     env: Mapping[str, str] | None = None  # environment of live Slurm commands
     freq: str | None = None  # time-series bucket: "1h" or "1D" (None: by window length)

@@ -143,7 +143,13 @@ def analyze(options: AnalysisOptions) -> AnalysisResult:
         by_user=metrics.by_group(frame, work, "user", win, None),
         by_kind=metrics.by_group(frame, work, "kind", win, None),
         fit_fraction=metrics.fit_fraction(
-            work, r.need, r.need_basis, r.unknown_gpu_types, jobs_need=jobs_need
+            work,
+            r.need,
+            r.need_basis,
+            sizes.unknown_types,
+            jobs_need=jobs_need,
+            unknown_partitions=sizes.unknown_partitions,
+            type_partitions=sizes.type_partitions,
         ),
         timeseries=metrics.timeseries(
             work,
@@ -156,6 +162,7 @@ def analyze(options: AnalysisOptions) -> AnalysisResult:
             doc_mod.Rejected(str(x.file), int(x.line), str(x.reason)) for x in loaded.rejected
         ),
         notes=tuple(_option_notes(opts, raw_partitions | set(cluster_of), part_gpus))
+        + tuple(_gpu_type_notes(frame, types, memory))
         + effects_note,
         recommendations=tuple(recommendations),
     )
@@ -273,6 +280,48 @@ def _by_cluster(
         if seen and all(p in part_gpus for p in seen):
             caps[cluster] = float(sum(part_gpus[p] for p in mine))
     return metrics.by_group(frame, work, "cluster", win, caps)
+
+
+def _gpu_type_notes(frame: Any, types: dict[str, str], memory: dict[str, float]) -> list[str]:
+    """What a partition's given GPU type did: a type of unknown size is said out loud (not
+    silence), and so is a given type standing in for a typed name nobody knows."""
+    from slurmgpu.model.catalog import resolve
+
+    known = {k.lower() for k in memory}
+
+    def sized(name: str) -> bool:
+        return name.lower() in known or resolve(name) is not None
+
+    parts = frame["partition"].to_numpy(dtype=object, na_value="")
+    seen_types = frame["gpu_type"].to_numpy(dtype=object, na_value=None)
+    notes = []
+    for part, gtype in sorted(types.items()):
+        mine = parts == part
+        if not mine.any():
+            continue
+        if not sized(gtype):
+            notes.append(
+                f"GPU type {gtype!r} given for partition {part!r} is neither in the catalogue "
+                f"nor given a size: its GPUs' memory stays unknown (give --gpu-memory "
+                f"{gtype}=SIZE, or a type the catalogue knows)"
+            )
+            continue
+        odd = sorted(
+            {str(t) for t in _unique(seen_types[mine]) if isinstance(t, str) and not sized(t)}
+        )
+        if odd:
+            notes.append(
+                f"runs of partition {part!r} name GPU type(s) {', '.join(map(repr, odd))}, "
+                f"which the catalogue does not know: sized as {gtype!r}, the type given for "
+                "the partition"
+            )
+    return notes
+
+
+def _unique(values: Any) -> Any:
+    import pandas as pd
+
+    return pd.unique(values)
 
 
 def _option_notes(

@@ -47,7 +47,8 @@ _OPTIONS = [
         "gpu_memory",
         multiple=True,
         metavar="TYPE=SIZE",
-        help="Memory of one GPU of a type the catalogue does not know (e.g. t4=16G); "
+        help="Memory of one GPU of a type the catalogue does not know (e.g. t4=16G), or "
+        "PARTITION=SIZE: the GPUs of that partition when their type is unknown; "
         "repeatable; also `[gpu_memory]` in the site policy.",
     ),
     click.option(

@@ -267,9 +267,9 @@ def _notes(analysis: AnalysisDocument) -> list[str]:
         notes.append(f"GPU usage: {source.usage_reading}")
     fit = analysis.fit_fraction
     for entry in fit.unknown_gpu_types:
+        what = f"GPU type {entry.type}" if entry.type else f"untyped partition {entry.partition}"
         notes.append(
-            f"GPU type {entry.type}: memory size unknown for "
-            f"{fmt_int(entry.gpu_runs)} GPU runs; {entry.fix}"
+            f"{what}: memory size unknown for {fmt_int(entry.gpu_runs)} GPU runs; {entry.fix}"
         )
     notes += [str(n) for n in analysis.notes]
     basis = {k: v for k, v in analysis.utilization_basis.items() if v}

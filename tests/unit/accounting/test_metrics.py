@@ -243,3 +243,37 @@ def test_requeued_job_fits_by_the_run_that_did_the_work(tmp_path):
     assert fit["1/2"]["jobs"] == pytest.approx(0.5)
     # GPU-hours are per run: 1000 MiB runs held 1/6 h + 1 h of the 1/6 + 1 + 1 known hours
     assert fit["1/7"]["gpu_hours"] == pytest.approx((1 / 6 + 1) / (1 / 6 + 1 + 1))
+
+
+def unknowns(doc):
+    found = doc["fit_fraction"]["unknown_gpu_types"]
+    return [(u["type"], u["partition"], u["gpu_runs"]) for u in found]
+
+
+def test_untyped_partition_without_size_is_named_with_its_fix(tmp_path):
+    rows = [job(1, "old", 0, 0, 3600, "gres/gpu=1", usage="gres/gpumem=4000M")]
+    doc = run(tmp_path, rows)
+    assert unknowns(doc) == [("", "old", 1)]
+    fix = doc["fit_fraction"]["unknown_gpu_types"][0]["fix"]
+    assert "--gpu-type old=TYPE or --gpu-memory TYPE=SIZE" in fix
+    # a size given for the partition (not a type) sizes its GPUs
+    doc = run(tmp_path, rows, gpu_memory_mib={"old": 16000})
+    assert unknowns(doc) == [] and doc["fit_fraction"]["1/4"]["jobs"] == 1.0
+
+
+def test_gpu_type_of_unknown_size_gives_a_note(tmp_path):
+    rows = [job(1, "t4", 0, 0, 3600, "gres/gpu=1", usage="gres/gpumem=4000M")]
+    doc = run(tmp_path, rows, gpu_types={"t4": "notagpu"})
+    assert unknowns(doc) == [("notagpu", None, 1)]
+    assert any("'notagpu' given for partition 't4' is neither in the catalogue" in n
+               for n in doc["notes"])  # fmt: skip
+
+
+def test_partition_type_sizes_runs_whose_typed_name_is_unknown(tmp_path):
+    rows = [job(1, "t4", 0, 0, 3600, "gres/gpu:weird_t4=1,gres/gpu=1", usage="gres/gpumem=3000M")]
+    doc = run(tmp_path, rows)
+    assert unknowns(doc) == [("weird_t4", None, 1)]
+    assert "--gpu-type t4=TYPE" in doc["fit_fraction"]["unknown_gpu_types"][0]["fix"]
+    doc = run(tmp_path, rows, gpu_types={"t4": "t4"})  # the admin's type: a T4, 15360 MiB
+    assert unknowns(doc) == [] and doc["fit_fraction"]["1/4"]["jobs"] == 1.0
+    assert any("'weird_t4'" in n and "sized as 't4'" in n for n in doc["notes"])
