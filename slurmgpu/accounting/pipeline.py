@@ -75,7 +75,12 @@ def analyze(options: AnalysisOptions) -> AnalysisResult:
         {**cap.partition_gpus, **(opts.capacity or {})}, cluster_of, "capacity", strict=True
     )
     types = _by_label({**cap.gpu_types, **opts.gpu_types}, cluster_of, "GPU type")
-    gpus_per_node = _by_label(dict(cap.gpus_per_node), cluster_of, "GPUs per node")
+    gpus_per_node = _by_label(
+        {**cap.gpus_per_node, **opts.gpus_per_node}, cluster_of, "GPUs per node"
+    )
+    if "*" in gpus_per_node:  # one size for every partition not named
+        every = gpus_per_node.pop("*")
+        gpus_per_node = {p: gpus_per_node.get(p, every) for p in {*cluster_of, *part_gpus}}
     memory = {**_inventory_memory(opts.inventories), **opts.gpu_memory_mib}
     sizes = runs.gpu_sizes(frame, types, memory)
     r = runs.build_runs(frame, win, sizes, opts.measure_sources)
@@ -122,7 +127,7 @@ def analyze(options: AnalysisOptions) -> AnalysisResult:
         cluster_of=cluster_of,
     )
     recommendations, effects_note = _replay_effects(
-        opts, recommendations, frame, part_gpus, cap, types, sizes
+        opts, recommendations, frame, part_gpus, gpus_per_node, types, sizes
     )
     doc = AnalysisDocument(
         schema_version=SCHEMA_VERSION,
@@ -169,7 +174,7 @@ def analyze(options: AnalysisOptions) -> AnalysisResult:
     return AnalysisResult(document=doc, frame=frame, load=loaded)
 
 
-def _replay_effects(opts, recommendations, frame, part_gpus, cap, types, sizes):
+def _replay_effects(opts, recommendations, frame, part_gpus, gpus_per_node, types, sizes):
     """Each recommendation with its change(s) replayed on the window's runs (its
     `replayed`), when the cluster model is known; and a note when they were not replayed."""
     from dataclasses import replace
@@ -191,7 +196,7 @@ def _replay_effects(opts, recommendations, frame, part_gpus, cap, types, sizes):
     from slurmgpu.replay.effects import analysis_replay_options, effect_key, estimate_effects
 
     options = analysis_replay_options(
-        part_gpus, gpus_per_node=cap.gpus_per_node, gpu_types=types, tiers=opts.tiers
+        part_gpus, gpus_per_node=gpus_per_node, gpu_types=types, tiers=opts.tiers
     )
     effects = estimate_effects(frame, options, wanted, gpu_memory_mib=sizes.per_run_mib)
     out = []

@@ -230,3 +230,15 @@ def test_other_gpu_type_into_an_untyped_partition_says_so(tmp_path):
     assert move["change"] == "move:b:a:16"
     caveat = "A10 nodes into a V100-32GB partition: jobs asking gres/gpu:v100m32 will not use them"
     assert caveat in move["title"] and move["detail"].startswith(caveat)
+
+
+def test_move_counts_whole_nodes_of_the_donors_own_size(tmp_path):
+    rows = _starved_a_idle_donors("gres/gpu=8", [("b", "gres/gpu=1")])
+    doc = run(tmp_path, rows, capacity={"a": 8, "b": 32}, gpus_per_node={"b": 4}, **DAY)
+    move = next(r for r in doc["recommendations"] if r["kind"] == "move_nodes")
+    # ~16 GPUs of demand: 4 nodes of 4 (not 2 of the default 8)
+    assert move["change"] == "move:b:a:16" and move["title"].startswith("Move 4 node(s)")
+    assert move["evidence"]["gpus_per_node"] == 4
+    doc = run(tmp_path, rows, capacity={"a": 8, "b": 32}, gpus_per_node={"*": 2}, **DAY)
+    move = next(r for r in doc["recommendations"] if r["kind"] == "move_nodes")
+    assert move["title"].startswith("Move 8 node(s)") and move["evidence"]["gpus_per_node"] == 2
