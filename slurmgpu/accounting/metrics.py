@@ -281,8 +281,11 @@ def job_need(frame: pd.DataFrame, need: np.ndarray) -> np.ndarray:
     """
     if not len(frame):
         return need.copy()
-    parts = [column_codes(frame, c)[0] for c in ("cluster", "job_id_raw", "job_id")]
-    _, group = np.unique(np.stack(parts, axis=1), axis=0, return_inverse=True)
+    key = np.zeros(len(frame), dtype=np.int64)
+    for col in ("cluster", "job_id_raw", "job_id"):  # one int64 key (mixed radix) per job
+        codes, names = column_codes(frame, col)
+        key = key * max(len(names), 1) + codes
+    _, group = np.unique(key, return_inverse=True)
     group = group.reshape(-1)
     most = np.full(int(group.max()) + 1, np.nan)
     np.fmax.at(most, group, need)  # fmax ignores NaN: unknown runs do not hide known ones
@@ -370,7 +373,7 @@ def fit_fraction(
         UnknownGpuType(
             type="",
             gpu_runs=n,
-            fix=f"partition {p}: its runs name no GPU type: give --gpu-type {p}=TYPE or "
+            fix=f"partition {p}: {n} GPU runs name no GPU type: give --gpu-type {p}=TYPE or "
             f"--gpu-memory TYPE=SIZE (or --gpu-memory {p}=SIZE)",
             partition=p,
         )

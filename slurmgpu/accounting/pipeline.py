@@ -17,6 +17,7 @@ from typing import Any
 from slurmgpu.accounting import document as doc_mod
 from slurmgpu.accounting import load as load_mod
 from slurmgpu.accounting.capacity import Capacity
+from slurmgpu.accounting.columns import codes as column_codes
 from slurmgpu.accounting.document import SCHEMA_VERSION, AnalysisDocument, AnalysisResult
 from slurmgpu.accounting.options import AnalysisOptions, parse_version
 from slurmgpu.errors import SacctParseError, SlurmCommandError, UsageError
@@ -69,7 +70,7 @@ def analyze(options: AnalysisOptions) -> AnalysisResult:
     inside = window.active_in(frame, win)
     outside = int((~inside).sum())
     frame = frame[inside].reset_index(drop=True)
-    raw_partitions = set(frame["partition"].to_numpy(dtype=object, na_value=""))
+    raw_partitions = set(column_codes(frame, "partition")[1])
     frame, cluster_of = _per_cluster(frame)
     part_gpus = _by_label(
         {**cap.partition_gpus, **(opts.capacity or {})}, cluster_of, "capacity", strict=True
@@ -219,12 +220,12 @@ def _per_cluster(frame: Any) -> tuple[Any, dict[str, str]]:
     import pyarrow as pa
     import pyarrow.compute as pc
 
+    names = column_codes(frame, "cluster")[1]
+    if len(names) <= 1:  # (the common case, without touching a string per row)
+        only = next(iter(names), "")
+        return frame, {p: only for p in column_codes(frame, "partition")[1]}
     clusters = frame["cluster"].to_numpy(dtype=object, na_value="")
     parts = frame["partition"].to_numpy(dtype=object, na_value="")
-    names = {str(c) for c in set(clusters)}
-    if len(names) <= 1:
-        only = next(iter(names), "")
-        return frame, {str(p): only for p in set(parts)}
     cl = pc.fill_null(pa.array(clusters, pa.string()), "")
     pt = pc.fill_null(pa.array(parts, pa.string()), "")
     label = pc.binary_join_element_wise(cl, pt, "/")
