@@ -128,7 +128,7 @@ def analyze(options: AnalysisOptions) -> AnalysisResult:
         cluster_of=cluster_of,
     )
     recommendations, effects_note = _replay_effects(
-        opts, recommendations, frame, part_gpus, gpus_per_node, types, sizes
+        opts, recommendations, frame, part_gpus, gpus_per_node, types, sizes, cluster_of
     )
     doc = AnalysisDocument(
         schema_version=SCHEMA_VERSION,
@@ -175,7 +175,9 @@ def analyze(options: AnalysisOptions) -> AnalysisResult:
     return AnalysisResult(document=doc, frame=frame, load=loaded)
 
 
-def _replay_effects(opts, recommendations, frame, part_gpus, gpus_per_node, types, sizes):
+def _replay_effects(
+    opts, recommendations, frame, part_gpus, gpus_per_node, types, sizes, cluster_of
+):
     """Each recommendation with its change(s) replayed on the window's runs (its
     `replayed`), when the cluster model is known; and a note when they were not replayed."""
     from dataclasses import replace
@@ -183,6 +185,11 @@ def _replay_effects(opts, recommendations, frame, part_gpus, gpus_per_node, type
     wanted = [r.changes for r in recommendations if r.changes]
     if not wanted or opts.replay_effects == "never":
         return recommendations, ()
+    if len(set(cluster_of.values())) > 1:
+        return recommendations, (
+            "recommendations were not replayed: the window holds several clusters and the "
+            "replay models one (run `slurmgpu replay --what-if CHANGE` on one cluster's dump)",
+        )
     if not part_gpus:
         return recommendations, (
             "recommendations were not replayed: the cluster's capacity is unknown (give "

@@ -79,3 +79,12 @@ def test_no_node_move_across_clusters(tmp_path):
     doc = run(tmp_path, {"c1": busy(0, "a") + idle}, capacity={"a": 8, "b": 32}, **DAY)
     move = next(r for r in doc["recommendations"] if r["kind"] == "move_nodes")
     assert move["change"] == "move:b:a:16"
+
+
+def test_several_clusters_are_not_replayed_and_say_so(tmp_path):
+    idle = [job(100, "b", 7200, 7200, 10800, "gres/gpu=1")]
+    doc = run(tmp_path, {"c1": busy(0, "a") + idle, "c2": idle},
+              capacity={"c1/a": 8, "c1/b": 32, "c2/b": 8}, **DAY)  # fmt: skip
+    move = next(r for r in doc["recommendations"] if r["kind"] == "move_nodes")
+    assert move["change"] == "move:c1/b:c1/a:16"
+    assert any("not replayed: the window holds several clusters" in n for n in doc["notes"])
