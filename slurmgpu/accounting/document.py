@@ -193,12 +193,17 @@ class FitShares:
     """Which GPU runs would fit a fraction of one GPU, over the runs whose need is KNOWN.
 
     A run with an unknown need (still running, nothing measured, GPU size unknown) is
-    counted apart (`unknown_runs`, `unknown_gpu_hours`), never as "does not fit"."""
+    counted apart (`unknown_runs`, `unknown_gpu_hours`), never as "does not fit".
+
+    The `jobs` share is per job (a requeued job counts once, its need the largest known
+    need of its runs) over `known_jobs`; the `gpu_hours` share is per run over the GPU-hours
+    of the `known_runs`."""
 
     shares: Mapping[str, FitShare]  # "1/7", "1/4", "1/2" -> share (JSON keys, in order)
     known_runs: int
     unknown_runs: int
     unknown_gpu_hours: float
+    known_jobs: int = 0  # the jobs share's denominator (array tasks counted as jobs)
 
     def as_fields(self) -> dict[str, Any]:
         """The fields of `FitShares` as keyword arguments (to build a `FitFraction`)."""
@@ -214,6 +219,7 @@ class FitShares:
             known_runs=self.known_runs,
             unknown_runs=self.unknown_runs,
             unknown_gpu_hours=self.unknown_gpu_hours,
+            known_jobs=self.known_jobs,
         )
         return out
 
@@ -224,6 +230,7 @@ class FitShares:
             "known_runs": int(data["known_runs"]),
             "unknown_runs": int(data["unknown_runs"]),
             "unknown_gpu_hours": float(data["unknown_gpu_hours"]),
+            "known_jobs": int(data.get("known_jobs", 0)),  # absent before it was added
         }
 
     @classmethod
@@ -233,18 +240,25 @@ class FitShares:
 
 @dataclass(frozen=True)
 class UnknownGpuType:
-    """A GPU type whose memory size is unknown, so its measured runs' need is unknown."""
+    """A GPU type whose memory size is unknown, so its measured runs' need is unknown; or
+    (`type` "", `partition` set) an untyped partition with no type or size given."""
 
     type: str
     gpu_runs: int
     fix: str  # the option that gives the size
+    partition: str | None = None  # the untyped partition (type "")
 
     def to_json(self) -> dict[str, Json]:
-        return {"type": self.type, "gpu_runs": self.gpu_runs, "fix": self.fix}
+        return {
+            "type": self.type,
+            "gpu_runs": self.gpu_runs,
+            "fix": self.fix,
+            "partition": self.partition,
+        }
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> UnknownGpuType:
-        return cls(data["type"], int(data["gpu_runs"]), data["fix"])
+        return cls(data["type"], int(data["gpu_runs"]), data["fix"], data.get("partition"))
 
 
 @dataclass(frozen=True)
@@ -737,6 +751,8 @@ class AnalysisDocument:
     utilization_basis: Mapping[str, int]  # measure source (or "slurm_gpuutil") -> runs
     measure_warnings: tuple[MeasureWarning, ...]
     by_partition: tuple[GroupRow, ...]  # sorted by GPU-hours, then name; idle ones too
+    # (several clusters in the window: partitions are labelled CLUSTER/PARTITION)
+    by_cluster: tuple[GroupRow, ...]  # one row per cluster (Cluster column; "" when absent)
     by_qos: tuple[GroupRow, ...]  # each with its `tier`
     by_tier: tuple[GroupRow, ...]
     by_account: tuple[GroupRow, ...]
@@ -750,8 +766,8 @@ class AnalysisDocument:
 
     # (attribute, the JSON key naming a row's group) of each by_* table
     GROUPINGS = (
-        ("by_partition", "partition"), ("by_qos", "qos"), ("by_tier", "tier"),
-        ("by_account", "account"), ("by_user", "user"), ("by_kind", "kind"),
+        ("by_partition", "partition"), ("by_cluster", "cluster"), ("by_qos", "qos"),
+        ("by_tier", "tier"), ("by_account", "account"), ("by_user", "user"), ("by_kind", "kind"),
     )  # fmt: skip
 
     def to_json(self) -> dict[str, Json]:
@@ -786,7 +802,10 @@ class AnalysisDocument:
         if version != SCHEMA_VERSION:
             raise ValueError(f"analysis schema_version {version}: this reads {SCHEMA_VERSION}")
         groups = {
-            attr: tuple(GroupRow.from_json(row, key) for row in data[attr])
+            # by_cluster came later: documents written before it read as having none
+            attr: tuple(GroupRow.from_json(row, key) for row in data.get(attr, ()))
+            if attr == "by_cluster"
+            else tuple(GroupRow.from_json(row, key) for row in data[attr])
             for attr, key in cls.GROUPINGS
         }
         return cls(

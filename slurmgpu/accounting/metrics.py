@@ -163,6 +163,7 @@ def by_group(
     capacity: Mapping[str, float] | None = None,
     extra: Sequence[str] = (),
     need: np.ndarray | None = None,
+    jobs_need: np.ndarray | None = None,
 ) -> tuple[GroupRow, ...]:
     """The numbers per value of `column` (sorted by GPU-hours, then name).
 
@@ -183,7 +184,11 @@ def by_group(
             sel = codes == i
             gpu_job = sel & work["gpu_job"].to_numpy() & (work["gpus"].to_numpy() > 0)
             fit = fit_shares(
-                gpu_job, need, work["gpu_hours"].to_numpy(), work["job_weight"].to_numpy()
+                gpu_job,
+                need,
+                work["gpu_hours"].to_numpy(),
+                work["job_weight"].to_numpy(),
+                jobs_need,
             )
         tier = None
         for col in extra:
@@ -266,23 +271,55 @@ def timeseries(
     return Timeseries(freq, tuple(points))
 
 
-def fit_shares(
-    gpu_job: np.ndarray, need: np.ndarray, gh: np.ndarray, weight: np.ndarray
-) -> FitShares:
-    """Share of GPU runs (jobs, GPU-hours) whose need fits 1/7, 1/4, 1/2 of one GPU.
+def job_need(frame: pd.DataFrame, need: np.ndarray) -> np.ndarray:
+    """Per run: the need of its JOB, the largest known need among the job's runs (NaN when
+    none is known).
 
-    Shares are over runs whose need is KNOWN; runs with an unknown need (still running, no
-    usage recorded, GPU size unknown) are counted apart, never as "does not fit".
+    A requeued job's runs share (cluster, JobIDRaw, JobID); an aborted first run that
+    used little memory must not make the job "fit" when the run that did the work needed
+    more. Only the job's counted row (`job_weight` > 0) is read for the jobs share.
     """
+    if not len(frame):
+        return need.copy()
+    key = np.zeros(len(frame), dtype=np.int64)
+    for col in ("cluster", "job_id_raw", "job_id"):  # one int64 key (mixed radix) per job
+        codes, names = column_codes(frame, col)
+        key = key * max(len(names), 1) + codes
+    _, group = np.unique(key, return_inverse=True)
+    group = group.reshape(-1)
+    most = np.full(int(group.max()) + 1, np.nan)
+    np.fmax.at(most, group, need)  # fmax ignores NaN: unknown runs do not hide known ones
+    return most[group]
+
+
+def fit_shares(
+    gpu_job: np.ndarray,
+    need: np.ndarray,
+    gh: np.ndarray,
+    weight: np.ndarray,
+    jobs_need: np.ndarray | None = None,
+) -> FitShares:
+    """Share of GPU jobs and GPU-hours whose need fits 1/7, 1/4, 1/2 of one GPU.
+
+    Shares are over needs that are KNOWN; runs with an unknown need (still running, no
+    usage recorded, GPU size unknown) are counted apart, never as "does not fit". The jobs
+    share counts each job once (`weight`, on its counted row) by its job's need
+    (`jobs_need`, `job_need()`; the run's own need when not given), over `known_jobs`; the
+    GPU-hours share weighs each run by its own need and GPU-hours.
+    """
+    if jobs_need is None:
+        jobs_need = need
     known = gpu_job & ~np.isnan(need)
     unknown = gpu_job & np.isnan(need)
     w, h = np.maximum(weight, 0), gh
-    n_jobs, total_h = w[known].sum(), h[known].sum()
+    job_known = gpu_job & (w > 0) & ~np.isnan(jobs_need)
+    n_jobs, total_h = w[job_known].sum(), h[known].sum()
     shares = {}
     for label, frac in FIT_FRACTIONS.items():
         fits = known & (np.nan_to_num(need, nan=np.inf) <= frac + 1e-9)
+        job_fits = job_known & (np.nan_to_num(jobs_need, nan=np.inf) <= frac + 1e-9)
         shares[label] = FitShare(
-            jobs=float(w[fits].sum() / n_jobs) if n_jobs else None,
+            jobs=float(w[job_fits].sum() / n_jobs) if n_jobs else None,
             gpu_hours=float(h[fits].sum() / total_h) if total_h else None,
         )
     return FitShares(
@@ -290,6 +327,7 @@ def fit_shares(
         known_runs=int(known.sum()),
         unknown_runs=int(unknown.sum()),
         unknown_gpu_hours=float(h[unknown].sum()),
+        known_jobs=round(float(n_jobs)),
     )
 
 
@@ -298,10 +336,15 @@ def fit_fraction(
     need: np.ndarray,
     basis: np.ndarray,
     unknown_types: Mapping[str, int] | None = None,
+    jobs_need: np.ndarray | None = None,
+    unknown_partitions: Mapping[str, int] | None = None,
+    type_partitions: Mapping[str, Sequence[str]] | None = None,
 ) -> FitFraction:
     """Cluster-wide fit shares, the basis of each run's need, and what would fix unknowns."""
     gpu_job = work["gpu_job"].to_numpy() & (work["gpus"].to_numpy() > 0)
-    shares = fit_shares(gpu_job, need, work["gpu_hours"].to_numpy(), work["job_weight"].to_numpy())
+    shares = fit_shares(
+        gpu_job, need, work["gpu_hours"].to_numpy(), work["job_weight"].to_numpy(), jobs_need
+    )
     counts = {name: int((basis[gpu_job] == i).sum()) for i, name in enumerate(NEED_BASES)}
     text = (
         f"of {int(gpu_job.sum())} GPU runs: {counts['measured_gpumem']} measured GPU memory; "
@@ -311,17 +354,35 @@ def fit_fraction(
         f"{counts['unknown_gpu_size']} unknown (memory measured, GPU size unknown)"
     )
     missing = {t: n for t, n in (unknown_types or {}).items() if n}
+    where = type_partitions or {}
+    unknowns = [
+        UnknownGpuType(
+            type=t,
+            gpu_runs=n,
+            fix=f"give its size: --gpu-memory {t}=SIZE (or gpu_memory in the site policy, "
+            "or an --inventory snapshot)"
+            + (
+                f", or the type of partition {', '.join(where[t])}: --gpu-type {where[t][0]}=TYPE"
+                if where.get(t)
+                else ""
+            ),
+        )
+        for t, n in sorted(missing.items())
+    ]
+    unknowns += [
+        UnknownGpuType(
+            type="",
+            gpu_runs=n,
+            fix=f"partition {p}: {n} GPU runs name no GPU type: give --gpu-type {p}=TYPE or "
+            f"--gpu-memory TYPE=SIZE (or --gpu-memory {p}=SIZE)",
+            partition=p,
+        )
+        for p, n in sorted((unknown_partitions or {}).items())
+        if n
+    ]
     return FitFraction(
         **shares.as_fields(),
         basis_counts=counts,
         basis=text,
-        unknown_gpu_types=tuple(
-            UnknownGpuType(
-                type=t,
-                gpu_runs=n,
-                fix=f"give its size: --gpu-memory {t}=SIZE (or gpu_memory in the site policy, "
-                "or an --inventory snapshot)",
-            )
-            for t, n in sorted(missing.items())
-        ),
+        unknown_gpu_types=tuple(unknowns),
     )

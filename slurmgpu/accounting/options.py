@@ -34,7 +34,10 @@ class AnalysisOptions:
     capacity: Mapping[str, float] | None = None  # partition -> GPUs (overrides scontrol)
     shards_per_gpu: Mapping[str, float] = field(default_factory=dict)  # partition or "*"
     gpu_types: Mapping[str, str] = field(default_factory=dict)  # partition -> GPU type name
-    gpu_memory_mib: Mapping[str, float] = field(default_factory=dict)  # GPU type -> MiB
+    # partition (or "*": every partition) -> GPUs in one of its nodes (overrides scontrol)
+    gpus_per_node: Mapping[str, float] = field(default_factory=dict)
+    # GPU type -> MiB; a key naming a partition sizes its GPUs when their type is unknown
+    gpu_memory_mib: Mapping[str, float] = field(default_factory=dict)
     inventories: Sequence[str | os.PathLike[str]] = ()
     env: Mapping[str, str] | None = None  # environment of live Slurm commands
     freq: str | None = None  # time-series bucket: "1h" or "1D" (None: by window length)
@@ -65,6 +68,9 @@ class AnalysisOptions:
             raise UsageError(f"time-series bucket {self.freq!r}: use 1h or 1D")
         if self.slurm_version is not None:
             parse_version(self.slurm_version)
+        for name, n in self.gpus_per_node.items():
+            if not (n >= 1 and float(n).is_integer()):
+                raise UsageError(f"GPUs per node of {name!r}: {n} is not a whole number >= 1")
         for name, mib in self.gpu_memory_mib.items():
             if not mib > 0:
                 raise UsageError(f"memory of GPU type {name!r}: {mib} MiB is not a size")

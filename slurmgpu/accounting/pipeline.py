@@ -17,9 +17,10 @@ from typing import Any
 from slurmgpu.accounting import document as doc_mod
 from slurmgpu.accounting import load as load_mod
 from slurmgpu.accounting.capacity import Capacity
+from slurmgpu.accounting.columns import codes as column_codes
 from slurmgpu.accounting.document import SCHEMA_VERSION, AnalysisDocument, AnalysisResult
 from slurmgpu.accounting.options import AnalysisOptions, parse_version
-from slurmgpu.errors import SacctParseError, SlurmCommandError
+from slurmgpu.errors import SacctParseError, SlurmCommandError, UsageError
 
 LIVE_DEFAULT_DAYS = 7
 # `replay_effects="auto"` replays recommendations only up to this many runs in the window
@@ -69,8 +70,18 @@ def analyze(options: AnalysisOptions) -> AnalysisResult:
     inside = window.active_in(frame, win)
     outside = int((~inside).sum())
     frame = frame[inside].reset_index(drop=True)
-    part_gpus = {**cap.partition_gpus, **(opts.capacity or {})}
-    types = {**cap.gpu_types, **opts.gpu_types}
+    raw_partitions = set(column_codes(frame, "partition")[1])
+    frame, cluster_of = _per_cluster(frame)
+    part_gpus = _by_label(
+        {**cap.partition_gpus, **(opts.capacity or {})}, cluster_of, "capacity", strict=True
+    )
+    types = _by_label({**cap.gpu_types, **opts.gpu_types}, cluster_of, "GPU type")
+    gpus_per_node = _by_label(
+        {**cap.gpus_per_node, **opts.gpus_per_node}, cluster_of, "GPUs per node"
+    )
+    if "*" in gpus_per_node:  # one size for every partition not named
+        every = gpus_per_node.pop("*")
+        gpus_per_node = {p: gpus_per_node.get(p, every) for p in {*cluster_of, *part_gpus}}
     memory = {**_inventory_memory(opts.inventories), **opts.gpu_memory_mib}
     sizes = runs.gpu_sizes(frame, types, memory)
     r = runs.build_runs(frame, win, sizes, opts.measure_sources)
@@ -98,7 +109,10 @@ def analyze(options: AnalysisOptions) -> AnalysisResult:
         ),
         steps_gpu_usage_over_100=loaded.usage_over_100,
     )
-    by_partition = metrics.by_group(frame, work, "partition", win, part_gpus, need=r.need)
+    jobs_need = metrics.job_need(frame, r.need)
+    by_partition = metrics.by_group(
+        frame, work, "partition", win, part_gpus, need=r.need, jobs_need=jobs_need
+    )
     by_tier = metrics.by_group(frame, work, "tier", win, None)
     recommendations = recommend.recommend(
         frame,
@@ -110,10 +124,11 @@ def analyze(options: AnalysisOptions) -> AnalysisResult:
         totals=totals,
         window=win,
         partition_types=types,
-        gpus_per_node=dict(cap.gpus_per_node),
+        gpus_per_node=gpus_per_node,
+        cluster_of=cluster_of,
     )
     recommendations, effects_note = _replay_effects(
-        opts, recommendations, frame, part_gpus, cap, types, sizes
+        opts, recommendations, frame, part_gpus, gpus_per_node, types, sizes, cluster_of
     )
     doc = AnalysisDocument(
         schema_version=SCHEMA_VERSION,
@@ -127,12 +142,21 @@ def analyze(options: AnalysisOptions) -> AnalysisResult:
             for w in r.measure_warnings
         ),
         by_partition=by_partition,
+        by_cluster=_by_cluster(frame, work, win, part_gpus, cluster_of),
         by_qos=metrics.by_group(frame, work, "qos", win, None, extra=("tier",)),
         by_tier=by_tier,
         by_account=metrics.by_group(frame, work, "account", win, None),
         by_user=metrics.by_group(frame, work, "user", win, None),
         by_kind=metrics.by_group(frame, work, "kind", win, None),
-        fit_fraction=metrics.fit_fraction(work, r.need, r.need_basis, r.unknown_gpu_types),
+        fit_fraction=metrics.fit_fraction(
+            work,
+            r.need,
+            r.need_basis,
+            sizes.unknown_types,
+            jobs_need=jobs_need,
+            unknown_partitions=sizes.unknown_partitions,
+            type_partitions=sizes.type_partitions,
+        ),
         timeseries=metrics.timeseries(
             work,
             win,
@@ -143,13 +167,17 @@ def analyze(options: AnalysisOptions) -> AnalysisResult:
         rejected=tuple(
             doc_mod.Rejected(str(x.file), int(x.line), str(x.reason)) for x in loaded.rejected
         ),
-        notes=tuple(_option_notes(opts, frame, part_gpus)) + effects_note,
+        notes=tuple(_option_notes(opts, raw_partitions | set(cluster_of), part_gpus))
+        + tuple(_gpu_type_notes(frame, types, memory))
+        + effects_note,
         recommendations=tuple(recommendations),
     )
     return AnalysisResult(document=doc, frame=frame, load=loaded)
 
 
-def _replay_effects(opts, recommendations, frame, part_gpus, cap, types, sizes):
+def _replay_effects(
+    opts, recommendations, frame, part_gpus, gpus_per_node, types, sizes, cluster_of
+):
     """Each recommendation with its change(s) replayed on the window's runs (its
     `replayed`), when the cluster model is known; and a note when they were not replayed."""
     from dataclasses import replace
@@ -157,6 +185,11 @@ def _replay_effects(opts, recommendations, frame, part_gpus, cap, types, sizes):
     wanted = [r.changes for r in recommendations if r.changes]
     if not wanted or opts.replay_effects == "never":
         return recommendations, ()
+    if len(set(cluster_of.values())) > 1:
+        return recommendations, (
+            "recommendations were not replayed: the window holds several clusters and the "
+            "replay models one (run `slurmgpu replay --what-if CHANGE` on one cluster's dump)",
+        )
     if not part_gpus:
         return recommendations, (
             "recommendations were not replayed: the cluster's capacity is unknown (give "
@@ -171,7 +204,7 @@ def _replay_effects(opts, recommendations, frame, part_gpus, cap, types, sizes):
     from slurmgpu.replay.effects import analysis_replay_options, effect_key, estimate_effects
 
     options = analysis_replay_options(
-        part_gpus, gpus_per_node=cap.gpus_per_node, gpu_types=types, tiers=opts.tiers
+        part_gpus, gpus_per_node=gpus_per_node, gpu_types=types, tiers=opts.tiers
     )
     effects = estimate_effects(frame, options, wanted, gpu_memory_mib=sizes.per_run_mib)
     out = []
@@ -183,11 +216,134 @@ def _replay_effects(opts, recommendations, frame, part_gpus, cap, types, sizes):
     return out, ()
 
 
-def _option_notes(opts: AnalysisOptions, frame: Any, part_gpus: dict[str, float]) -> list[str]:
+def _per_cluster(frame: Any) -> tuple[Any, dict[str, str]]:
+    """Partitions per (cluster, partition) when the window holds more than one cluster.
+
+    Two clusters may both have a partition `v100`: merged, their GPU-hours would add up
+    against one capacity and a node move could cross clusters. With several clusters each
+    run's partition becomes `CLUSTER/PARTITION`; with one cluster the frame is unchanged.
+    Returns the frame and {partition label: its cluster}.
+    """
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    names = column_codes(frame, "cluster")[1]
+    if len(names) <= 1:  # (the common case, without touching a string per row)
+        only = next(iter(names), "")
+        return frame, {p: only for p in column_codes(frame, "partition")[1]}
+    clusters = frame["cluster"].to_numpy(dtype=object, na_value="")
+    parts = frame["partition"].to_numpy(dtype=object, na_value="")
+    cl = pc.fill_null(pa.array(clusters, pa.string()), "")
+    pt = pc.fill_null(pa.array(parts, pa.string()), "")
+    label = pc.binary_join_element_wise(cl, pt, "/")
+    frame = frame.copy()
+    frame["partition"] = _arrow_column(pc.dictionary_encode(label))
+    labels = label.to_numpy(zero_copy_only=False)
+    return frame, {str(k): str(c) for k, c in set(zip(labels, clusters, strict=True))}
+
+
+def _arrow_column(array: Any) -> Any:
+    """A pyarrow array as a pandas column keeping its Arrow type (as load.py builds them)."""
+    import pandas as pd
+
+    return pd.arrays.ArrowExtensionArray(array)
+
+
+def _by_label(
+    given: dict[str, Any], cluster_of: dict[str, str], what: str, strict: bool = False
+) -> dict[str, Any]:
+    """Per-partition settings keyed by the window's partition labels.
+
+    With one cluster the labels are the partition names and `given` is returned as is. With
+    several, a key `CLUSTER/PARTITION` names one partition; a plain `PARTITION` names it in
+    every cluster that has it (for a capacity, `strict`, that must be exactly one cluster).
+    A key matching no partition is kept (a partition idle over the whole window).
+    """
+    if len(set(cluster_of.values())) <= 1:
+        return dict(given)
+    out: dict[str, Any] = {}
+    for key, value in given.items():
+        if key in cluster_of:
+            out[key] = value
+            continue
+        hits = sorted(label for label in cluster_of if label.split("/", 1)[1] == key)
+        if strict and len(hits) > 1:
+            raise UsageError(
+                f"{what} of partition {key!r}: clusters {', '.join(h.split('/')[0] for h in hits)}"
+                f" all have a partition {key!r}; name it as CLUSTER/PARTITION"
+            )
+        for label in hits or [key]:
+            out.setdefault(label, value)
+    return out
+
+
+def _by_cluster(
+    frame: Any, work: Any, win: Any, part_gpus: dict[str, float], cluster_of: dict[str, str]
+) -> tuple[doc_mod.GroupRow, ...]:
+    """The numbers per cluster; a cluster's capacity is known when every partition of it
+    seen in the window has a known capacity."""
+    from slurmgpu.accounting import metrics
+
+    clusters = set(cluster_of.values())
+    caps: dict[str, float] = {}
+    for cluster in clusters:
+        seen = [p for p, c in cluster_of.items() if c == cluster]
+        idle = [p for p in part_gpus if p not in cluster_of]
+        mine = set(seen) | {p for p in idle if len(clusters) == 1 or p.startswith(cluster + "/")}
+        if seen and all(p in part_gpus for p in seen):
+            caps[cluster] = float(sum(part_gpus[p] for p in mine))
+    return metrics.by_group(frame, work, "cluster", win, caps)
+
+
+def _gpu_type_notes(frame: Any, types: dict[str, str], memory: dict[str, float]) -> list[str]:
+    """What a partition's given GPU type did: a type of unknown size is said out loud (not
+    silence), and so is a given type standing in for a typed name nobody knows."""
+    from slurmgpu.model.catalog import resolve
+
+    known = {k.lower() for k in memory}
+
+    def sized(name: str) -> bool:
+        return name.lower() in known or resolve(name) is not None
+
+    parts = frame["partition"].to_numpy(dtype=object, na_value="")
+    seen_types = frame["gpu_type"].to_numpy(dtype=object, na_value=None)
+    notes = []
+    for part, gtype in sorted(types.items()):
+        mine = parts == part
+        if not mine.any():
+            continue
+        if not sized(gtype):
+            notes.append(
+                f"GPU type {gtype!r} given for partition {part!r} is neither in the catalogue "
+                f"nor given a size: its GPUs' memory stays unknown (give --gpu-memory "
+                f"{gtype}=SIZE, or a type the catalogue knows)"
+            )
+            continue
+        odd = sorted(
+            {str(t) for t in _unique(seen_types[mine]) if isinstance(t, str) and not sized(t)}
+        )
+        if odd:
+            notes.append(
+                f"runs of partition {part!r} name GPU type(s) {', '.join(map(repr, odd))}, "
+                f"which the catalogue does not know: sized as {gtype!r}, the type given for "
+                "the partition"
+            )
+    return notes
+
+
+def _unique(values: Any) -> Any:
+    import pandas as pd
+
+    return pd.unique(values)
+
+
+def _option_notes(
+    opts: AnalysisOptions, seen_partitions: set[str], part_gpus: dict[str, float]
+) -> list[str]:
     """Options that had no effect, said out loud (never silently ignored)."""
     from slurmgpu.model.catalog import resolve
 
-    seen = set(frame["partition"].to_numpy(dtype=object, na_value="")) | set(part_gpus)
+    seen = set(seen_partitions) | set(part_gpus) | {p.split("/", 1)[-1] for p in part_gpus}
     notes = []
     for part, gtype in sorted(opts.gpu_types.items()):
         if part not in seen:

@@ -15,6 +15,7 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
@@ -319,17 +320,65 @@ def _shard_rec(p, model, gpu_mem, small, mem, conc, held, evidence, checks):
     )
 
 
+# A node of another GPU type goes into a starved partition only when most of its GPU runs
+# name no type (`gres/gpu:N`): typed requests (`gres/gpu:v100m32:N`) cannot use it.
+MOVE_OTHER_TYPE_MAX_TYPED_SHARE = 0.5
+
+
+@dataclass(frozen=True)
+class PartitionGpus:
+    """What GPUs a partition has, as far as a node move must know."""
+
+    model: GpuModel | None  # the partition's GPU model (given type, else its runs' types)
+    typed_share: float  # share of its GPU runs asking a typed GRES (gres/gpu:TYPE)
+    typed_name: str | None  # the typed name its runs ask most
+
+
+def partition_gpus(
+    frame: pd.DataFrame, partitions: Sequence[GroupRow], types: Mapping[str, str]
+) -> dict[str, PartitionGpus]:
+    """`PartitionGpus` of each partition."""
+    parts = frame["partition"].to_numpy(dtype=object, na_value="")
+    typed = frame["gpu_type"].to_numpy(dtype=object, na_value=None)
+    gpu = np.nan_to_num(frame["gpu_count"].to_numpy(dtype=float, na_value=np.nan)) > 0
+    out = {}
+    for entry in partitions:
+        sel = gpu & (parts == entry.name)
+        names = pd.Series(typed[sel]).dropna()
+        out[entry.name] = PartitionGpus(
+            model=_partition_model(frame, entry.name, types),
+            typed_share=float(len(names) / sel.sum()) if sel.any() else 0.0,
+            typed_name=str(names.value_counts().index[0]) if len(names) else None,
+        )
+    return out
+
+
 def _move_nodes(
     partitions: Sequence[GroupRow],
     hours: float,
     gpus_per_node: Mapping[str, float],
     checks: list[str],
+    cluster_of: Mapping[str, str] | None = None,
+    gpus_of: Mapping[str, PartitionGpus] | None = None,
 ) -> list[Recommendation]:
     """Graded node moves: whole nodes from the most idle partitions to the most starved.
 
     Donors rank by idle GPU-hours (capacity - allocated), takers by unmet demand (pending
     GPU-hours); nodes move while the donor stays at or under DONOR_TARGET_RATIO allocated.
+    With several clusters (`cluster_of`: partition label -> cluster), a node never moves
+    across clusters: the donor must be in the taker's cluster. A donor of the taker's GPU
+    model comes first (`gpus_of`); one of another model only when most of the taker's GPU
+    runs name no type, and the title says which jobs will not use its nodes.
     """
+    several = cluster_of is not None and len(set(cluster_of.values())) > 1
+    crossed: set[tuple[str, str]] = set()
+    gpus_of = gpus_of or {}
+    mistyped: set[tuple[str, str]] = set()
+
+    def model_key(name: str) -> str | None:
+        g = gpus_of.get(name)
+        return g.model.key if g is not None and g.model is not None else None
+
     known = [e for e in partitions if e.allocation_ratio is not None]
     if len(known) < 2:
         checks.append("move_nodes: capacity known for fewer than 2 partitions")
@@ -361,8 +410,21 @@ def _move_nodes(
         spare[d.name] = cap_gpus - used / DONOR_TARGET_RATIO
     for taker in takers:
         demand_gpus = taker.pending_gpu_hours / hours  # GPUs that would have served it
-        for donor in donors:
+        want = model_key(taker.name)
+        # same GPU model first, then unknown, then other models (each by idle GPU-hours)
+        ranked = sorted(
+            donors,
+            key=lambda d: 0 if model_key(d.name) == want else 1 if model_key(d.name) is None else 2,
+        )
+        for donor in ranked:
             name = donor.name
+            if several and cluster_of.get(name) != cluster_of.get(taker.name):
+                crossed.add((name, taker.name))
+                continue
+            other = want is not None and model_key(name) not in (None, want)
+            if other and gpus_of[taker.name].typed_share > MOVE_OTHER_TYPE_MAX_TYPED_SHARE:
+                mistyped.add((name, taker.name))
+                continue
             per_node = gpus_per_node.get(name) or DEFAULT_GPUS_PER_NODE
             nodes = int(min(spare[name], math.ceil(demand_gpus / per_node) * per_node) // per_node)
             if nodes < 1:
@@ -373,12 +435,31 @@ def _move_nodes(
             cap_gpus = donor.capacity_gpu_hours / hours
             used = donor.gpu_hours_allocated / hours
             served = min(moved * hours, taker.pending_gpu_hours)
+            caveat = ""
+            if other:
+                t = gpus_of[taker.name]
+                caveat = (
+                    f"{gpus_of[name].model.key.upper()} nodes into a {t.model.key.upper()} "
+                    "partition"
+                    + (
+                        f": jobs asking gres/gpu:{t.typed_name} will not use them"
+                        if t.typed_name
+                        else ""
+                    )
+                )
             recs.append(
                 Recommendation(
                     kind="move_nodes",
-                    title=f"Move {nodes} node(s) ({moved:g} GPUs) from {name} to {taker.name}",
+                    title=f"Move {nodes} node(s) ({moved:g} GPUs) from {name} to {taker.name}"
+                    + (f" ({caveat})" if caveat else ""),
                     detail=(
-                        f"{taker.name}: p95 wait {_dur(taker.wait_s.p95)} at "
+                        (
+                            f"{caveat} ({gpus_of[taker.name].typed_share:.0%} of "
+                            f"{taker.name}'s GPU runs ask a typed GPU). "
+                            if caveat
+                            else ""
+                        )
+                        + f"{taker.name}: p95 wait {_dur(taker.wait_s.p95)} at "
                         f"{taker.allocation_ratio:.0%} allocated, "
                         f"{taker.pending_gpu_hours:.0f} GPU-hours of demand waited; "
                         f"{name}: {donor.allocation_ratio:.0%} allocated "
@@ -403,6 +484,15 @@ def _move_nodes(
                 break
     if not recs:
         checks.append("move_nodes: no donor has a whole node to spare under its target ratio")
+    if crossed:
+        pairs = ", ".join(f"{d} -> {t}" for d, t in sorted(crossed))
+        checks.append(f"move_nodes: no move across clusters ({pairs})")
+    if mistyped:
+        pairs = ", ".join(f"{d} -> {t}" for d, t in sorted(mistyped))
+        checks.append(
+            f"move_nodes: no move of another GPU model into a partition where more than "
+            f"{MOVE_OTHER_TYPE_MAX_TYPED_SHARE:.0%} of the GPU runs ask a typed GPU ({pairs})"
+        )
     return recs
 
 
@@ -554,11 +644,13 @@ def recommend(
     window: Window,
     partition_types: Mapping[str, str],
     gpus_per_node: Mapping[str, float],
+    cluster_of: Mapping[str, str] | None = None,
 ) -> list[Recommendation]:
     """All recommendations, or one honest `none` entry listing the checks made."""
     checks: list[str] = []
     recs = _carve(frame, work, need, need_basis, by_partition, partition_types, window, checks)
-    recs += _move_nodes(by_partition, window.hours, gpus_per_node, checks)
+    gpus_of = partition_gpus(frame, by_partition, partition_types)
+    recs += _move_nodes(by_partition, window.hours, gpus_per_node, checks, cluster_of, gpus_of)
     recs += _tiers(frame, work, by_tier, totals, checks)
     if not recs:
         recs.append(

@@ -39,10 +39,15 @@ NEED_BASES = (
 
 @dataclass
 class GpuSizes:
-    """Memory of one GPU per run, and the GPU type names whose size is still unknown."""
+    """Memory of one GPU per run, and what is still unknown: GPU type names whose size is
+    unknown (type -> GPU runs) and untyped partitions with no type or size given
+    (partition -> GPU runs)."""
 
     per_run_mib: np.ndarray
     unknown_types: dict[str, int] = field(default_factory=dict)  # type -> runs
+    unknown_partitions: dict[str, int] = field(default_factory=dict)  # partition -> runs
+    # typed names whose size is unknown -> the partitions their runs were in
+    type_partitions: dict[str, tuple[str, ...]] = field(default_factory=dict)
 
 
 def num(frame: pd.DataFrame, col: str) -> np.ndarray:
@@ -54,7 +59,15 @@ def gpu_sizes(
     partition_types: Mapping[str, str],
     type_memory_mib: Mapping[str, float],
 ) -> GpuSizes:
-    """One GPU's memory for each run: the run's typed GRES, else its partition's type.
+    """One GPU's memory for each run, the first known of:
+
+    1. the run's typed GRES name (`gres/gpu:TYPE`);
+    2. its partition's type as the admin gave it (`partition_types`): for untyped runs, and
+       for typed runs whose type name is unknown (the admin's type is the size of the
+       partition's GPUs then);
+    3. a size given for its partition (`type_memory_mib` keyed by a partition name, or by
+       the PARTITION part of a CLUSTER/PARTITION label): a key matching a partition sizes
+       that partition's GPUs when their type is unknown.
 
     A type name is looked up in `type_memory_mib` (given sizes and inventory snapshots, by
     exact name, then case-insensitively), then in the catalogue through `resolve()`.
@@ -74,16 +87,37 @@ def gpu_sizes(
     cache = {t: size(t) for t in names}
     for t, mem in cache.items():
         out[types == t] = mem
-    for p, t in partition_types.items():
-        out[(parts == p) & pd.isna(types)] = cache[t]
-    unknown: dict[str, int] = {}
+    for p in {str(p) for p in pd.unique(parts)}:
+        in_part = (parts == p) & np.isnan(out)
+        if not in_part.any():
+            continue
+        if p in partition_types:
+            out[in_part] = cache[partition_types[p]]
+            in_part &= np.isnan(out)
+        for key in (p.lower(), p.split("/", 1)[-1].lower()):
+            if key in given and in_part.any():
+                out[in_part] = given[key]
+                in_part &= np.isnan(out)
     gpus = np.nan_to_num(num(frame, "gpu_count")) > 0
-    for t, mem in cache.items():
-        if np.isnan(mem):
-            by_type = types == t
-            by_part = np.isin(parts, [p for p, pt in partition_types.items() if pt == t])
-            unknown[t] = int((gpus & (by_type | (by_part & pd.isna(types)))).sum())
-    return GpuSizes(out, unknown)
+    unsized = gpus & np.isnan(out)
+    unknown: dict[str, int] = {}
+    where: dict[str, tuple[str, ...]] = {}
+    untyped: dict[str, int] = {}
+    typed = np.array([isinstance(t, str) for t in types], dtype=bool)
+    for p in {str(p) for p in pd.unique(parts[unsized])}:
+        sel = unsized & (parts == p)
+        name = partition_types.get(p)
+        if name is not None:  # the admin's type is unknown too: name that type
+            unknown[name] = unknown.get(name, 0) + int(sel.sum())
+            where[name] = tuple(sorted({*where.get(name, ()), p}))
+        elif (sel & ~typed).any():
+            untyped[p] = int((sel & ~typed).sum())
+    for t in {t for t in pd.unique(types[unsized & typed]) if isinstance(t, str)}:
+        sel = unsized & (types == t) & ~np.isin(parts, list(partition_types))
+        if sel.any():
+            unknown[t] = unknown.get(t, 0) + int(sel.sum())
+            where[t] = tuple(sorted({*where.get(t, ()), *map(str, pd.unique(parts[sel]))}))
+    return GpuSizes(out, unknown, untyped, where)
 
 
 @dataclass
@@ -276,7 +310,9 @@ def build_runs(
     work = prepare(frame, window, sizes.per_run_mib)
     util_basis, measure_warnings = apply_measures(frame, work, sources)
     need, basis = need_of_runs(work)
-    work["mem_share"] = work["mem_used_mib"].to_numpy() / (
-        work["gpu_mem_mib"].to_numpy() * np.where(work["gpus"] > 0, work["gpus"], np.nan)
+    # mem_used_mib is already one GPU's value (load.py divides 24.05+ sums by the step's
+    # GPUs): its share is of ONE GPU's memory, whatever the run's GPU count
+    work["mem_share"] = work["mem_used_mib"].to_numpy() / np.where(
+        work["gpus"] > 0, work["gpu_mem_mib"].to_numpy(), np.nan
     )
     return Runs(work, need, basis, util_basis, sizes.unknown_types, measure_warnings)

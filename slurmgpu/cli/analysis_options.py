@@ -47,7 +47,8 @@ _OPTIONS = [
         "gpu_memory",
         multiple=True,
         metavar="TYPE=SIZE",
-        help="Memory of one GPU of a type the catalogue does not know (e.g. t4=16G); "
+        help="Memory of one GPU of a type the catalogue does not know (e.g. t4=16G), or "
+        "PARTITION=SIZE: the GPUs of that partition when their type is unknown; "
         "repeatable; also `[gpu_memory]` in the site policy.",
     ),
     click.option(
@@ -68,6 +69,14 @@ _OPTIONS = [
         multiple=True,
         metavar="[PARTITION=]N",
         help="Shards per GPU, to count gres/shard jobs as GPU fractions.",
+    ),
+    click.option(
+        "--gpus-per-node",
+        "gpus_per_node",
+        multiple=True,
+        metavar="[PARTITION=]N",
+        help="GPUs in one node of a partition (all partitions without PARTITION=), so node "
+        "moves are counted in whole nodes of that size; live clusters know it from scontrol.",
     ),
     click.option(
         "--backend",
@@ -104,6 +113,7 @@ ANALYSIS_PARAMS = (
     "slurm_version",
     "chunk_hours",
     "shards",
+    "gpus_per_node",
     "backend",
     "tz",
     "freq",
@@ -163,6 +173,13 @@ def analysis_options_from(params: dict[str, Any], **fields: Any) -> Any:
             shard_map[key if sep else "*"] = float(value)
         except ValueError:
             raise UsageError(f"--shards-per-gpu {text!r}: use N or PARTITION=N") from None
+    per_node: dict[str, float] = {}
+    for text in opts["gpus_per_node"]:
+        key, sep, value = text.rpartition("=")
+        try:
+            per_node[key if sep else "*"] = float(value)
+        except ValueError:
+            raise UsageError(f"--gpus-per-node {text!r}: use N or PARTITION=N") from None
     memory = dict(getattr(policy, "gpu_memory_mib", ()) or ())
     for name, size in _pairs(opts["gpu_memory"], "--gpu-memory").items():
         try:
@@ -174,6 +191,7 @@ def analysis_options_from(params: dict[str, Any], **fields: Any) -> Any:
         tiers=tiers,
         capacity=parse_capacity_options(opts["capacity"]) or None,
         shards_per_gpu=shard_map,
+        gpus_per_node=per_node,
         gpu_types=_pairs(opts["gpu_types"], "--gpu-type"),
         gpu_memory_mib=memory,
         inventories=list(opts["inventories"]),

@@ -170,6 +170,7 @@ def _group_columns(name_key: str, *, capacity: bool) -> tuple[list[Column], list
 
 # (section title, document attribute, name key, has capacity columns, rows limited)
 _GROUP_SECTIONS: tuple[tuple[str, str, str, bool, bool], ...] = (
+    ("By cluster", "by_cluster", "cluster", True, False),
     ("By partition", "by_partition", "partition", True, False),
     ("By QOS", "by_qos", "qos", True, False),
     ("By tier", "by_tier", "tier", False, False),
@@ -266,9 +267,9 @@ def _notes(analysis: AnalysisDocument) -> list[str]:
         notes.append(f"GPU usage: {source.usage_reading}")
     fit = analysis.fit_fraction
     for entry in fit.unknown_gpu_types:
+        what = f"GPU type {entry.type}" if entry.type else f"untyped partition {entry.partition}"
         notes.append(
-            f"GPU type {entry.type}: memory size unknown for "
-            f"{fmt_int(entry.gpu_runs)} GPU runs; {entry.fix}"
+            f"{what}: memory size unknown for {fmt_int(entry.gpu_runs)} GPU runs; {entry.fix}"
         )
     notes += [str(n) for n in analysis.notes]
     basis = {k: v for k, v in analysis.utilization_basis.items() if v}
@@ -388,6 +389,8 @@ def render_text(analysis: AnalysisDocument) -> str:
 
     for title, key, name_key, capacity, limited in _GROUP_SECTIONS:
         groups = getattr(analysis, key)
+        if key == "by_cluster" and len(groups) <= 1:
+            continue  # one cluster: its row is the totals
         out += ["", title]
         if not groups:
             out.append("  (none)")
@@ -492,6 +495,8 @@ def _html_context(analysis: AnalysisDocument) -> dict[str, Any]:
     tables = []
     for title, key, name_key, capacity, limited in _GROUP_SECTIONS:
         groups = getattr(analysis, key)
+        if key == "by_cluster" and len(groups) <= 1:
+            continue  # one cluster: its row is the totals
         parts, left_off = _group_tables(groups, name_key, capacity, HTML_TOP_N if limited else None)
         tables.append(
             {

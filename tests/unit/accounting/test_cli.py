@@ -95,3 +95,12 @@ def test_invalid_policy_is_one_line(tmp_path):
     r = invoke("--sacct-file", MIX, "--policy", str(bad))
     assert r.exit_code != 0
     assert r.output.startswith("slurmgpu: error:") and "bad.toml" in r.output
+
+
+def test_gpus_per_node_option():
+    r = invoke("--sacct-file", MIX, "--format", "json", "--gpus-per-node", "gpu=x")
+    assert r.exit_code != 0 and "--gpus-per-node 'gpu=x': use N or PARTITION=N" in r.output
+    r = invoke("--sacct-file", MIX, "--format", "json", "--gpus-per-node", "0")
+    assert r.exit_code != 0 and "not a whole number" in r.output
+    r = invoke("--sacct-file", MIX, "--format", "json", "--gpus-per-node", "gpu=4")
+    assert r.exit_code == 0, r.output

@@ -24,7 +24,8 @@ GROUP_KEYS = [
 ]  # fmt: skip
 DOCUMENT_KEYS = [
     "schema_version", "generated_at", "window", "source", "totals", "utilization_basis",
-    "measure_warnings", "by_partition", "by_qos", "by_tier", "by_account", "by_user", "by_kind",
+    "measure_warnings", "by_partition", "by_cluster", "by_qos", "by_tier", "by_account",
+    "by_user", "by_kind",
     "fit_fraction", "timeseries", "rejected", "notes", "recommendations",
 ]  # fmt: skip
 
@@ -55,6 +56,8 @@ def test_to_json_is_plain_json_in_contract_order(document):
         assert list(row) == ["partition", *GROUP_KEYS, "fit_fraction"]
     for row in data["by_qos"]:
         assert list(row) == ["qos", *GROUP_KEYS, "tier"]
+    for row in data["by_cluster"]:
+        assert list(row) == ["cluster", *GROUP_KEYS]
     for row in data["by_user"]:
         assert list(row) == ["user", *GROUP_KEYS]
     assert "backend_note" not in data["source"] and "capacity_error" not in data["source"]

@@ -201,6 +201,19 @@ def test_low_memory_gpu_hours(tmp_path):
     assert doc["totals"]["low_memory_gpu_hours"] is None
 
 
+def test_low_memory_share_is_of_one_gpu_for_multi_gpu_jobs(tmp_path):
+    # 4 T4s (15360 MiB each), 14000 MiB used on each: not low memory (it is per GPU)
+    alloc = "gres/gpu:tesla_t4=4,gres/gpu=4"
+    rows = [job(1, "t4", 0, 0, 3600, alloc, usage="gres/gpumem=14000M")]
+    assert run(tmp_path, rows)["totals"]["low_memory_gpu_hours"] == pytest.approx(0.0)
+    rows = [job(1, "t4", 0, 0, 3600, alloc, usage="gres/gpumem=2000M")]
+    assert run(tmp_path, rows)["totals"]["low_memory_gpu_hours"] == pytest.approx(4.0)
+    # Slurm 24.05+: the step's gpumem is a sum over its 4 GPUs (4 x 14000 MiB)
+    rows = [job(1, "t4", 0, 0, 3600, alloc, usage="gres/gpumem=56000M")]
+    doc = run(tmp_path, rows, slurm_version="24.05")
+    assert doc["totals"]["low_memory_gpu_hours"] == pytest.approx(0.0)
+
+
 def test_inventory_memory_and_partition_gpu_type(tmp_path):
     from pathlib import Path
 
@@ -211,3 +224,56 @@ def test_inventory_memory_and_partition_gpu_type(tmp_path):
     doc = run(tmp_path, rows, gpu_types={"gpu": "h100"}, inventories=[inventory])
     assert doc["fit_fraction"]["basis_counts"]["measured_gpumem"] == 1
     assert doc["fit_fraction"]["1/7"]["jobs"] == 1.0  # 5000 of 81559 MiB
+
+
+def test_requeued_job_fits_by_the_run_that_did_the_work(tmp_path):
+    alloc = "gres/gpu:tesla_t4=1,gres/gpu=1"  # 15360 MiB
+    rows = [
+        # job 1: its first run was requeued after using 1000 MiB; the rerun needed 14000 MiB
+        job(1, "t4", 0, 0, 600, alloc, state="REQUEUED", usage="gres/gpumem=1000M"),
+        job(1, "t4", 600, 700, 4300, alloc, usage="gres/gpumem=14000M"),
+        # job 2: one run at 1000 MiB, fits 1/7
+        job(2, "t4", 0, 0, 3600, alloc, usage="gres/gpumem=1000M"),
+        # job 3: nothing measured: unknown, not in the job denominator
+        job(3, "t4", 0, 0, 3600, alloc),
+    ]
+    fit = run(tmp_path, rows)["fit_fraction"]
+    assert fit["known_jobs"] == 2 and fit["known_runs"] == 3 and fit["unknown_runs"] == 1
+    assert fit["1/7"]["jobs"] == pytest.approx(0.5)  # job 2 only, not job 1
+    assert fit["1/2"]["jobs"] == pytest.approx(0.5)
+    # GPU-hours are per run: 1000 MiB runs held 1/6 h + 1 h of the 1/6 + 1 + 1 known hours
+    assert fit["1/7"]["gpu_hours"] == pytest.approx((1 / 6 + 1) / (1 / 6 + 1 + 1))
+
+
+def unknowns(doc):
+    found = doc["fit_fraction"]["unknown_gpu_types"]
+    return [(u["type"], u["partition"], u["gpu_runs"]) for u in found]
+
+
+def test_untyped_partition_without_size_is_named_with_its_fix(tmp_path):
+    rows = [job(1, "old", 0, 0, 3600, "gres/gpu=1", usage="gres/gpumem=4000M")]
+    doc = run(tmp_path, rows)
+    assert unknowns(doc) == [("", "old", 1)]
+    fix = doc["fit_fraction"]["unknown_gpu_types"][0]["fix"]
+    assert "--gpu-type old=TYPE or --gpu-memory TYPE=SIZE" in fix
+    # a size given for the partition (not a type) sizes its GPUs
+    doc = run(tmp_path, rows, gpu_memory_mib={"old": 16000})
+    assert unknowns(doc) == [] and doc["fit_fraction"]["1/4"]["jobs"] == 1.0
+
+
+def test_gpu_type_of_unknown_size_gives_a_note(tmp_path):
+    rows = [job(1, "t4", 0, 0, 3600, "gres/gpu=1", usage="gres/gpumem=4000M")]
+    doc = run(tmp_path, rows, gpu_types={"t4": "notagpu"})
+    assert unknowns(doc) == [("notagpu", None, 1)]
+    assert any("'notagpu' given for partition 't4' is neither in the catalogue" in n
+               for n in doc["notes"])  # fmt: skip
+
+
+def test_partition_type_sizes_runs_whose_typed_name_is_unknown(tmp_path):
+    rows = [job(1, "t4", 0, 0, 3600, "gres/gpu:weird_t4=1,gres/gpu=1", usage="gres/gpumem=3000M")]
+    doc = run(tmp_path, rows)
+    assert unknowns(doc) == [("weird_t4", None, 1)]
+    assert "--gpu-type t4=TYPE" in doc["fit_fraction"]["unknown_gpu_types"][0]["fix"]
+    doc = run(tmp_path, rows, gpu_types={"t4": "t4"})  # the admin's type: a T4, 15360 MiB
+    assert unknowns(doc) == [] and doc["fit_fraction"]["1/4"]["jobs"] == 1.0
+    assert any("'weird_t4'" in n and "sized as 't4'" in n for n in doc["notes"])

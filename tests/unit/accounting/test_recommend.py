@@ -186,3 +186,59 @@ def test_top_tier_waiting_too_long(tmp_path):
     doc = run(tmp_path, rows, tiers={"p0": "P0"})
     rec = next(r for r in doc["recommendations"] if r["kind"] == "tier_adjust")
     assert rec["evidence"]["tier"] == "P0" and rec["evidence"]["wait_s"]["p95"] == 3600
+
+
+def _starved_a_idle_donors(a_alloc, donors):
+    """Partition a: 8 GPUs busy all day, its jobs waiting 2 h; donors: {partition: alloc}."""
+    rows = [
+        job(i, "a", (i - 1) * 3600 - 7200, (i - 1) * 3600, i * 3600, a_alloc) for i in range(3, 25)
+    ]
+    rows += [job(100 + k, p, 7200, 7200, 10800, alloc) for k, (p, alloc) in enumerate(donors)]
+    return rows
+
+
+DAY = {"since": datetime(2025, 12, 1, 2, tzinfo=UTC), "until": datetime(2025, 12, 2, tzinfo=UTC)}
+
+
+def test_move_prefers_a_donor_of_the_same_gpu_type(tmp_path):
+    v100 = "gres/gpu:v100m32=1,gres/gpu=1"
+    rows = _starved_a_idle_donors(
+        "gres/gpu:v100m32=8,gres/gpu=8",
+        [("b", "gres/gpu:nvidia_a10=1,gres/gpu=1"), ("c", v100)],
+    )
+    # b (A10) is the more idle, but c has a's GPU model
+    doc = run(tmp_path, rows, capacity={"a": 8, "b": 48, "c": 32}, **DAY)
+    moves = [r for r in doc["recommendations"] if r["kind"] == "move_nodes"]
+    assert [m["change"] for m in moves] == ["move:c:a:16"]
+    assert "A10" not in moves[0]["title"]
+
+
+def test_no_other_gpu_type_into_a_partition_of_typed_jobs(tmp_path):
+    rows = _starved_a_idle_donors(
+        "gres/gpu:v100m32=8,gres/gpu=8", [("b", "gres/gpu:nvidia_a10=1,gres/gpu=1")]
+    )
+    doc = run(tmp_path, rows, capacity={"a": 8, "b": 32}, **DAY)
+    assert not [r for r in doc["recommendations"] if r["kind"] == "move_nodes"]
+    assert "ask a typed GPU (b -> a)" in doc["recommendations"][0]["detail"]
+
+
+def test_other_gpu_type_into_an_untyped_partition_says_so(tmp_path):
+    rows = _starved_a_idle_donors("gres/gpu=8", [("b", "gres/gpu:nvidia_a10=1,gres/gpu=1")])
+    rows.append(job(99, "a", 7200, 7200, 9000, "gres/gpu:v100m32=1,gres/gpu=1"))  # 1 typed of 23
+    doc = run(tmp_path, rows, capacity={"a": 8, "b": 32}, gpu_types={"a": "v100m32"}, **DAY)
+    move = next(r for r in doc["recommendations"] if r["kind"] == "move_nodes")
+    assert move["change"] == "move:b:a:16"
+    caveat = "A10 nodes into a V100-32GB partition: jobs asking gres/gpu:v100m32 will not use them"
+    assert caveat in move["title"] and move["detail"].startswith(caveat)
+
+
+def test_move_counts_whole_nodes_of_the_donors_own_size(tmp_path):
+    rows = _starved_a_idle_donors("gres/gpu=8", [("b", "gres/gpu=1")])
+    doc = run(tmp_path, rows, capacity={"a": 8, "b": 32}, gpus_per_node={"b": 4}, **DAY)
+    move = next(r for r in doc["recommendations"] if r["kind"] == "move_nodes")
+    # ~16 GPUs of demand: 4 nodes of 4 (not 2 of the default 8)
+    assert move["change"] == "move:b:a:16" and move["title"].startswith("Move 4 node(s)")
+    assert move["evidence"]["gpus_per_node"] == 4
+    doc = run(tmp_path, rows, capacity={"a": 8, "b": 32}, gpus_per_node={"*": 2}, **DAY)
+    move = next(r for r in doc["recommendations"] if r["kind"] == "move_nodes")
+    assert move["title"].startswith("Move 8 node(s)") and move["evidence"]["gpus_per_node"] == 2
