@@ -130,25 +130,52 @@ def analysis_options(command: Callable[..., Any]) -> Callable[..., Any]:
     return measure_options(command)
 
 
-def _pairs(values: tuple[str, ...], option: str) -> dict[str, str]:
+def _pairs(values: tuple[str, ...], option: str, form: str = "KEY=VALUE") -> dict[str, str]:
     from slurmgpu.errors import UsageError
 
     out = {}
     for text in values:
         key, sep, value = text.partition("=")
         if not sep or not key or not value:
-            raise UsageError(f"{option} {text!r}: use KEY=VALUE")
+            raise UsageError(f"{option} {text!r}: use {form}")
         out[key] = value
     return out
+
+
+def _numbers_by_partition(values: tuple[str, ...], option: str) -> dict[str, float]:
+    """`[PARTITION=]N` values -> {partition or "*": N}."""
+    from slurmgpu.errors import UsageError
+
+    out: dict[str, float] = {}
+    for text in values:
+        key, sep, value = text.rpartition("=")
+        try:
+            out[key if sep else "*"] = float(value)
+        except ValueError:
+            raise UsageError(f"{option} {text!r}: use N or PARTITION=N") from None
+    return out
+
+
+def gpu_memory_option(values: tuple[str, ...], policy: Any) -> dict[str, float]:
+    """`--gpu-memory TYPE=SIZE` values in MiB over the policy's `[gpu_memory]` (analyze,
+    report and replay read it alike)."""
+    from slurmgpu.errors import UsageError
+    from slurmgpu.util.units import parse_size_mib
+
+    memory = dict(getattr(policy, "gpu_memory_mib", ()) or ())
+    for name, size in _pairs(values, "--gpu-memory", "TYPE=SIZE (or PARTITION=SIZE)").items():
+        try:
+            memory[name] = parse_size_mib(size)
+        except ValueError:
+            raise UsageError(f"--gpu-memory {name}={size}: use a size such as 16G") from None
+    return memory
 
 
 def analysis_options_from(params: dict[str, Any], **fields: Any) -> Any:
     """The shared options (popped from `params`) plus `fields` as one `AnalysisOptions`."""
     from slurmgpu.accounting.capacity import parse_capacity_options
     from slurmgpu.accounting.options import AnalysisOptions
-    from slurmgpu.errors import UsageError
     from slurmgpu.measure.options import MeasureOptions, build_measure_sources
-    from slurmgpu.util.units import parse_size_mib
 
     opts = {name: params.pop(name) for name in ANALYSIS_PARAMS}
     measure_sources = build_measure_sources(MeasureOptions.from_kwargs(params))
@@ -166,26 +193,9 @@ def analysis_options_from(params: dict[str, Any], **fields: Any) -> Any:
                 return mapping[qos]
             return getattr(base.tier_for_qos(qos), "name", None) if base is not None else None
 
-    shard_map: dict[str, float] = {}
-    for text in opts["shards"]:
-        key, sep, value = text.rpartition("=")
-        try:
-            shard_map[key if sep else "*"] = float(value)
-        except ValueError:
-            raise UsageError(f"--shards-per-gpu {text!r}: use N or PARTITION=N") from None
-    per_node: dict[str, float] = {}
-    for text in opts["gpus_per_node"]:
-        key, sep, value = text.rpartition("=")
-        try:
-            per_node[key if sep else "*"] = float(value)
-        except ValueError:
-            raise UsageError(f"--gpus-per-node {text!r}: use N or PARTITION=N") from None
-    memory = dict(getattr(policy, "gpu_memory_mib", ()) or ())
-    for name, size in _pairs(opts["gpu_memory"], "--gpu-memory").items():
-        try:
-            memory[name] = parse_size_mib(size)
-        except ValueError:
-            raise UsageError(f"--gpu-memory {name}={size}: use a size such as 16G") from None
+    shard_map = _numbers_by_partition(opts["shards"], "--shards-per-gpu")
+    per_node = _numbers_by_partition(opts["gpus_per_node"], "--gpus-per-node")
+    memory = gpu_memory_option(opts["gpu_memory"], policy)
     return AnalysisOptions(
         backend=opts["backend"],
         tiers=tiers,

@@ -255,24 +255,11 @@ def _inventories(values: tuple[str, ...]) -> tuple[tuple[str, str], ...]:
     return tuple(out)
 
 
-def _gpu_memory(values: tuple[str, ...], policy) -> dict[str, float]:
-    """`--gpu-memory TYPE=SIZE` (or PARTITION=SIZE) in MiB, over the policy's `[gpu_memory]`."""
-    from slurmgpu.errors import UsageError
-    from slurmgpu.util.units import parse_size_mib
-
-    memory = dict(getattr(policy, "gpu_memory_mib", ()) or ())
-    for name, size in _pairs(values, "--gpu-memory").items():
-        try:
-            memory[name] = parse_size_mib(size)
-        except ValueError:
-            raise UsageError(f"--gpu-memory {name}={size}: use a size such as 16G") from None
-    return memory
-
-
 def replay_options(params: dict):
     """The command's options as a `ReplayOptions` (bad values are one-line usage errors)."""
     import os
 
+    from slurmgpu.cli.analysis_options import gpu_memory_option
     from slurmgpu.replay import ReplayOptions, parse_change, read_sweep
     from slurmgpu.replay.cluster import qos_from_policy
     from slurmgpu.replay.engine import SchedConfig
@@ -304,7 +291,7 @@ def replay_options(params: dict):
         inventories=_inventories(params["inventories"]),
         gpus_per_node=per_node,
         gpu_types=_pairs(params["gpu_types"], "--gpu-type"),
-        gpu_memory_mib=_gpu_memory(params["gpu_memory"], policy),
+        gpu_memory_mib=gpu_memory_option(params["gpu_memory"], policy),
         shards_per_gpu=_pairs(params["shards"], "--shards-per-gpu", float, "*"),
         qos=qos,
         tiers=policy,

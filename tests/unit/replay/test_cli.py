@@ -104,7 +104,7 @@ def test_an_output_in_a_missing_directory_is_one_line(tmp_path):
 
 
 def test_gpu_memory_takes_a_type_and_a_size_as_analyze_does():
-    from slurmgpu.cli.replay import _gpu_memory
+    from slurmgpu.cli.analysis_options import gpu_memory_option as _gpu_memory
     from slurmgpu.errors import UsageError
 
     assert _gpu_memory(("t4=16G", "gpu=8000"), None) == {"t4": 16384.0, "gpu": 8000.0}
