@@ -208,9 +208,7 @@ def _scenario(args: tuple) -> ResultBlock:
 def replay_trace(trace: ReplayTrace, options: ReplayOptions) -> ReplayReport:
     """Replay an already-loaded trace (the baseline, then each what-if change)."""
     model = build_model(options)
-    for change in options.what_if:  # fail before any long run, not after
-        apply_change(model, change)
-        _check_qos(change, model, trace)
+    check_changes(model, trace, options.what_if)
     baseline = run_engine(trace, model, options.config)
     window = window_of(trace, baseline)
     gpus = _gpus_by_partition(model)
@@ -232,6 +230,14 @@ def replay_trace(trace: ReplayTrace, options: ReplayOptions) -> ReplayReport:
         config=options.config,
         rejected=trace.rejected,
     )
+
+
+def check_changes(model: ClusterModel, trace: ReplayTrace, changes: Sequence[Change]) -> None:
+    """Each change fits the model and names what the site has (UsageError otherwise): checked
+    before any long replay or any submission, not after."""
+    for change in changes:
+        apply_change(model, change)
+        _check_qos(change, model, trace)
 
 
 def _check_qos(change: Change, model: ClusterModel, trace: ReplayTrace) -> None:

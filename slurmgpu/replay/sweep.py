@@ -37,10 +37,11 @@ from slurmgpu.replay import (
     _gpus_by_partition,
     _scenario,
     build_model,
+    check_changes,
     load_for_replay,
 )
 from slurmgpu.replay.changes import format_change, parse_change
-from slurmgpu.replay.cluster import QosSpec, apply_change
+from slurmgpu.replay.cluster import QosSpec
 from slurmgpu.replay.engine import SchedConfig
 from slurmgpu.replay.engine import replay as run_engine
 from slurmgpu.replay.jobs import ReplayTrace
@@ -297,8 +298,7 @@ def sweep_trace_via_slurm(
     if not options.what_if:
         raise UsageError("--via-slurm needs candidate changes (--sweep FILE or --what-if)")
     model = build_model(options)
-    for change in options.what_if:  # fail before anything is submitted
-        apply_change(model, change)
+    check_changes(model, trace, options.what_if)  # before anything is submitted
     gpus = _gpus_by_partition(model)
     baseline = None
     # the window ends at the last recorded end; only a trace without any needs the baseline

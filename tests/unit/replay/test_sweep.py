@@ -245,3 +245,14 @@ def test_slurm_options_without_via_slurm_are_refused(tmp_path):
     ]:
         res = CliRunner().invoke(main, [*base, *args])
         assert res.exit_code == 2 and res.output == f"slurmgpu: error: {says}\n", res.output
+
+
+def test_a_tier_change_of_an_unknown_qos_is_refused_before_anything_is_written(tmp_path):
+    # the same check as the in-process replay (replay.check_changes), before any submission
+    res = CliRunner().invoke(main, [
+        "replay", "--sacct-file", str(DATA / "synthetic-mix.txt"), "--capacity", "gpu=16",
+        "--what-if", "tier:nope:grace_s=60", "--via-slurm", "--workdir", str(tmp_path / "w"),
+    ], env={"PATH": str(tmp_path / "empty")})  # fmt: skip
+    assert res.exit_code == 2 and res.output.count("\n") == 1, res.output
+    assert "QOS 'nope' is neither in the policy nor in the dumps" in res.output
+    assert not (tmp_path / "w").exists() or not any((tmp_path / "w").iterdir())
