@@ -1,0 +1,84 @@
+"""The idle retrospective as text, JSON and HTML (`slurmgpu idle --format`)."""
+
+from __future__ import annotations
+
+import json
+
+from slurmgpu.idle.retrospective import IdleReport
+
+FORMATS = ("text", "json", "html")
+
+
+def render_idle(report: IdleReport, fmt: str) -> str:
+    if fmt == "json":
+        return json.dumps(report.to_json(), indent=2, sort_keys=True) + "\n"
+    if fmt == "html":
+        from slurmgpu import __version__
+        from slurmgpu.render.templating import render
+
+        return render("idle.html.j2", report=report, version=__version__, rules=_rules(report))
+    return render_text(report)
+
+
+def _rules(report: IdleReport) -> list[str]:
+    p = report.policy
+    out = [_rule_line("default", p["rule"])]
+    out += [_rule_line(f"tier {n}", r) for n, r in p["tiers"].items()]
+    out += [_rule_line(f"partition {n}", r) for n, r in p["partitions"].items()]
+    return out
+
+
+def _rule_line(name: str, r: dict) -> str:
+    warn = ", ".join(f"{w:g}" for w in r["warn_after_min"]) or "none"
+    memory = f", memory held >= {r['memory_held_mib']:g} MiB" if r["memory_held_mib"] else ""
+    return (
+        f"{name}: idle when every sample <= {r['util_pct']:g}% for {r['window_min']:g} min"
+        f"{memory}; warnings at {warn} min; then {r['action']}"
+    )
+
+
+def render_text(report: IdleReport) -> str:
+    lines = ["Idle GPUs: what the [idle] policy would have done", ""]
+    lines += [f"  {r}" for r in _rules(report)]
+    exempt = report.policy
+    lines.append(
+        f"  exempt: tiers {', '.join(exempt['exempt_tiers']) or '-'}; interactive "
+        f"{'yes' if exempt['exempt_interactive'] else 'no'}"
+    )
+    window = f"{report.since or 'the dumps'} .. {report.until}"
+    lines += [
+        "",
+        f"Window: {window}; GPU runs: {report.gpu_runs}; with samples: "
+        f"{report.measured['series']}, with summaries only: {report.measured['summary']}",
+    ]
+    lines.append("")
+    if report.jobs:
+        lines.append(
+            f"{'job':>10} {'user':<10} {'tier':<5} {'GPUs':>5} {'flagged at':<21} "
+            f"{'action':<8} {'GPU-h back':>10}"
+        )
+        for j in report.jobs:
+            lines.append(
+                f"{j.job_id:>10} {j.user[:10]:<10} {j.tier[:5]:<5} {j.gpus:>5g} "
+                f"{j.flagged_at:<21} {j.action:<8} {j.reclaimable_gpu_hours:>10.2f}"
+            )
+    else:
+        lines.append("No run was idle long enough to be flagged.")
+    lines += [
+        "",
+        f"Reclaimable: {report.reclaimable_gpu_hours:.2f} GPU-hours ({len(report.jobs)} runs)",
+    ]
+    if report.exempt:
+        hours = sum(j.reclaimable_gpu_hours for j in report.exempt)
+        lines.append(
+            f"Exempt but idle: {len(report.exempt)} runs, {hours:.2f} GPU-hours "
+            f"({', '.join(sorted({j.exempt or '' for j in report.exempt}))})"
+        )
+    if report.undecided:
+        lines.append(
+            f"Not decided: {len(report.undecided)} runs (e.g. job "
+            f"{report.undecided[0].job_id}: {report.undecided[0].reason})"
+        )
+    lines += [f"note: {n}" for n in report.notes]
+    lines += [f"warning: {w}" for w in report.warnings]
+    return "\n".join(lines) + "\n"
