@@ -7,6 +7,7 @@ per-GPU series of a job (busy, idle, gaps, missing GPUs) from a seed.
 
 from __future__ import annotations
 
+import itertools
 import random
 from dataclasses import dataclass
 
@@ -24,13 +25,13 @@ class Dev:
 
 def idle_at(devs: list[Dev], t: float, w: float, pct: float, gap: float) -> bool:
     for d in devs:
-        inside = [(s, u) for s, u in zip(d.times, d.util) if t - w <= s <= t]
+        inside = [(s, u) for s, u in zip(d.times, d.util, strict=False) if t - w <= s <= t]
         if not inside:
             return False
         if any(u > pct for _, u in inside):
             return False
         points = [t - w] + [s for s, _ in inside] + [t]
-        if any(b - a > gap for a, b in zip(points, points[1:])):
+        if any(b - a > gap for a, b in itertools.pairwise(points)):
             return False
     return True
 

@@ -30,9 +30,7 @@ FORMATS = ("text", "json", "html")
 @click.option("--until", help="Window end, same forms (default: now).")
 @click.option("--now", "now_text", help="Take this ISO time as now (tests, replays).")
 @click.option("--live", is_flag=True, help="Warn and act on running jobs (run by a timer).")
-@click.option(
-    "--dry-run", is_flag=True, help="--live: say what would be done, do nothing."
-)
+@click.option("--dry-run", is_flag=True, help="--live: say what would be done, do nothing.")
 @click.option(
     "--state-dir",
     default="/var/lib/slurmgpu/idle",

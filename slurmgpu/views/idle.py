@@ -82,3 +82,18 @@ def render_text(report: IdleReport) -> str:
     lines += [f"note: {n}" for n in report.notes]
     lines += [f"warning: {w}" for w in report.warnings]
     return "\n".join(lines) + "\n"
+
+
+def render_live(report, fmt: str) -> str:
+    """`idle --live`: one line per event (text), or the events as JSON."""
+    if fmt == "json":
+        return json.dumps(report.to_json(), indent=2, sort_keys=True) + "\n"
+    prefix = "would " if report.dry_run else ""
+    lines = [f"idle --live at {report.now}: {report.checked} running GPU jobs checked"]
+    for e in report.events:
+        verb = (
+            e.kind if e.done or e.kind in ("exempt", "undecided", "deferred") else prefix + e.kind
+        )
+        lines.append(f"  job {e.job_id} ({e.user}): {verb}: {e.detail}")
+    lines += [f"warning: {w}" for w in report.warnings]
+    return "\n".join(lines) + "\n"

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import json
 import time
-from datetime import UTC, datetime
+from datetime import datetime
 
 import pytest
 from click.testing import CliRunner
@@ -53,8 +53,9 @@ HEADER = (
 
 
 class Job:
-    def __init__(self, job_id, devs, start, end, *, qos="p2", gpus=None, tres=None,
-                 batch=True, kind=""):
+    def __init__(
+        self, job_id, devs, start, end, *, qos="p2", gpus=None, tres=None, batch=True, kind=""
+    ):
         self.job_id, self.devs, self.start, self.end = job_id, devs, start, end
         self.qos, self.batch, self.kind = qos, batch, kind
         self.gpus = len(devs) if gpus is None else gpus
@@ -63,14 +64,50 @@ class Job:
     def lines(self) -> list[str]:
         s, e = int(self.start), int(self.end)
         node = self.devs[0].node if self.devs else "gpu09"
-        base = [self.job_id, self.job_id, "c1", "gpu", self.qos, "ml", "alice", str(s - 60),
-                str(s), str(e), str(e - s), "600", "COMPLETED", self.tres, self.tres, node, "",
-                "", "train"]
+        base = [
+            self.job_id,
+            self.job_id,
+            "c1",
+            "gpu",
+            self.qos,
+            "ml",
+            "alice",
+            str(s - 60),
+            str(s),
+            str(e),
+            str(e - s),
+            "600",
+            "COMPLETED",
+            self.tres,
+            self.tres,
+            node,
+            "",
+            "",
+            "train",
+        ]
         out = ["|".join(base)]
         if self.batch:
-            step = [f"{self.job_id}.batch", f"{self.job_id}.batch", "c1", "", "", "ml",
-                    "alice", str(s), str(s), str(e), str(e - s), "", "COMPLETED",
-                    "cpu=4,mem=16G,node=1", "", node, "", "", "batch"]
+            step = [
+                f"{self.job_id}.batch",
+                f"{self.job_id}.batch",
+                "c1",
+                "",
+                "",
+                "ml",
+                "alice",
+                str(s),
+                str(s),
+                str(e),
+                str(e - s),
+                "",
+                "COMPLETED",
+                "cpu=4,mem=16G,node=1",
+                "",
+                node,
+                "",
+                "",
+                "batch",
+            ]
             out.append("|".join(step))
         return out
 
@@ -80,16 +117,24 @@ def openmetrics(jobs: list[Job]) -> str:
     for job in jobs:
         for d in job.devs:
             if d.mig:
-                labels = (f'gpu="{d.gpu}",GPU_I_ID="{d.mig}",GPU_I_PROFILE="{d.profile}",'
-                          f'UUID="GPU-{job.job_id}-{d.gpu}",Hostname="{d.node}",'
-                          f'hpc_job="{job.job_id}"')
-                engine += [f"DCGM_FI_PROF_GR_ENGINE_ACTIVE{{{labels}}} {u / 100:.6f} {t:.3f}"
-                           for t, u in zip(d.times, d.util)]
+                labels = (
+                    f'gpu="{d.gpu}",GPU_I_ID="{d.mig}",GPU_I_PROFILE="{d.profile}",'
+                    f'UUID="GPU-{job.job_id}-{d.gpu}",Hostname="{d.node}",'
+                    f'hpc_job="{job.job_id}"'
+                )
+                engine += [
+                    f"DCGM_FI_PROF_GR_ENGINE_ACTIVE{{{labels}}} {u / 100:.6f} {t:.3f}"
+                    for t, u in zip(d.times, d.util, strict=False)
+                ]
             else:
-                labels = (f'gpu="{d.gpu}",UUID="GPU-{job.job_id}-{d.gpu}",'
-                          f'Hostname="{d.node}",hpc_job="{job.job_id}"')
-                util += [f"DCGM_FI_DEV_GPU_UTIL{{{labels}}} {u:g} {t:.3f}"
-                         for t, u in zip(d.times, d.util)]
+                labels = (
+                    f'gpu="{d.gpu}",UUID="GPU-{job.job_id}-{d.gpu}",'
+                    f'Hostname="{d.node}",hpc_job="{job.job_id}"'
+                )
+                util += [
+                    f"DCGM_FI_DEV_GPU_UTIL{{{labels}}} {u:g} {t:.3f}"
+                    for t, u in zip(d.times, d.util, strict=False)
+                ]
     text = ["# TYPE DCGM_FI_DEV_GPU_UTIL gauge", *util]
     text += ["# TYPE DCGM_FI_PROF_GR_ENGINE_ACTIVE gauge", *engine]
     return "\n".join(text) + "\n# EOF\n"
@@ -105,9 +150,16 @@ def build_jobs() -> list[Job]:
         jobs.append(Job(str(7000 + seed), devs, start, start + HOURS * 3600, kind=_kind))
 
     def flat(job_id, start, n, value, gpus=1, **kw):
-        devs = [Dev(f"x/{g}", f"gpu{int(job_id) % 100:02d}", str(g),
-                    [start + 15 + INTERVAL * i for i in range(n)], [value] * n)
-                for g in range(gpus)]
+        devs = [
+            Dev(
+                f"x/{g}",
+                f"gpu{int(job_id) % 100:02d}",
+                str(g),
+                [start + 15 + INTERVAL * i for i in range(n)],
+                [value] * n,
+            )
+            for g in range(gpus)
+        ]
         return Job(job_id, devs, start, start + 15 + INTERVAL * n, **kw)
 
     jobs.append(flat("7100", T0, 400, 0.0, qos="p0"))  # idle, exempt tier
@@ -115,8 +167,9 @@ def build_jobs() -> list[Job]:
     short = flat("7102", T0, 400, 0.0, gpus=2)
     short.devs = short.devs[:1]  # holds 2 GPUs, one exports: undecided
     jobs.append(short)
-    mig = flat("7103", T0, 400, 0.0, tres="billing=1,cpu=4,gres/gpu:3g.40gb=1,gres/gpu=1,"
-               "mem=16G,node=1")
+    mig = flat(
+        "7103", T0, 400, 0.0, tres="billing=1,cpu=4,gres/gpu:3g.40gb=1,gres/gpu=1,mem=16G,node=1"
+    )
     mig.devs[0].mig, mig.devs[0].profile = "2", "3g.40gb"
     mig.gpus = 3 / 7  # as the accounting loader counts a 3g.40gb slice: 3 of 7 compute slices
     jobs.append(mig)
@@ -145,8 +198,18 @@ def world(tmp_path_factory):
 def run_idle(root, server, *extra):
     result = CliRunner().invoke(
         main,
-        ["idle", "--policy", str(root / "policy.toml"), "--sacct-file", str(root / "sacct.txt"),
-         "--prometheus", server.url, "--no-jobstats", "--no-collector-admin-comment", *extra],
+        [
+            "idle",
+            "--policy",
+            str(root / "policy.toml"),
+            "--sacct-file",
+            str(root / "sacct.txt"),
+            "--prometheus",
+            server.url,
+            "--no-jobstats",
+            "--no-collector-admin-comment",
+            *extra,
+        ],
     )
     assert result.exit_code == 0, result.output
     return result.output
@@ -209,8 +272,19 @@ def test_unreachable_prometheus_is_a_warning_not_a_failure(world):
     root, _jobs, _server = world
     result = CliRunner().invoke(
         main,
-        ["idle", "--policy", str(root / "policy.toml"), "--sacct-file", str(root / "sacct.txt"),
-         "--prometheus", "http://127.0.0.1:9", "--format", "json", "--prometheus-timeout", "2"],
+        [
+            "idle",
+            "--policy",
+            str(root / "policy.toml"),
+            "--sacct-file",
+            str(root / "sacct.txt"),
+            "--prometheus",
+            "http://127.0.0.1:9",
+            "--format",
+            "json",
+            "--prometheus-timeout",
+            "2",
+        ],
     )
     assert result.exit_code == 0, result.output
     doc = json.loads(result.output)

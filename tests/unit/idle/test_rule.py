@@ -13,14 +13,16 @@ START = 1_764_547_200.0
 
 
 def series(devs: list[Dev]) -> list[DeviceSeries]:
-    return [
-        DeviceSeries(d.key, d.node, d.gpu, tuple(d.times), tuple(d.util)) for d in devs
-    ]
+    return [DeviceSeries(d.key, d.node, d.gpu, tuple(d.times), tuple(d.util)) for d in devs]
 
 
 def verdict(devs, rule, *, end, gap=300.0, gpus=None):
     return evaluate(
-        series(devs), start=START, end=end, rule=rule, max_gap_s=gap,
+        series(devs),
+        start=START,
+        end=end,
+        rule=rule,
+        max_gap_s=gap,
         gpus_held=len(devs) if gpus is None else gpus,
     )
 
@@ -77,10 +79,12 @@ def test_shorter_than_the_window_is_never_flagged():
 
 def test_memory_held_rule_needs_memory_on_the_device():
     times = tuple(START + 30 * i for i in range(300))
-    held = DeviceSeries("n/0", "n", "0", times, (0.0,) * 300, mem_times=times,
-                        mem_used_mib=(20000.0,) * 300)
-    empty = DeviceSeries("n/0", "n", "0", times, (0.0,) * 300, mem_times=times,
-                         mem_used_mib=(0.0,) * 300)
+    held = DeviceSeries(
+        "n/0", "n", "0", times, (0.0,) * 300, mem_times=times, mem_used_mib=(20000.0,) * 300
+    )
+    empty = DeviceSeries(
+        "n/0", "n", "0", times, (0.0,) * 300, mem_times=times, mem_used_mib=(0.0,) * 300
+    )
     rule = IdleRule(window_min=60, warn_after_min=(), memory_held_mib=1024)
     kw = dict(start=START, end=times[-1], rule=rule, max_gap_s=300, gpus_held=1)
     assert evaluate([held], **kw).flagged_at == START + 3600
