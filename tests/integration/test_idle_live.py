@@ -16,7 +16,7 @@ import json
 import os
 import subprocess
 import sys
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
@@ -107,10 +107,12 @@ def world(slurm_cluster, tmp_path_factory):
         str(j): (epochs[k], 80.0 if k == "busy" else 0.0, i)
         for i, (k, j) in enumerate(jobs.items())
     }
-    prom = PrometheusServer(root / "prom", openmetrics(series)).up()
-    mail = MailServer().up()
+    prom = PrometheusServer(root / "prom", openmetrics(series))
+    mail = MailServer()
     (root / "policy.toml").write_text(POLICY)
     try:
+        prom.up()
+        mail.up()
         yield cluster, root, jobs, max(epochs.values()), prom, mail
     finally:
         cluster.run(["scancel", *map(str, jobs.values())], check=False)
@@ -185,4 +187,3 @@ def test_idle_job_is_warned_twice_by_mail_then_cancelled(world):
     ]
     later = by_job(live(world, s + 250), jobs)  # the next timer run: nothing more to do
     assert "idle" not in later and len(mail.messages()) == 3
-    _ = timedelta
