@@ -142,12 +142,15 @@ def running_jobs(policy: Policy, env: Mapping[str, str] | None = None) -> list[I
     return out
 
 
-def job_from_record(rec: Mapping[str, str], policy: Policy) -> IdleJob | None:
-    """An `scontrol show -o job` record -> IdleJob (None without GPUs or a start)."""
+def job_from_record(
+    rec: Mapping[str, str], policy: Policy, any_state: bool = False
+) -> IdleJob | None:
+    """An `scontrol show -o job` record -> IdleJob (None without GPUs or a start; with
+    `any_state`, an ended job gets its EndTime)."""
     import pyarrow as pa
 
     from slurmgpu.accounting.tres import parse_alloc_tres
-    from slurmgpu.sources.slurm_jobs import scontrol_time, user_name_and_uid
+    from slurmgpu.sources.slurm_jobs import scontrol_time, time_limit_s, user_name_and_uid
 
     tres = parse_alloc_tres(pa.array([rec.get("AllocTRES") or rec.get("TRES") or ""]))
     count, equiv = float(tres.gpu_count[0]), float(tres.gpu_equiv[0])
@@ -155,6 +158,7 @@ def job_from_record(rec: Mapping[str, str], policy: Policy) -> IdleJob | None:
     if math.isnan(count) or count <= 0 or start is None:
         return None
     user, _uid = user_name_and_uid(rec.get("UserId", ""))
+    state = rec.get("JobState", "")
     qos = rec.get("QOS", "")
     tier = policy.tier_for_qos(qos)
     comment = rec.get("Comment", "")
@@ -169,13 +173,14 @@ def job_from_record(rec: Mapping[str, str], policy: Policy) -> IdleJob | None:
         qos=qos,
         tier=tier.name if tier else qos,
         start=start,
-        end=None,
+        end=scontrol_time(rec.get("EndTime")) if any_state and state != "RUNNING" else None,
         gpus=equiv if not math.isnan(equiv) else count,
         devices=max(1, math.ceil(count)),
         nodes=rec.get("NodeList", ""),
         interactive=rec.get("BatchFlag", "1") == "0",
         comment=comment,
-        state=rec.get("JobState", ""),
+        state=state,
+        time_limit_s=time_limit_s(rec.get("TimeLimit", "")),
     )
 
 

@@ -44,6 +44,68 @@ def scontrol_time(text: str | None) -> datetime | None:
         return None
 
 
+def time_limit_s(text: str) -> float | None:
+    """`[D-]HH:MM:SS` / `MM:SS` / `MM` -> seconds; None for UNLIMITED or unreadable."""
+    days, _, rest = text.partition("-") if "-" in text else ("0", "", text)
+    parts = rest.split(":")
+    if not days.isdigit() or not parts or not all(p.isdigit() for p in parts) or len(parts) > 3:
+        return None
+    nums = [int(p) for p in parts]
+    if len(nums) == 1:
+        nums = [0, nums[0], 0]  # minutes
+    elif len(nums) == 2:
+        nums = [0, *nums]
+    h, m, s = nums
+    return float(int(days) * 86400 + h * 3600 + m * 60 + s)
+
+
+SACCT_JOB_FIELDS = (
+    "JobIDRaw", "User", "UID", "State", "Start", "End", "AllocTRES", "Partition", "QOS",
+    "Account", "NodeList", "TimelimitRaw", "Comment",
+)  # fmt: skip
+
+
+def sacct_job(job_id: str, env: Mapping[str, str] | None = None):
+    """An ended job from accounting as an scontrol-like record, and its owner's uid."""
+    argv = ["sacct", "-j", job_id, "-X", "-n", "-P", "--delimiter=\x1f",
+            "--format", ",".join(SACCT_JOB_FIELDS)]  # fmt: skip
+    full_env = {**(env or {}), "TZ": "UTC"}
+    out = run(argv, env=full_env, timeout=60).stdout
+    for line in out.splitlines():
+        fields = line.split("\x1f")
+        if len(fields) < len(SACCT_JOB_FIELDS):
+            continue
+        f = dict(zip(SACCT_JOB_FIELDS, fields, strict=False))
+        if f["JobIDRaw"] != job_id:
+            continue
+        limit = f["TimelimitRaw"]
+        record = {
+            "JobId": job_id,
+            "UserId": f"{f['User']}({f['UID']})",
+            "JobState": f["State"].split()[0] if f["State"] else "",
+            "StartTime": f["Start"],
+            "EndTime": f["End"],
+            "AllocTRES": f["AllocTRES"],
+            "Partition": f["Partition"],
+            "QOS": f["QOS"],
+            "Account": f["Account"],
+            "NodeList": f["NodeList"],
+            "TimeLimit": f"{limit}" if limit.isdigit() else "",
+            "Comment": f["Comment"],
+        }
+        return record, int(f["UID"]) if f["UID"].isdigit() else None
+    return None
+
+
+def admin_level(user: str, env: Mapping[str, str] | None = None) -> str:
+    """The user's Slurm AdminLevel (`None`, `Operator`, `Administrator`); '' when unknown."""
+    proc = run(
+        ["sacctmgr", "-n", "-P", "show", "user", user, "format=AdminLevel"],
+        env=env, timeout=30, check=False,
+    )  # fmt: skip
+    return proc.stdout.strip().splitlines()[0] if proc.stdout.strip() else ""
+
+
 def cancel(job_id: str, env: Mapping[str, str] | None = None) -> str:
     return run(["scancel", job_id], env=env, timeout=30).stdout
 
