@@ -1,13 +1,15 @@
 """`slurmgpu idle --live` on the real test cluster, mailing through a real exim, acting via Slurm.
 
-Five jobs run on the harness node (fake H100s): an idle P2 batch job of an ordinary user, a
+Six jobs run on the harness node (fake H100s): an idle P2 batch job of an ordinary user, a
 busy P2 job, an idle job in the exempt tier P0, an idle interactive allocation (`salloc
 --no-shell`: no batch script) and an idle job its user marked `idle-exempt=data-loading`.
 Their GPU series are generated from each job's real StartTime and backfilled into a real
 Prometheus in the DCGM exporter's naming. Time is compressed by the policy (a 3-minute
 window, warnings at 1 and 2 minutes) and by `--now`: four timer runs at S+65, S+125, S+150
 (dry run too) and S+190 seconds. The idle P2 job must get warning 1, warning 2 and then be
-cancelled, with three mails to its owner; the others are never touched and get no mail.
+cancelled, with three mails to its owner; the P1 job likewise, requeued; with one action
+per run (the rate limit) the second action waits for the next run; the others are never
+touched and get no mail.
 """
 
 from __future__ import annotations
@@ -27,13 +29,16 @@ from tests.harness.prometheus import PrometheusServer
 
 ROOT = Path(__file__).resolve().parents[2]
 OWNER = "sgi-idle"
-P0_QOS = "idlep0"
+P0_QOS, P1_QOS = "idlep0", "idlep1"
 STEP = 10
 POLICY = f"""
 default_tier = "P2"
 [tiers.P0]
 qos = "{P0_QOS}"
 priority = 1000
+[tiers.P1]
+qos = "{P1_QOS}"
+priority = 500
 [tiers.P2]
 qos = "normal"
 priority = 100
@@ -49,6 +54,9 @@ max_gap_s = 60
 min_notice_min = 0.5
 mail_from = "slurmgpu@example.org"
 mail_domain = "example.org"
+max_actions_per_run = 1
+[idle.tiers.P1]
+action = "requeue"
 """
 
 
@@ -83,8 +91,9 @@ def state(cluster, job: int) -> str:
 def world(slurm_cluster, tmp_path_factory):
     cluster = slurm_cluster
     root = tmp_path_factory.mktemp("idle-live")
-    cluster.sacctmgr("add", "qos", P0_QOS, check=False)
-    cluster.allow_qos(P0_QOS)
+    for qos in (P0_QOS, P1_QOS):
+        cluster.sacctmgr("add", "qos", qos, check=False)
+    cluster.allow_qos(P0_QOS, P1_QOS)
     cluster.add_user(OWNER)
     script = "#!/bin/sh\nsleep 900\n"
     gres = ("--gres=gpu:1", "-t", "20")
@@ -92,6 +101,7 @@ def world(slurm_cluster, tmp_path_factory):
         "idle": cluster.sbatch(*gres, "-J", "idle", script=script, user=OWNER),
         "busy": cluster.sbatch(*gres, "-J", "busy", script=script),
         "p0": cluster.sbatch(*gres, "-J", "p0", f"--qos={P0_QOS}", script=script),
+        "requeue": cluster.sbatch(*gres, "-J", "rq", f"--qos={P1_QOS}", "--requeue", script=script),
         "exempt": cluster.sbatch(
             *gres, "-J", "ex", "--comment=idle-exempt=data-loading", script=script
         ),
@@ -157,33 +167,56 @@ def test_idle_job_is_warned_twice_by_mail_then_cancelled(world):
     cluster, root, jobs, s, _prom, mail = world
     first = by_job(live(world, s + 65), jobs)
     assert first["idle"] == [("warning", "warning 1: idle 1 min")]
+    assert first["requeue"] == [("warning", "warning 1: idle 1 min")]
     assert first["p0"] == [("exempt", "tier P0")]
     assert first["interactive"] == [("exempt", "interactive")]
     assert first["exempt"] == [("exempt", "idle-exempt=data-loading")]
     assert "busy" not in first
     second = by_job(live(world, s + 125), jobs)
     assert second["idle"] == [("warning", "warning 2: idle 2 min")]
-    assert "idle" not in by_job(live(world, s + 150), jobs)  # 150 s < the 3-minute window
-    dry = by_job(live(world, s + 190, "--dry-run"), jobs)
-    assert dry["idle"] == [("action", "cancel after 3 min idle")]
+    assert second["requeue"] == [("warning", "warning 2: idle 2 min")]
+    third = by_job(live(world, s + 150), jobs)  # 150 s < the 3-minute window
+    assert "idle" not in third and "requeue" not in third
+    dry = live(world, s + 190, "--dry-run")
+    assert sorted(
+        e["kind"] for e in dry["events"] if e["job_id"] in _ids(jobs, "idle", "requeue")
+    ) == ["action", "deferred"]  # one action per run
     assert state(cluster, jobs["idle"]) == "RUNNING"  # a dry run does nothing
-    assert len(mail.messages()) == 2
+    assert len(mail.messages()) == 4
     acted = live(world, s + 190)
-    assert by_job(acted, jobs)["idle"] == [("action", "cancel after 3 min idle")]
-    assert [e["done"] for e in acted["events"] if e["kind"] == "action"] == [True]
+    done = [e for e in acted["events"] if e["kind"] == "action"]
+    deferred = [e for e in acted["events"] if e["kind"] == "deferred"]
+    assert len(done) == 1 and done[0]["done"] and len(deferred) == 1
+    later = live(world, s + 200)  # the next timer run takes the deferred one
+    done += [e for e in later["events"] if e["kind"] == "action"]
+    assert {e["job_id"] for e in done} == set(_ids(jobs, "idle", "requeue"))
+    details = {e["job_id"]: e["detail"] for e in done}
+    assert details[str(jobs["idle"])] == "cancel after 3 min idle"
+    assert details[str(jobs["requeue"])] == "requeue after 3 min idle"
     cluster.wait_job_state(jobs["idle"], "CANCELLED", timeout=30)
+    (rec,) = job_records((str(jobs["requeue"]),), env=cluster.env)
+    assert rec["Restarts"] == "1"  # requeued (by scontrol requeue), not cancelled
     for name in ("busy", "p0", "interactive", "exempt"):
         assert state(cluster, jobs[name]) == "RUNNING", name
     messages = mail.messages()
-    assert [m["To"] for m in messages] == [f"{OWNER}@example.org"] * 3
-    subjects = [m["Subject"] for m in messages]
-    assert "idle for 1 minutes" in subjects[0] and "idle for 2 minutes" in subjects[1]
-    assert f"job {jobs['idle']} cancelled" in subjects[2]
-    assert f"scancel {jobs['idle']}" in messages[0].get_payload()
+    owners = {"idle": f"{OWNER}@example.org", "requeue": "root@example.org"}
+    for name, address in owners.items():
+        mine = [m for m in messages if f"job {jobs[name]}" in m["Subject"]]
+        assert [m["To"] for m in mine] == [address] * 3, name
+        subjects = [m["Subject"] for m in mine]
+        assert "idle for 1 minutes" in subjects[0] and "idle for 2 minutes" in subjects[1]
+        verb = "cancelled" if name == "idle" else "requeued"
+        assert f"job {jobs[name]} {verb}" in subjects[2]
+        assert f"scancel {jobs[name]}" in mine[0].get_payload()
+    assert len(messages) == 6
     journal = [json.loads(x) for x in (root / "state" / "journal.jsonl").read_text().splitlines()]
-    assert [(e["job_id"], e["phase"]) for e in journal] == [
-        (str(jobs["idle"]), "begin"),
-        (str(jobs["idle"]), "done"),
-    ]
-    later = by_job(live(world, s + 250), jobs)  # the next timer run: nothing more to do
-    assert "idle" not in later and len(mail.messages()) == 3
+    assert sorted((e["job_id"], e["action"], e["phase"]) for e in journal) == sorted(
+        [(str(jobs["idle"]), "cancel", p) for p in ("begin", "done")]
+        + [(str(jobs["requeue"]), "requeue", p) for p in ("begin", "done")]
+    )
+    again = by_job(live(world, s + 260), jobs)  # nothing more to do
+    assert "idle" not in again and len(mail.messages()) == 6
+
+
+def _ids(jobs: dict, *names: str) -> list[str]:
+    return [str(jobs[n]) for n in names]
