@@ -1,0 +1,151 @@
+"""`slurmgpu idle` and `slurmgpu job` through the CLI: summaries, errors as one line."""
+
+from __future__ import annotations
+
+import base64
+import gzip
+import json
+
+from click.testing import CliRunner
+
+from slurmgpu.cli import main
+
+POLICY = """default_tier = "P2"
+[tiers.P0]
+priority = 1000
+[tiers.P2]
+priority = 100
+[idle]
+window_min = 60
+warn_after_min = [30]
+"""
+HEADER = (
+    "JobIDRaw|JobID|Cluster|Partition|QOS|Account|User|Submit|Start|End|ElapsedRaw|"
+    "State|AllocTRES|NodeList|AdminComment|Comment|JobName"
+)
+START = 1_764_547_200
+
+
+def js1(util: float, gpus: int = 1) -> str:
+    """A jobstats summary as its epilog stores it (base64 of gzip of compact JSON)."""
+    stats = {
+        "gpu_utilization": {str(g): util for g in range(gpus)},
+        "gpu_used_memory": {str(g): 2**30 for g in range(gpus)},
+        "gpu_total_memory": {str(g): 80 * 2**30 for g in range(gpus)},
+    }
+    doc = {"nodes": {"gpu01": stats}, "total_time": 7200, "gpus": gpus}
+    raw = json.dumps(doc, separators=(",", ":")).encode()
+    return "JS1:" + base64.b64encode(gzip.compress(raw)).decode()
+
+
+def row(job: int, hours: float, admin: str, gpus: int = 1, qos: str = "p2") -> list[str]:
+    end = START + int(hours * 3600)
+    tres = f"billing=1,cpu=1,gres/gpu={gpus},mem=1G,node=1"
+    alloc = [
+        str(job),
+        str(job),
+        "c1",
+        "gpu",
+        qos,
+        "ml",
+        "bob",
+        str(START),
+        str(START),
+        str(end),
+        str(end - START),
+        "COMPLETED",
+        tres,
+        "gpu01",
+        admin,
+        "",
+        "j",
+    ]
+    step = [
+        f"{job}.batch",
+        f"{job}.batch",
+        "c1",
+        "",
+        "",
+        "ml",
+        "bob",
+        str(START),
+        str(START),
+        str(end),
+        str(end - START),
+        "COMPLETED",
+        "cpu=1,mem=1G,node=1",
+        "gpu01",
+        "",
+        "",
+        "batch",
+    ]
+    return ["|".join(alloc), "|".join(step)]
+
+
+def write(tmp_path, rows: list[str], policy: str = POLICY):
+    (tmp_path / "p.toml").write_text(policy)
+    (tmp_path / "s.txt").write_text("\n".join([HEADER, *rows]) + "\n")
+    return ["--policy", str(tmp_path / "p.toml"), "--sacct-file", str(tmp_path / "s.txt")]
+
+
+def test_a_summary_at_zero_proves_idleness(tmp_path):
+    rows = (
+        row(1, 2, js1(0.0, gpus=2), gpus=2)
+        + row(2, 2, js1(0.5))
+        + row(3, 2, js1(50))
+        + row(4, 0.5, js1(0.0))
+        + row(5, 2, js1(0.0), gpus=2)
+    )
+    result = CliRunner().invoke(main, ["idle", *write(tmp_path, rows), "--format", "json"])
+    assert result.exit_code == 0, result.output
+    doc = json.loads(result.output)
+    (job,) = doc["jobs"]
+    assert job["job_id"] == "1" and job["basis"] == "summary"
+    assert job["flagged_at"] == "2025-12-01T01:00:00Z"  # start + the 60-minute window
+    assert job["warnings"] == ["2025-12-01T00:30:00Z"]
+    assert job["reclaimable_gpu_hours"] == 2.0  # (end - flag) 1 h x 2 GPUs
+    undecided = {u["job_id"]: u["reason"] for u in doc["undecided"]}
+    assert undecided == {
+        "2": "summary mean only: the rule needs samples",
+        "5": "summary of 1 of 2 GPUs",
+    }
+    assert doc["measured"] == {"series": 0, "summary": 5}
+
+
+def test_without_input_is_a_usage_error(tmp_path):
+    (tmp_path / "p.toml").write_text(POLICY)
+    result = CliRunner().invoke(main, ["idle", "--policy", str(tmp_path / "p.toml")])
+    assert result.exit_code == 2
+    assert result.output.strip() == "slurmgpu: error: give --sacct-file FILE... or --since WHEN"
+
+
+def test_a_policy_without_idle_table_is_refused(tmp_path):
+    args = write(tmp_path, row(1, 2, ""), POLICY.split("[idle]")[0])
+    result = CliRunner().invoke(main, ["idle", *args])
+    assert result.exit_code == 2
+    assert "the policy has no [idle] table" in result.output
+
+
+def test_a_missing_dump_is_one_line(tmp_path):
+    (tmp_path / "p.toml").write_text(POLICY)
+    result = CliRunner().invoke(
+        main, ["idle", "--policy", str(tmp_path / "p.toml"), "--sacct-file", "/nonexistent"]
+    )
+    assert result.exit_code == 2
+    assert result.output.strip() == "slurmgpu: error: --sacct-file /nonexistent: no such file"
+
+
+def test_live_needs_somewhere_to_send(tmp_path):
+    (tmp_path / "p.toml").write_text(POLICY)
+    result = CliRunner().invoke(
+        main,
+        ["idle", "--live", "--policy", str(tmp_path / "p.toml"), "--state-dir", str(tmp_path)],
+    )
+    assert result.exit_code == 2
+    assert "--live needs --smtp HOST[:PORT] or --webhook URL" in result.output
+
+
+def test_job_rejects_a_non_id():
+    result = CliRunner().invoke(main, ["job", "12;rm"])
+    assert result.exit_code == 2
+    assert result.output.strip() == "slurmgpu: error: '12;rm': not a job id"
