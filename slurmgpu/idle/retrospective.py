@@ -68,8 +68,29 @@ class IdleReport:
     def reclaimable_gpu_hours(self) -> float:
         return round(sum(j.reclaimable_gpu_hours for j in self.jobs), 4)
 
+    def ranking(self, by: str) -> list[dict]:
+        """Users (`by="user"`) or accounts by idle GPU-hours: flagged runs (what the policy
+        reclaims) and exempt runs that were idle too (waste the policy lets stand)."""
+        rows: dict[str, dict] = {}
+        for entry, reclaimable in [(j, True) for j in self.jobs] + [
+            (j, False) for j in self.exempt
+        ]:
+            name = getattr(entry, by)
+            row = rows.setdefault(
+                name, {by: name, "idle_gpu_hours": 0.0, "reclaimable_gpu_hours": 0.0, "runs": 0}
+            )
+            row["idle_gpu_hours"] += entry.reclaimable_gpu_hours
+            row["runs"] += 1
+            if reclaimable:
+                row["reclaimable_gpu_hours"] += entry.reclaimable_gpu_hours
+        for row in rows.values():
+            row["idle_gpu_hours"] = round(row["idle_gpu_hours"], 4)
+            row["reclaimable_gpu_hours"] = round(row["reclaimable_gpu_hours"], 4)
+        return sorted(rows.values(), key=lambda r: (-r["idle_gpu_hours"], r[by]))
+
     def to_json(self) -> dict:
         return {
+            "ranking": {"users": self.ranking("user"), "accounts": self.ranking("account")},
             "policy": self.policy,
             "since": self.since,
             "until": self.until,

@@ -16,7 +16,17 @@ def render_idle(report: IdleReport, fmt: str) -> str:
         from slurmgpu import __version__
         from slurmgpu.render.templating import render
 
-        return render("idle.html.j2", report=report, version=__version__, rules=_rules(report))
+        rankings = [
+            (t, by, report.ranking(by)[:20])
+            for by, t in (("user", "Users"), ("account", "Accounts"))
+        ]
+        return render(
+            "idle.html.j2",
+            report=report,
+            version=__version__,
+            rules=_rules(report),
+            rankings=rankings,
+        )
     return render_text(report)
 
 
@@ -68,6 +78,15 @@ def render_text(report: IdleReport) -> str:
         "",
         f"Reclaimable: {report.reclaimable_gpu_hours:.2f} GPU-hours ({len(report.jobs)} runs)",
     ]
+    for by, title in (("user", "Users"), ("account", "Accounts")):
+        ranking = report.ranking(by)[:10]
+        if ranking:
+            lines += ["", f"{title} by idle GPU-hours (reclaimable / idle, runs):"]
+            lines += [
+                f"  {r[by][:20]:<20} {r['reclaimable_gpu_hours']:>9.2f} {r['idle_gpu_hours']:>9.2f}"
+                f" {r['runs']:>5}"
+                for r in ranking
+            ]
     if report.exempt:
         hours = sum(j.reclaimable_gpu_hours for j in report.exempt)
         lines.append(

@@ -263,7 +263,7 @@ def test_exempt_and_undecided_are_reported_not_flagged(world):
 def test_text_and_html(world):
     root, _jobs, server = world
     text = run_idle(root, server)
-    assert "Reclaimable:" in text and "7103" in text
+    assert "Reclaimable:" in text and "7103" in text and "Users by idle GPU-hours" in text
     html = run_idle(root, server, "--format", "html")
     assert html.startswith("<!DOCTYPE html>") and "7103" in html
 

@@ -110,6 +110,10 @@ def test_a_summary_at_zero_proves_idleness(tmp_path):
         "5": "summary of 1 of 2 GPUs",
     }
     assert doc["measured"] == {"series": 0, "summary": 5}
+    assert doc["ranking"]["users"] == [
+        {"user": "bob", "idle_gpu_hours": 2.0, "reclaimable_gpu_hours": 2.0, "runs": 1}
+    ]
+    assert doc["ranking"]["accounts"][0]["account"] == "ml"
 
 
 def test_without_input_is_a_usage_error(tmp_path):
