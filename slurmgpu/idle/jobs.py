@@ -103,7 +103,32 @@ def jobs_from_sacct(
 
     text = sacct.sacct_text(since, until, env=env)
     loaded = load_text(text, options=_load_options(policy), delimiter=sacct.DELIMITER)
-    return _jobs(loaded.frame, _side_facts(text.splitlines(), sacct.DELIMITER))
+    jobs = _jobs(loaded.frame, _side_facts(text.splitlines(), sacct.DELIMITER))
+    return _live_comments(jobs, env)
+
+
+def _live_comments(jobs: list[IdleJob], env: dict[str, str] | None) -> list[IdleJob]:
+    """Running jobs' Comment from slurmctld: slurmdbd gets it only when the job ends (seen on
+    22.05 with AccountingStoreFlags=job_comment), and `idle-exempt=` lives there."""
+    from dataclasses import replace
+
+    from slurmgpu.errors import SlurmgpuError
+    from slurmgpu.sources.slurm_jobs import job_records
+
+    running = tuple(j.job_id for j in jobs if j.end is None and not j.comment)
+    if not running:
+        return jobs
+    try:
+        records = job_records(running, env=env)
+    except SlurmgpuError:
+        return jobs  # the controller is not reachable: the dumps' comments stand
+    comments = {r.get("JobId"): r.get("Comment", "") for r in records}
+    return [
+        replace(j, comment=c)
+        if j.end is None and (c := comments.get(j.job_id)) and c != "(null)"
+        else j
+        for j in jobs
+    ]
 
 
 def _load_options(policy: Policy):

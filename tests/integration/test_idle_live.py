@@ -220,3 +220,27 @@ def test_idle_job_is_warned_twice_by_mail_then_cancelled(world):
 
 def _ids(jobs: dict, *names: str) -> list[str]:
     return [str(jobs[n]) for n in names]
+
+
+def test_retrospective_over_the_live_accounting(world):
+    """`idle --since` reads the real slurmdbd (sacct): batch steps tell interactive jobs,
+    Comment carries idle-exempt= (AccountingStoreFlags=job_comment)."""
+    cluster, root, jobs, s, prom, _mail = world
+    iso = lambda t: datetime.fromtimestamp(t, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")  # noqa: E731
+    proc = slurmgpu(cluster, "idle", "--policy", str(root / "policy.toml"), "--since",
+                    iso(s - 600), "--until", iso(s + 390), "--prometheus", prom.url,
+                    "--format", "json")  # fmt: skip
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    doc = json.loads(proc.stdout)
+    exempt = {e["job_id"]: e["exempt"] for e in doc["exempt"]}
+    assert exempt[str(jobs["p0"])] == "tier P0"
+    assert exempt[str(jobs["interactive"])] == "interactive"
+    assert exempt[str(jobs["exempt"])] == "idle-exempt=data-loading"
+    flagged = {j["job_id"] for j in doc["jobs"]}
+    assert str(jobs["busy"]) not in flagged | set(exempt)
+    # the cancelled job ended (in real time) long before its synthetic samples filled a window
+    assert str(jobs["idle"]) not in flagged
+    running = {str(jobs[n]) for n in ("p0", "interactive", "exempt")}
+    for entry in doc["exempt"]:
+        if entry["job_id"] in running:
+            assert entry["end"] is None and entry["action"] == "none"
