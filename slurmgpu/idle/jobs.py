@@ -176,9 +176,11 @@ def _jobs(frame, facts: dict[str, tuple[bool, str]]) -> list[IdleJob]:
     cols = {c: frame[c].to_numpy(dtype=object, na_value=None) for c in _COLUMNS if c in frame}
     for i in range(len(frame)):
         row = {c: v[i] for c, v in cols.items()}
-        start, count = row.get("start"), row.get("gpu_count")
-        if start is None or not count or not row.get("gpu_equiv"):
-            continue  # never started, or no GPU
+        start, count, equiv = row.get("start"), row.get("gpu_count"), row.get("gpu_equiv")
+        if start is None or not equiv or math.isnan(equiv):
+            continue  # never started, no GPU, or shards without shards_per_gpu
+        # a shard job's GPU is one device (shared: it is idle when the GPU is)
+        devices = max(1, math.ceil(count)) if count and not math.isnan(count) else 1
         raw = str(row["job_id_raw"])
         has_batch, comment = facts.get(raw, (True, ""))
         end = row.get("end")
@@ -194,8 +196,8 @@ def _jobs(frame, facts: dict[str, tuple[bool, str]]) -> list[IdleJob]:
                 tier=str(row.get("tier") or row.get("qos") or ""),
                 start=pd.Timestamp(start).to_pydatetime(),
                 end=None if end is None else pd.Timestamp(end).to_pydatetime(),
-                gpus=float(row["gpu_equiv"]),
-                devices=max(1, math.ceil(float(count))),
+                gpus=float(equiv),
+                devices=devices,
                 nodes=str(row.get("node_list") or ""),
                 interactive=not has_batch,
                 comment=comment,
@@ -219,6 +221,7 @@ _COLUMNS = (
     "end",
     "gpu_count",
     "gpu_equiv",
+    "shards",
     "node_list",
     "admin_comment",
     "state",

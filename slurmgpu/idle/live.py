@@ -154,6 +154,9 @@ def job_from_record(
 
     tres = parse_alloc_tres(pa.array([rec.get("AllocTRES") or rec.get("TRES") or ""]))
     count, equiv = float(tres.gpu_count[0]), float(tres.gpu_equiv[0])
+    shards = float(tres.shards[0])
+    if (math.isnan(count) or count <= 0) and shards > 0 and policy.shards_per_gpu:
+        count, equiv = 1.0, shards / policy.shards_per_gpu  # one shared GPU
     start = scontrol_time(rec.get("StartTime"))
     if math.isnan(count) or count <= 0 or start is None:
         return None

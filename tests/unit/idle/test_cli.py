@@ -153,3 +153,15 @@ def test_job_rejects_a_non_id():
     result = CliRunner().invoke(main, ["job", "12;rm"])
     assert result.exit_code == 2
     assert result.output.strip() == "slurmgpu: error: '12;rm': not a job id"
+
+
+def test_a_shard_job_is_a_share_of_one_gpu(tmp_path):
+    policy = POLICY.replace('default_tier = "P2"', 'default_tier = "P2"\nshards_per_gpu = 4')
+    rows = row(7, 2, js1(0.0))
+    rows[0] = rows[0].replace("gres/gpu=1", "gres/shard=2")
+    args = write(tmp_path, rows, policy)
+    result = CliRunner().invoke(main, ["idle", *args, "--format", "json"])
+    assert result.exit_code == 0, result.output
+    (job,) = json.loads(result.output)["jobs"]
+    assert (job["gpus"], job["devices"]) == (0.5, 1)
+    assert job["reclaimable_gpu_hours"] == 0.5  # 1 h after the flag x half a GPU
