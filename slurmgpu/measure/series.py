@@ -128,15 +128,17 @@ class PrometheusSeriesSource:
         data = self.http.query_data(expr, b)
         if data.get("resultType") != "matrix":
             raise PrometheusError("http", f"expected a matrix, got {data.get('resultType')}")
-        for item in data.get("result", []):
-            labels = item.get("metric", {})
+        for item in data.get("result") or []:
+            try:
+                labels = {str(k): str(v) for k, v in item["metric"].items()}
+                values = [(float(t), float(v)) for t, v in item.get("values", [])]
+            except (KeyError, TypeError, ValueError, AttributeError) as exc:
+                raise PrometheusError("http", f"malformed series in the answer: {exc}") from exc
             key = tuple(labels.get(k, "") for k in s.device_labels)
-            dev = devices.setdefault(key, _Dev(dict(labels)))
-            values = item.get("values", [])
-            for t, v in values[-1:] if last_only else values:
-                value = float(v)
-                if not math.isnan(value):
-                    yield dev, float(t), value
+            dev = devices.setdefault(key, _Dev(labels))
+            for t, value in values[-1:] if last_only else values:
+                if math.isfinite(value) and math.isfinite(t):
+                    yield dev, t, value
 
     # -- devices ------------------------------------------------------------------------
     def _devices(self, devices: dict[tuple[str, ...], _Dev]) -> tuple[DeviceSeries, ...]:
