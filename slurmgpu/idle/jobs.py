@@ -43,6 +43,7 @@ class IdleJob:
     admin_comment: str = ""
     state: str = ""
     time_limit_s: float | None = None
+    job: str = ""  # JobID as sacct prints it (`123_4` for an array task); job_id is JobIDRaw
 
     def ref(self) -> RunRef:
         return RunRef(
@@ -204,6 +205,7 @@ def _jobs(frame, facts: dict[str, tuple[bool, str]]) -> list[IdleJob]:
                 admin_comment=str(row.get("admin_comment") or ""),
                 state=str(row.get("state") or ""),
                 time_limit_s=None if limit is None or math.isnan(limit) else float(limit),
+                job=str(row.get("job_id") or raw),
             )
         )
     return out
@@ -211,6 +213,7 @@ def _jobs(frame, facts: dict[str, tuple[bool, str]]) -> list[IdleJob]:
 
 _COLUMNS = (
     "job_id_raw",
+    "job_id",
     "cluster",
     "user",
     "account",

@@ -41,6 +41,7 @@ class FlaggedJob:
     basis: str  # "series" | "summary"
     exempt: str | None = None
     cluster: str = ""
+    job: str = ""  # JobID as printed (`123_4` for an array task)
 
 
 @dataclass(frozen=True)
@@ -243,6 +244,7 @@ def _file(job, verdict, rule, policy, until, basis, flagged, exempt, undecided, 
         reclaimable_gpu_hours=round(hours, 4),
         basis=basis,
         exempt=reason,
+        job=job.job or job.job_id,
     )
     (exempt if reason else flagged).append(entry)
 
