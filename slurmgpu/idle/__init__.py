@@ -113,3 +113,30 @@ def idle(options: IdleOptions) -> IdleReport:
         until=until,
         since=since,
     )
+
+
+def idle_for_report(
+    policy_path: str | None,
+    files: tuple[str, ...],
+    since: datetime | None,
+    until: datetime | None,
+    measure: MeasureOptions,
+    now: datetime,
+) -> IdleReport | None:
+    """The retrospective over `report`'s own window, when its policy has an `[idle]` table."""
+    if not policy_path:
+        return None
+    from slurmgpu.sources.policy_file import load_policy
+
+    if load_policy(policy_path).idle is None:
+        return None
+    return idle(
+        IdleOptions(
+            policy=policy_path,
+            files=tuple(files),
+            since=None if files else since,
+            until=until,
+            measure=measure,
+            now=now,
+        )
+    )

@@ -116,3 +116,89 @@ def render_live(report, fmt: str) -> str:
         lines.append(f"  job {e.job_id} ({e.user}): {verb}: {e.detail}")
     lines += [f"warning: {w}" for w in report.warnings]
     return "\n".join(lines) + "\n"
+
+
+# -- the idle section of `slurmgpu report` ----------------------------------------------------
+
+
+def report_summary(report: IdleReport) -> dict:
+    """What `report` shows of the retrospective: totals and the waste rankings."""
+    return {
+        "reclaimable_gpu_hours": report.reclaimable_gpu_hours,
+        "flagged_runs": len(report.jobs),
+        "exempt_idle_gpu_hours": round(sum(j.reclaimable_gpu_hours for j in report.exempt), 4),
+        "undecided_runs": len(report.undecided),
+        "gpu_runs": report.gpu_runs,
+        "rule": report.policy["rule"],
+        "ranking": {"users": report.ranking("user"), "accounts": report.ranking("account")},
+        "warnings": list(report.warnings),
+    }
+
+
+def with_idle_section(text: str, report: IdleReport, fmt: str) -> str:
+    """The analysis report `text` (in `fmt`) with the idle policy's retrospective added."""
+    summary = report_summary(report)
+    if fmt == "json":
+        doc = json.loads(text)
+        doc["idle"] = summary
+        return json.dumps(doc, indent=2, ensure_ascii=False, allow_nan=False) + "\n"
+    if fmt == "prom":
+        return text + _prom_lines(summary)
+    if fmt == "html":
+        from slurmgpu.render.templating import render
+
+        section = render("idle-section.html.j2", s=summary, rules=_rules(report))
+        head, sep, tail = text.rpartition("</body>")
+        return head + section + sep + tail if sep else text + section
+    return text + "\n" + _section_text(summary, report) + "\n"
+
+
+def _section_text(summary: dict, report: IdleReport) -> str:
+    lines = ["Idle GPUs (the policy's [idle] rule over the same window; docs/idle.md)"]
+    lines += [f"  {r}" for r in _rules(report)]
+    lines.append(
+        f"  reclaimable: {summary['reclaimable_gpu_hours']:.2f} GPU-hours in "
+        f"{summary['flagged_runs']} runs; exempt but idle: "
+        f"{summary['exempt_idle_gpu_hours']:.2f} GPU-hours; not decided: "
+        f"{summary['undecided_runs']} of {summary['gpu_runs']} GPU runs"
+    )
+    for by, title in (("users", "users"), ("accounts", "accounts")):
+        rows = summary["ranking"][by][:10]
+        key = by[:-1]
+        if rows:
+            lines.append(f"  waste ranking, {title} (idle GPU-hours, reclaimable):")
+            lines += [
+                f"    {r[key][:24]:<24} {r['idle_gpu_hours']:>9.2f}"
+                f" {r['reclaimable_gpu_hours']:>9.2f}"
+                for r in rows
+            ]
+    lines += [f"  warning: {w}" for w in summary["warnings"]]
+    return "\n".join(lines)
+
+
+def _prom_lines(summary: dict) -> str:
+    def label(value: str) -> str:
+        return value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
+
+    out = [
+        "# HELP slurmgpu_idle_reclaimable_gpu_hours GPU-hours the [idle] policy would have "
+        "reclaimed in the report window",
+        "# TYPE slurmgpu_idle_reclaimable_gpu_hours gauge",
+        f"slurmgpu_idle_reclaimable_gpu_hours {summary['reclaimable_gpu_hours']!r}",
+        "# HELP slurmgpu_idle_user_gpu_hours Idle GPU-hours per user (flagged and exempt runs)",
+        "# TYPE slurmgpu_idle_user_gpu_hours gauge",
+    ]
+    out += [
+        f'slurmgpu_idle_user_gpu_hours{{user="{label(r["user"])}"}} {r["idle_gpu_hours"]!r}'
+        for r in summary["ranking"]["users"]
+    ]
+    out += [
+        "# HELP slurmgpu_idle_account_gpu_hours Idle GPU-hours per account",
+        "# TYPE slurmgpu_idle_account_gpu_hours gauge",
+    ]
+    out += [
+        f'slurmgpu_idle_account_gpu_hours{{account="{label(r["account"])}"}} '
+        f"{r['idle_gpu_hours']!r}"
+        for r in summary["ranking"]["accounts"]
+    ]
+    return "\n".join(out) + "\n"

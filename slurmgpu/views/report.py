@@ -37,8 +37,8 @@ HTML_TOP_N = 50
 REJECTED_SHOWN = 20
 
 
-def render_report(doc: AnalysisDocument, fmt: str) -> str:
-    """Render `doc` in one of `FORMATS`."""
+def render_report(doc: AnalysisDocument, fmt: str, idle: Any = None) -> str:
+    """Render `doc` in one of `FORMATS` (with `idle`, an `IdleReport`: its section too)."""
     renderers: dict[str, Callable[[AnalysisDocument], str]] = {
         "text": render_text,
         "json": render_json,
@@ -49,7 +49,12 @@ def render_report(doc: AnalysisDocument, fmt: str) -> str:
         renderer = renderers[fmt]
     except KeyError:
         raise ValueError(f"unknown report format {fmt!r} (one of {', '.join(FORMATS)})") from None
-    return renderer(doc)
+    text = renderer(doc)
+    if idle is not None:
+        from slurmgpu.views.idle import with_idle_section
+
+        text = with_idle_section(text, idle, fmt)
+    return text
 
 
 # --------------------------------------------------------------------------- formatting

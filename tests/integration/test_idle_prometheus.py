@@ -290,3 +290,20 @@ def test_unreachable_prometheus_is_a_warning_not_a_failure(world):
     doc = json.loads(result.output)
     assert doc["jobs"] == [] and doc["warnings"]
     assert len(doc["undecided"]) == len(build_jobs())
+
+
+def test_report_carries_the_same_total_and_the_waste_ranking(world):
+    root, _jobs, server = world
+    idle_doc = json.loads(run_idle(root, server, "--format", "json"))
+    result = CliRunner().invoke(
+        main,
+        ["report", "--policy", str(root / "policy.toml"), "--sacct-file",
+         str(root / "sacct.txt"), "--prometheus", server.url, "--format", "json"],
+    )  # fmt: skip
+    assert result.exit_code == 0, result.output
+    section = json.loads(result.output)["idle"]
+    assert section["reclaimable_gpu_hours"] == idle_doc["reclaimable_gpu_hours"]
+    assert section["flagged_runs"] == len(idle_doc["jobs"])
+    (user,) = section["ranking"]["users"]  # every generated job is alice's
+    assert user["user"] == "alice"
+    assert user["reclaimable_gpu_hours"] == pytest.approx(idle_doc["reclaimable_gpu_hours"])

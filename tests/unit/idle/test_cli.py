@@ -165,3 +165,28 @@ def test_a_shard_job_is_a_share_of_one_gpu(tmp_path):
     (job,) = json.loads(result.output)["jobs"]
     assert (job["gpus"], job["devices"]) == (0.5, 1)
     assert job["reclaimable_gpu_hours"] == 0.5  # 1 h after the flag x half a GPU
+
+
+def test_report_gains_the_waste_ranking_and_the_retrospective_total(tmp_path):
+    from slurmgpu.views.report import check_prom_text
+
+    rows = row(1, 2, js1(0.0, gpus=2), gpus=2) + row(3, 2, js1(50))
+    args = write(tmp_path, rows)
+    base = ["report", "--policy", args[1], "--sacct-file", args[3]]
+    doc = json.loads(CliRunner().invoke(main, [*base, "--format", "json"]).output)
+    assert doc["idle"]["reclaimable_gpu_hours"] == 2.0 and doc["idle"]["flagged_runs"] == 1
+    assert doc["idle"]["ranking"]["users"][0] == {
+        "user": "bob", "idle_gpu_hours": 2.0, "reclaimable_gpu_hours": 2.0, "runs": 1
+    }  # fmt: skip
+    assert doc["totals"]["gpu_jobs"] == 2  # the analysis itself is unchanged beside it
+    text = CliRunner().invoke(main, base).output
+    assert "reclaimable: 2.00 GPU-hours in 1 runs" in text
+    assert "waste ranking, users" in text
+    prom = CliRunner().invoke(main, [*base, "--format", "prom"]).output
+    check_prom_text(prom)
+    assert "slurmgpu_idle_reclaimable_gpu_hours 2.0" in prom
+    assert 'slurmgpu_idle_user_gpu_hours{user="bob"} 2.0' in prom
+    html = CliRunner().invoke(main, [*base, "--format", "html"]).output
+    assert "Waste ranking: users" in html and html.rstrip().endswith("</html>")
+    plain = CliRunner().invoke(main, [*base, "--no-idle", "--format", "json"]).output
+    assert "idle" not in json.loads(plain)
