@@ -18,7 +18,9 @@ import json
 import os
 import subprocess
 import sys
+import threading
 from datetime import UTC, datetime
+from http.server import BaseHTTPRequestHandler, HTTPServer
 from pathlib import Path
 
 import pytest
@@ -83,6 +85,31 @@ def openmetrics(series: dict[str, tuple[int, float, int]]) -> str:
     return "\n".join(lines) + "\n# EOF\n"
 
 
+class Webhook:
+    """A real HTTP endpoint on loopback that keeps every JSON body POSTed to it."""
+
+    def __init__(self) -> None:
+        self.bodies: list[dict] = []
+        bodies = self.bodies
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self):
+                length = int(self.headers.get("Content-Length", 0))
+                bodies.append(json.loads(self.rfile.read(length)))
+                self.send_response(204)
+                self.end_headers()
+
+            def log_message(self, *args):
+                pass
+
+        self.server = HTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_port}/hook"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def down(self) -> None:
+        self.server.shutdown()
+
+
 def state(cluster, job: int) -> str:
     return cluster.job_state(job) or ""
 
@@ -119,19 +146,21 @@ def world(slurm_cluster, tmp_path_factory):
     }
     prom = PrometheusServer(root / "prom", openmetrics(series))
     mail = MailServer()
+    hook = Webhook()
     (root / "policy.toml").write_text(POLICY)
     try:
         prom.up()
         mail.up()
-        yield cluster, root, jobs, max(epochs.values()), prom, mail
+        yield cluster, root, jobs, max(epochs.values()), prom, mail, hook
     finally:
         cluster.run(["scancel", *map(str, jobs.values())], check=False)
         prom.down()
         mail.down()
+        hook.down()
 
 
 def live(world, at: int, *extra: str) -> dict:
-    cluster, root, _jobs, _s, prom, mail = world
+    cluster, root, _jobs, _s, prom, mail, hook = world
     now = datetime.fromtimestamp(at, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
     proc = slurmgpu(
         cluster,
@@ -143,6 +172,8 @@ def live(world, at: int, *extra: str) -> dict:
         prom.url,
         "--smtp",
         mail.smtp,
+        "--webhook",
+        hook.url,
         "--state-dir",
         str(root / "state"),
         "--now",
@@ -164,7 +195,7 @@ def by_job(doc: dict, jobs: dict) -> dict:
 
 
 def test_idle_job_is_warned_twice_by_mail_then_cancelled(world):
-    cluster, root, jobs, s, _prom, mail = world
+    cluster, root, jobs, s, _prom, mail, hook = world
     first = by_job(live(world, s + 65), jobs)
     assert first["idle"] == [("warning", "warning 1: idle 1 min")]
     assert first["requeue"] == [("warning", "warning 1: idle 1 min")]
@@ -209,6 +240,10 @@ def test_idle_job_is_warned_twice_by_mail_then_cancelled(world):
         assert f"job {jobs[name]} {verb}" in subjects[2]
         assert f"scancel {jobs[name]}" in mine[0].get_payload()
     assert len(messages) == 6
+    # the webhook got the same six, each naming its job and kind
+    assert sorted((b["job_id"], b["kind"]) for b in hook.bodies) == sorted(
+        [(str(jobs[n]), k) for n in ("idle", "requeue") for k in ("warning",) * 2 + ("action",)]
+    )
     journal = [json.loads(x) for x in (root / "state" / "journal.jsonl").read_text().splitlines()]
     assert sorted((e["job_id"], e["action"], e["phase"]) for e in journal) == sorted(
         [(str(jobs["idle"]), "cancel", p) for p in ("begin", "done")]
@@ -225,7 +260,7 @@ def _ids(jobs: dict, *names: str) -> list[str]:
 def test_retrospective_over_the_live_accounting(world):
     """`idle --since` reads the real slurmdbd (sacct): batch steps tell interactive jobs,
     Comment carries idle-exempt= (AccountingStoreFlags=job_comment)."""
-    cluster, root, jobs, s, prom, _mail = world
+    cluster, root, jobs, s, prom, _mail, _hook = world
     iso = lambda t: datetime.fromtimestamp(t, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")  # noqa: E731
     proc = slurmgpu(cluster, "idle", "--policy", str(root / "policy.toml"), "--since",
                     iso(s - 600), "--until", iso(s + 390), "--prometheus", prom.url,

@@ -17,6 +17,7 @@ import subprocess
 import sys
 import sysconfig
 import tempfile
+import time
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -145,3 +146,28 @@ def test_root_sees_every_job(world):
     job = json.loads(proc.stdout)["jobs"][0]
     assert job["user"] == OTHER
     assert job["notes"] == ["Prometheus has no series for this job"]
+
+
+def test_an_ended_job_is_read_from_accounting_with_its_owner(world):
+    """After slurmctld forgets a job (MinJobAge), sacct -j gives it back with the owner's uid."""
+    import pwd
+
+    from slurmgpu.idle.live import job_from_record
+    from slurmgpu.model.policy import Policy
+    from slurmgpu.sources.slurm_jobs import sacct_job
+
+    cluster, _mine, theirs, _start, _prom, _policy = world
+    cluster.run(["scancel", str(theirs)])
+    cluster.wait_job_state(theirs, "CANCELLED", timeout=30)
+    found = None
+    for _ in range(30):  # slurmdbd gets the end a moment later
+        found = sacct_job(str(theirs), env=cluster.env)
+        if found and found[0]["EndTime"] not in ("", "Unknown"):
+            break
+        time.sleep(1)
+    assert found is not None
+    record, uid = found
+    assert uid == pwd.getpwnam(OTHER).pw_uid
+    job = job_from_record(record, Policy((), (), (), ""), any_state=True)
+    assert job is not None and job.user == OTHER and job.devices == 1
+    assert job.state == "CANCELLED" and job.end is not None and job.end >= job.start
