@@ -77,6 +77,15 @@ def missing_programs() -> list[str]:
     return missing
 
 
+def host_runuser() -> str:
+    """The host's runuser: with another Slurm release, PATH's `runuser` is that release's
+    wrapper, which runs its command inside the release's root (where exim is not)."""
+    for path in ("/usr/sbin/runuser", "/sbin/runuser", "/usr/bin/runuser"):
+        if os.access(path, os.X_OK):
+            return path
+    return "runuser"
+
+
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -106,7 +115,7 @@ class MailServer:
         config.write_text(CONFIG.format(root=self.root, port=self.port, user=EXIM_USER))
         os.chown(config, entry.pw_uid, entry.pw_gid)
         exim = shutil.which(EXIM) or "/usr/sbin/exim4"
-        argv = ["runuser", "-u", EXIM_USER, "--", exim, "-C", str(config), "-bdf", "-odi"]
+        argv = [host_runuser(), "-u", EXIM_USER, "--", exim, "-C", str(config), "-bdf", "-odi"]
         with open(self.root / "exim.out", "ab") as out:
             self.proc = subprocess.Popen(
                 argv, stdout=out, stderr=subprocess.STDOUT, start_new_session=True
@@ -119,8 +128,9 @@ class MailServer:
             ):
                 return self
             if self.proc.poll() is not None or time.monotonic() > deadline:
+                log = self.log()
                 self.down()
-                raise RuntimeError(f"exim did not start: {self.log()}")
+                raise RuntimeError(f"exim did not start: {log}")
             time.sleep(0.2)
 
     def log(self) -> str:
