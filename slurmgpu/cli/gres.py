@@ -19,13 +19,13 @@ def _warn(message: str, *, loud: bool = False) -> None:
 
 
 def _read_inventory(snapshot_path: str | None, host_root: str | None, allow_partial: bool):
-    from slurmgpu.sources import nvml, snapshot
+    from slurmgpu.sources import accelerators, snapshot
 
     if snapshot_path and host_root is not None:
         raise UsageError("--host-root and --snapshot exclude each other: a snapshot is read as is")
     if snapshot_path:
         return snapshot.load(snapshot_path)
-    return nvml.read_inventory(host_root or "/", allow_partial=allow_partial)
+    return accelerators.read_inventory(host_root or "/", allow_partial=allow_partial)
 
 
 @click.command()
@@ -42,6 +42,13 @@ def _read_inventory(snapshot_path: str | None, host_root: str | None, allow_part
 @click.option(
     "--allow-partial", is_flag=True, help="Record the healthy GPUs when some GPU fails (loudly)."
 )
+@click.option(
+    "--vendor",
+    "vendor",
+    default="auto",
+    show_default=True,
+    help="auto (every vendor present), or a list of nvidia, amd, ascend (docs/vendors.md).",
+)
 @click.option("--nodes", help="Inventory these nodes (hostlist) through srun (docs/fleet.md).")
 @click.option(
     "--output-dir", type=click.Path(file_okay=False), help="With --nodes: NODE.json here."
@@ -57,13 +64,15 @@ def inventory(
     host_root: str,
     output: str,
     allow_partial: bool,
+    vendor: str,
     nodes: str | None,
     output_dir: str | None,
     remote_command: str,
     srun_args: tuple[str, ...],
 ) -> None:
-    """Read NVML and the host into a versioned JSON snapshot (see docs/snapshot.md)."""
-    from slurmgpu.sources import nvml, snapshot
+    """Read the accelerators (NVML, amdsmi, DCMI/npu-smi) and the host into a versioned JSON
+    snapshot (see docs/snapshot.md, docs/vendors.md)."""
+    from slurmgpu.sources import accelerators, snapshot
     from slurmgpu.util.atomic import write_atomic
 
     if nodes or output_dir:
@@ -72,7 +81,9 @@ def inventory(
         inventory_nodes(nodes, output_dir, host_root, remote_command, srun_args)
         return
 
-    inv = nvml.read_inventory(host_root, allow_partial=allow_partial)
+    inv = accelerators.read_inventory(
+        host_root, allow_partial=allow_partial, vendors=accelerators.parse_vendors(vendor)
+    )
     for warning in inv.warnings:
         _warn(warning, loud=warning.startswith("left out") or "caps minor" in warning)
     if inv.partial:
@@ -82,7 +93,7 @@ def inventory(
         click.echo(text, nl=False)
     else:
         write_atomic(output, text)
-        click.echo(f"wrote {output} ({len(inv.gpus)} GPUs)", err=True)
+        click.echo(f"wrote {output} ({len(inv.gpus)} devices)", err=True)
 
 
 def _slurm_version(text: str | None):
