@@ -249,7 +249,7 @@ def gen_gres(
         result = slurmd.check_gres_conf(
             text,
             gres.node_line(inv, opts),
-            gres_types=gres.gres_types(opts),
+            gres_types=gres.gres_types(opts, inv),
             expected=gres.expected_records(inv, opts),
         )
         for note in result.notes:
