@@ -96,6 +96,14 @@ def inventory(
         click.echo(f"wrote {output} ({len(inv.gpus)} devices)", err=True)
 
 
+def _write_task_prolog(path: str, inventories, opts) -> None:
+    from slurmgpu.render import gres
+    from slurmgpu.util.atomic import write_atomic
+
+    write_atomic(path, gres.render_task_prolog(list(inventories), opts), mode=0o755)
+    click.echo(f"wrote {path} (TaskProlog: ASCEND_RT_VISIBLE_DEVICES)", err=True)
+
+
 def _slurm_version(text: str | None):
     from slurmgpu.render.gres import DEFAULT_SLURM_VERSION, format_version
     from slurmgpu.sources.slurm import target_slurm_version
@@ -188,6 +196,13 @@ def _slurm_version(text: str | None):
     is_flag=True,
     help="Generate for the healthy GPUs when some are missing (loudly).",
 )
+@click.option(
+    "--task-prolog",
+    "task_prolog",
+    default=None,
+    type=click.Path(dir_okay=False),
+    help="Also write the TaskProlog that sets ASCEND_RT_VISIBLE_DEVICES (Ascend NPUs).",
+)
 def gen_gres(
     snapshot_paths: tuple[str, ...],
     snapshot_dir: str | None,
@@ -203,6 +218,7 @@ def gen_gres(
     node_name: str | None,
     numa_as_socket: bool,
     allow_partial: bool,
+    task_prolog: str | None,
 ) -> None:
     """Generate gres.conf (and with --node-line the slurm.conf node definition).
 
@@ -236,9 +252,13 @@ def gen_gres(
                 "--host-root and --snapshot exclude each other: a snapshot is read as is"
             )
 
+        if task_prolog:
+            _write_task_prolog(task_prolog, snapshot.load_many(snapshot_paths, snapshot_dir), opts)
         gen_cluster_gres(snapshot_paths, snapshot_dir, opts, output, check, show_diff, node_line)
         return
     inv = _read_inventory(snapshot_paths[0] if snapshot_paths else None, host_root, allow_partial)
+    if task_prolog:
+        _write_task_prolog(task_prolog, [inv], opts)
     sha = snapshot.inventory_sha256(inv)
     gres_text = gres.render_gres_conf(inv, opts, inventory_sha256=sha)
     node_text = gres.render_node_conf(inv, opts, inventory_sha256=sha)
