@@ -49,7 +49,7 @@ NODES = [
 def test_route_picks_the_smallest_fitting_device(spec, gres):
     request = parse_request(spec)
     if gres is None:
-        with pytest.raises(UsageError, match="no device .*vendor amd"):
+        with pytest.raises(UsageError, match=r"no device .*vendor amd"):
             route(NODES, request)
     else:
         assert route(NODES, request).gres == gres
