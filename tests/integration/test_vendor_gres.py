@@ -135,3 +135,48 @@ def test_mixed_node_job_gets_both_variables(cluster, slurm_series, tmp_path):
     text = _output(cluster, jobid)
     assert re.search(r"ASCEND=\d,\d\b", text), text
     assert re.search(r"CUDA=\d\b", text), text
+
+
+def _submit(cluster: SlurmCluster, tmp_path: Path, *args: str) -> int:
+    """`slurmgpu submit ARGS` against the test cluster (its sinfo, its sbatch); the job id."""
+    import sys
+
+    from tests.unit.tiers.lua_env import EXAMPLE
+
+    script = tmp_path / "job.sh"
+    script.write_text(SCRIPT.format(sleep=1))
+    cache = f"XDG_CACHE_HOME={tmp_path / 'cache'}"
+    proc = cluster.run(
+        [
+            "env",
+            cache,
+            sys.executable,
+            "-m",
+            "slurmgpu",
+            "submit",
+            *args,
+            "--policy",
+            str(EXAMPLE),
+            "-p",
+            "gpu",
+            "--",
+            str(script),
+        ]
+    )
+    return int(re.search(r"Submitted batch job (\d+)", proc.stdout).group(1))
+
+
+def test_submit_accel_routes_inference_to_an_npu_and_training_to_gpus(
+    cluster, slurm_series, tmp_path
+):
+    _node_up(cluster, "mixed-gpu-npu", slurm_series, tmp_path)
+    # inference: the kind's classes (npu, gpu-slice); 30 GB fits a 910B4 (32 GB), not a 4090
+    jobid = _submit(cluster, tmp_path, "--kind", "inference", "--accel", "mem>=30G")
+    text = _output(cluster, jobid)
+    assert re.search(r"ASCEND=\d\n", text) and "CUDA=\n" in text, text
+    detail = cluster.scontrol("show", "job", str(jobid))
+    assert "gres/npu:910b4=1" in detail or "npu:910b4:1" in detail, detail
+    # training: whole GPUs (this node's 4090s are PCIe, so class gpu, not linked-gpu)
+    jobid = _submit(cluster, tmp_path, "--kind", "training", "--accel", "mem>=40G,class=gpu")
+    text = _output(cluster, jobid)
+    assert re.search(r"CUDA=\d,\d\n", text) and "ASCEND=\n" in text, text
