@@ -40,6 +40,11 @@ def import_amdsmi():
     return amdsmi
 
 
+def _one_line(exc: Exception) -> str:
+    """amdsmi's messages span lines (`Error code:\n\t51 | AMDSMI_STATUS_...`)."""
+    return " ".join(str(exc).split())
+
+
 def _partition(value: Any, known: tuple[str, ...] | dict) -> str | None:
     text = str(value).strip().upper()
     return text if text in known else None
@@ -51,7 +56,7 @@ def read_amd(host: Host, *, allow_partial: bool = False):
     try:
         amd.amdsmi_init(amd.AmdSmiInitFlags.INIT_AMD_GPUS)
     except amd.AmdSmiException as exc:
-        raise InventoryError(f"amdsmi failed to initialise: {exc}") from exc
+        raise InventoryError(f"amdsmi failed to initialise: {_one_line(exc)}") from exc
     warnings: list[str] = []
     try:
         handles = amd.amdsmi_get_processor_handles()
@@ -66,7 +71,7 @@ def read_amd(host: Host, *, allow_partial: bool = False):
                 gpus.append(_read_one(amd, host, index, handle))
                 kept.append(handle)
             except amd.AmdSmiException as exc:
-                message = f"AMD GPU {index}: amdsmi error: {exc}"
+                message = f"AMD GPU {index}: amdsmi error: {_one_line(exc)}"
                 if not allow_partial:
                     raise InventoryError(message) from exc
                 warnings.append(f"left out {message}")
@@ -80,7 +85,7 @@ def read_amd(host: Host, *, allow_partial: bool = False):
         driver_version=str(driver),
         library="amdsmi",
         library_version=lib,
-        device_count=len(handles) if not warnings else len(gpus),
+        device_count=len(handles),  # a GPU left out shows as missing (gen-gres: PARTIAL)
     )
     return gpus, info, warnings
 

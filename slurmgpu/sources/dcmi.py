@@ -146,7 +146,7 @@ def read_ascend(host: Host, *, allow_partial: bool = False):
         driver_version=lib_version,
         library="dcmi",
         library_version=lib_version,
-        device_count=len(found) if not warnings else len(npus),
+        device_count=len(found),  # an NPU left out shows as missing (gen-gres: PARTIAL)
     )
     return npus, info, warnings
 

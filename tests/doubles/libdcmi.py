@@ -30,6 +30,7 @@ static const unsigned long long hbm_mb[N] = {%(hbm)s};
 static const char *cpus[N] = {%(cpus)s};
 static const unsigned int dies[N][5] = {%(dies)s};
 static const int mesh = %(mesh)d;
+static const int lost[N] = {%(lost)s};  /* an NPU that fails every query (-8008) */
 static int ready = 0;
 static int card_index(int card) { return (card >= 0 && card < N) ? card : -1; }
 int dcmi_init(void) { ready = 1; return 0; }
@@ -45,6 +46,7 @@ int dcmi_get_device_phyid_from_logicid(unsigned int logic, unsigned int *phy) {
     if (logic >= N) return -8007; *phy = logic; return 0; }
 int dcmi_get_device_chip_info(int card, int dev, struct chip *c) {
     if (card_index(card) < 0 || dev != 0) return -8007;
+    if (lost[card]) return -8008;
     memset(c, 0, sizeof *c); strcpy((char *)c->t, "Ascend");
     strcpy((char *)c->n, names[card]); strcpy((char *)c->v, "V1"); c->ai = 20; return 0; }
 int dcmi_get_device_pcie_info_v2(int card, int dev, struct pcie *p) {
@@ -80,6 +82,7 @@ def build(machine: dict | str | Path, out_dir: Path) -> Path:
         "cpus": ", ".join(f'"{n["cpu_affinity"]}"' for n in npus),
         "dies": ", ".join("{" + ", ".join(f"0x{w:08x}u" for w in n["die_id"]) + "}" for n in npus),
         "mesh": 1 if machine["npu"]["hccs_full_mesh"] else 0,
+        "lost": ", ".join("1" if n.get("lost") else "0" for n in npus),
         "version": machine["npu"]["dcmi_version"],
     }
     out_dir.mkdir(parents=True, exist_ok=True)
