@@ -198,9 +198,24 @@ def from_dict(data: Any) -> Inventory:
         )
     if version < 1:
         raise SnapshotError(f"schema_version: {version} is not a valid version")
+    if version == 1:
+        _no_schema2_fields(data)
     inventory = _from_plain(data, Inventory, "")
     _check_semantics(inventory)
     return inventory
+
+
+def _no_schema2_fields(data: dict) -> None:
+    """A version-1 file is NVIDIA-only: a schema-2 field in it is a mislabelled file."""
+    if "drivers" in data:
+        raise SnapshotError("drivers: a schema 2 field in a schema_version 1 snapshot")
+    gpus = data.get("gpus")
+    for i, gpu in enumerate(gpus if isinstance(gpus, list) else []):
+        if isinstance(gpu, dict):
+            for name in sorted(_SCHEMA2_FIELDS & set(gpu)):
+                raise SnapshotError(
+                    f"gpus[{i}].{name}: a schema 2 field in a schema_version 1 snapshot"
+                )
 
 
 def _check_semantics(inv: Inventory) -> None:

@@ -162,3 +162,13 @@ def test_cli_writes_an_executable_task_prolog(tmp_path):
         ],
     )
     assert result.exit_code == 2 and "no Ascend NPU" in result.output
+
+
+def test_task_prolog_for_several_node_types():
+    invs = [load("atlas-800t-a2"), load("mixed-gpu-npu"), load("mi300x-8gpu")]
+    text = gres.render_task_prolog(invs, gres.GresOptions())
+    assert '  atlas800t) ids="0 1 2 3 4 5 6 7" ;;' in text
+    assert '  mixed01) ids="0 1 2 3" ;;' in text
+    assert "mi300x)" not in text  # no NPUs there: the script exits 0
+    named = gres.render_task_prolog(invs[:1], gres.GresOptions(node_name="atlas[01-03]"))
+    assert '  atlas01|atlas02|atlas03) ids="0 1 2 3 4 5 6 7" ;;' in named

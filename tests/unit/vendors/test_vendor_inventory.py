@@ -192,3 +192,10 @@ def test_host_reads_vendor_device_nodes(tmp_path):
     nodes = sysfs.read_device_nodes(root)
     for path in ("/dev/nvidia0", "/dev/davinci3", "/dev/davinci_manager", "/dev/hisi_hdc"):
         assert path in nodes
+
+
+def test_schema_1_file_with_schema_2_fields_is_refused():
+    data = json.loads(V1[0].read_text())
+    data["gpus"][0]["vendor"] = "amd"
+    with pytest.raises(SnapshotError, match=r"gpus\[0\]\.vendor: a schema 2 field"):
+        snapshot.loads(json.dumps(data))
