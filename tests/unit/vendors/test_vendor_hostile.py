@@ -4,7 +4,6 @@ inventory that gen-gres refuses to use silently; never a dropped device with exi
 from __future__ import annotations
 
 import json
-import shutil
 
 import pytest
 from click.testing import CliRunner
@@ -41,7 +40,6 @@ def test_lost_amd_gpu_is_named_or_left_out_loudly(node, tmp_path, monkeypatch): 
     assert "!!! PARTIAL" in text
 
 
-@pytest.mark.skipif(shutil.which("gcc") is None, reason="the libdcmi double is compiled with gcc")
 def test_failing_npu_through_dcmi_is_named(tmp_path, monkeypatch):
     from slurmgpu.sources import sysfs
     from tests.doubles import libdcmi
