@@ -202,3 +202,28 @@ def _prom_lines(summary: dict) -> str:
         for r in summary["ranking"]["accounts"]
     ]
     return "\n".join(out) + "\n"
+
+
+def describe_policy(idle) -> list[str]:
+    """`policy check`'s lines for an `IdlePolicy`: the rules and the exemptions."""
+    from slurmgpu.idle.retrospective import policy_json
+
+    data = policy_json(idle)
+    exempt = [
+        *(f"tier {t}" for t in idle.exempt_tiers),
+        *(["interactive jobs"] if idle.exempt_interactive else []),
+        *(f"user {u}" for u in idle.exempt_users),
+        *(f"account {a}" for a in idle.exempt_accounts),
+        *(f"partition {p}" for p in idle.exempt_partitions),
+    ]
+    reasons = ", ".join(idle.exempt_reasons) or "none"
+    lines = [f"idle {line}" for line in _rules(IdleView(data))]
+    lines.append(f"idle exempt: {', '.join(exempt) or 'nobody'}; idle-exempt= reasons: {reasons}")
+    return lines
+
+
+class IdleView:
+    """The part of an IdleReport `_rules` reads (its policy as JSON)."""
+
+    def __init__(self, policy: dict) -> None:
+        self.policy = policy

@@ -73,3 +73,20 @@ def test_mistakes_name_file_line_and_key(text, message):
         parse_policy(BASE + "[idle]\n" + text + "\n", "site.toml")
     assert message in str(err.value)
     assert str(err.value).startswith("site.toml:")
+
+
+def test_policy_check_prints_the_idle_rules():
+    from click.testing import CliRunner
+
+    from slurmgpu.cli import main
+
+    result = CliRunner().invoke(main, ["policy", "check", "--policy", "etc/slurmgpu.toml"])
+    assert result.exit_code == 0, result.output
+    assert (
+        "  idle default: idle when every sample <= 1% for 120 min; warnings at 60, 105 min; "
+        "then cancel\n"
+    ) in result.output
+    assert "  idle tier P1: idle when every sample <= 1% for 240 min" in result.output
+    assert "idle exempt: tier P0, interactive jobs; idle-exempt= reasons: checkpoint-restore" in (
+        result.output
+    )
