@@ -395,7 +395,7 @@ def _save_state(state_dir: Path, state: dict) -> None:
 
 @contextlib.contextmanager
 def _lock(state_dir: Path, dry_run: bool):
-    if dry_run and not state_dir.is_dir():
+    if dry_run:  # reads the state, writes nothing (not even the lock file)
         yield
         return
     with open(state_dir / "lock", "a") as fh:

@@ -190,3 +190,17 @@ def test_report_gains_the_waste_ranking_and_the_retrospective_total(tmp_path):
     assert "Waste ranking: users" in html and html.rstrip().endswith("</html>")
     plain = CliRunner().invoke(main, [*base, "--no-idle", "--format", "json"]).output
     assert "idle" not in json.loads(plain)
+
+
+def test_a_damaged_live_state_is_one_line_and_left_alone(tmp_path):
+    (tmp_path / "p.toml").write_text(POLICY)
+    state = tmp_path / "state"
+    state.mkdir()
+    (state / "state.json").write_text("{not json")
+    args = ["idle", "--live", "--dry-run", "--policy", str(tmp_path / "p.toml"),
+            "--prometheus", "http://127.0.0.1:9", "--state-dir", str(state)]  # fmt: skip
+    result = CliRunner().invoke(main, args)
+    assert result.exit_code == 1
+    assert result.output.startswith(f"slurmgpu: error: {state}/state.json: unreadable idle state")
+    assert len(result.output.strip().splitlines()) == 1
+    assert sorted(p.name for p in state.iterdir()) == ["state.json"]  # nothing written
