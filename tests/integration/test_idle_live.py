@@ -133,10 +133,10 @@ def world(slurm_cluster, tmp_path_factory):
             *gres, "-J", "ex", "--comment=idle-exempt=data-loading", script=script
         ),
     }
-    salloc = cluster.run(["salloc", "--no-shell", *gres, "-J", "inter"], timeout=60)
+    salloc = cluster.run(["salloc", "--no-shell", *gres, "-J", "inter"], timeout=120)
     jobs["interactive"] = int(salloc.stderr.split("allocation")[1].split()[0])
     for job in jobs.values():
-        cluster.wait_job_state(job, "RUNNING", timeout=60)
+        cluster.wait_job_state(job, "RUNNING", timeout=180)
     records = {r["JobId"]: r for r in job_records(env=cluster.env)}
     starts = {k: scontrol_time(records[str(j)]["StartTime"]) for k, j in jobs.items()}
     epochs = {k: int(t.replace(tzinfo=UTC).timestamp()) for k, t in starts.items()}
@@ -224,7 +224,7 @@ def test_idle_job_is_warned_twice_by_mail_then_cancelled(world):
     details = {e["job_id"]: e["detail"] for e in done}
     assert details[str(jobs["idle"])] == "cancel after 3 min idle"
     assert details[str(jobs["requeue"])] == "requeue after 3 min idle"
-    cluster.wait_job_state(jobs["idle"], "CANCELLED", timeout=30)
+    cluster.wait_job_state(jobs["idle"], "CANCELLED", timeout=90)
     (rec,) = job_records((str(jobs["requeue"]),), env=cluster.env)
     assert rec["Restarts"] == "1"  # requeued (by scontrol requeue), not cancelled
     for name in ("busy", "p0", "interactive", "exempt"):

@@ -61,7 +61,7 @@ def world(slurm_cluster, tmp_path_factory):
     mine = cluster.sbatch("--gres=gpu:1", "-t", "30", script=script, user=OWNER)
     theirs = cluster.sbatch("--gres=gpu:1", "-t", "30", script=script, user=OTHER)
     for job in (mine, theirs):
-        cluster.wait_job_state(job, "RUNNING", timeout=60)
+        cluster.wait_job_state(job, "RUNNING", timeout=180)
     rec = next(r for r in job_records((str(mine),), env=cluster.env))
     start = int(scontrol_time(rec["StartTime"]).replace(tzinfo=UTC).timestamp())
     shared = Path(tempfile.mkdtemp(prefix="slurmgpu-job-"))  # readable by the users
@@ -169,7 +169,7 @@ def test_an_ended_job_is_read_from_accounting_with_its_owner(world):
 
     cluster, _mine, theirs, _start, _prom, _policy = world
     cluster.run(["scancel", str(theirs)])
-    cluster.wait_job_state(theirs, "CANCELLED", timeout=30)
+    cluster.wait_job_state(theirs, "CANCELLED", timeout=90)
     found = None
     for _ in range(30):  # slurmdbd gets the end a moment later
         found = sacct_job(str(theirs), env=cluster.env)
