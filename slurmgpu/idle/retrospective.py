@@ -12,11 +12,12 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
+from typing import Protocol
 
 from slurmgpu.idle.jobs import IdleJob, exemption
 from slurmgpu.idle.rule import Verdict, evaluate
 from slurmgpu.measure.warnings import MeasureWarning
-from slurmgpu.model.measure import JobSeries
+from slurmgpu.model.measure import JobSeries, RunRef
 from slurmgpu.model.policy import IdlePolicy, IdleRule
 
 
@@ -107,13 +108,15 @@ class IdleReport:
         }
 
 
-class SeriesSource:
+class SeriesSource(Protocol):
     """What the retrospective needs of a per-sample source (`measure/series.py`)."""
 
     name: str
     warnings: list[MeasureWarning]
 
-    def series(self, run) -> JobSeries | None: ...
+    def series(self, run: RunRef) -> JobSeries | None:
+        """The run's per-device samples, or None when the source has none."""
+        ...
 
 
 def retrospective(
