@@ -20,12 +20,11 @@ finishes a run that got as far as starting slurmd, and rolls back any other.
 
 from __future__ import annotations
 
-import json
 import re
 import shutil
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -85,9 +84,15 @@ class ApplyOptions:
         return self.journal_dir / f"mig-apply-{self.node}.json"
 
 
+STATES = ("running", "done", "rolled-back", "failed")
+# the release before write_gres/reconfigure were two steps journaled one `write_config`
+_LEGACY_STEPS = {"write_config": ("write_gres", "reconfigure")}
+
+
 @dataclass
 class Journal:
-    """What has been done, and what is needed to undo it (JSON on disk after every step)."""
+    """What has been done, and what is needed to undo it (JSON on disk after every step,
+    through `slurmgpu.util.journal`: sealed with its checksum, validated when read back)."""
 
     node: str
     config_name: str
@@ -101,18 +106,46 @@ class Journal:
     requeued: list[str] = field(default_factory=list)
     error: str = ""
 
-    def save(self, path: Path) -> None:
-        from slurmgpu.util.atomic import write_atomic
+    def steps_done(self) -> list[str]:
+        return [s for step in self.done for s in _LEGACY_STEPS.get(step, (step,))]
 
-        path.parent.mkdir(parents=True, exist_ok=True)
-        write_atomic(path, json.dumps(asdict(self), indent=1) + "\n", backup=False)
+    def check(self) -> str | None:
+        """What makes no sense in this journal (None: nothing), for `util.journal`."""
+        if self.state not in STATES:
+            return f"state {self.state!r:.40} is none of {', '.join(STATES)}"
+        done = self.steps_done()
+        if done != list(STEPS[: len(done)]):
+            return f"steps done {self.done!r:.120} are not the workflow's steps in order"
+        if self.state == "done" and len(done) != len(STEPS):
+            return f"state done, but only {len(done)} of {len(STEPS)} steps were done"
+        if self.state in ("rolled-back", "failed") and not self.error:
+            return f"state {self.state} without the error that caused it"
+        if "save_old" in done and not self.old_layout:
+            return "save_old done but no old layout recorded"
+        for gpu, slices in self.old_layout.items():
+            if not gpu.isdigit():
+                return f"old layout of GPU {gpu!r:.20}: not a GPU index"
+            for item in slices or []:
+                if not (len(item) == 2 and isinstance(item[0], str) and type(item[1]) is int):
+                    return f"old layout of GPU {gpu}: {item!r:.40} is not [profile, start]"
+        if "write_gres" in done and not self.expected_gres:
+            return "write_gres done but no expected Gres recorded"
+        return None
+
+    def save(self, path: Path) -> None:
+        from slurmgpu.util.journal import write_record
+
+        write_record(path, self)
 
     @classmethod
-    def load(cls, path: Path) -> Journal:
-        try:
-            return cls(**json.loads(path.read_text(encoding="utf-8")))
-        except (OSError, ValueError, TypeError) as exc:
-            raise UsageError(f"cannot read the journal {path}: {exc}") from None
+    def load(cls, path: Path, node: str | None = None) -> Journal:
+        """The journal at `path`, validated (one JournalError line when it cannot be trusted)."""
+        from slurmgpu.util.journal import JournalError, read_record
+
+        journal = read_record(path, cls)
+        if node is not None and journal.node != node:
+            raise JournalError(f"journal {path} is of node {journal.node!r:.40}, not {node}")
+        return journal
 
 
 # -- the mig-parted config ---------------------------------------------------------------------
@@ -420,10 +453,7 @@ class MigApply:
         if "apply_layout" in started:
             attempt("restore the old MIG layout", self._restore_layout)
         if "write_gres" in started and j.old_gres_conf is not None:
-            attempt(
-                "restore gres.conf",
-                lambda: write_atomic(self.opts.gres_conf, j.old_gres_conf, backup=False),
-            )
+            attempt("restore gres.conf", self._restore_gres_conf)
         slurm_conf, old_conf = self.opts.slurm_conf, j.old_slurm_conf
         if "reconfigure" in started and j.node_line_changed and slurm_conf and old_conf:
             attempt("restore slurm.conf", lambda: write_atomic(slurm_conf, old_conf, backup=False))
@@ -440,6 +470,21 @@ class MigApply:
         j.state = "failed" if problems else "rolled-back"
         self._save()
         return problems
+
+    def _restore_gres_conf(self) -> None:
+        """The old gres.conf back, checked as a fresh one is (journal text is never written
+        blind): gres.conf statements that describe this node's GPUs, accepted by `slurmd -G`
+        with the old node line (unless --no-check)."""
+        from slurmgpu.util.atomic import write_atomic
+
+        text = self.journal.old_gres_conf or ""
+        problem = gres_conf_problem(text, self.opts.node)
+        if problem:
+            raise MigApplyFailed(f"the journal's old gres.conf {problem}: not written")
+        old_line = _node_line(self.journal.old_slurm_conf, self.opts.node)
+        if self.validate_gres is not None and old_line is not None:
+            self.validate_gres(text, old_line)
+        write_atomic(self.opts.gres_conf, text, backup=False)
 
     def _restore_layout(self) -> None:
         inv = self.inv or self.read_inventory()
@@ -466,6 +511,43 @@ def _placed(model: GpuModel, instances: list[tuple[str, int]]) -> Layout:
             raise MigApplyFailed(f"old layout has {name}, unknown to {model.key}")
         placements.append(Placement(start, profile))
     return Layout(model.key, tuple(sorted(placements)))
+
+
+_GRES_KEYS = (
+    "Name",
+    "NodeName",
+    "AutoDetect",
+    "Type",
+    "File",
+    "Files",
+    "Count",
+    "Cores",
+)  # and Flags=, Links=...
+
+
+def gres_conf_problem(text: str, node: str) -> str | None:
+    """What makes `text` no gres.conf for `node`'s GPUs (None: it is one)."""
+    statements = [ln.strip() for ln in text.splitlines() if ln.strip() and ln.strip()[0] != "#"]
+    for ln in statements:
+        for word in ln.split():
+            key, sep, value = word.partition("=")
+            if (
+                not sep
+                or not value
+                or not (key in _GRES_KEYS or (key.isalpha() and key[0].isupper()))
+            ):
+                return f"has a line that is no gres.conf statement ({ln[:60]!r})"
+    ours = [ln for ln in statements if (_gres_nodes(ln) is None or node in _gres_nodes(ln))]
+    if not any("Name=gpu" in ln.split() for ln in ours):
+        return f"has no Name=gpu line for {node}"
+    return None
+
+
+def _node_line(conf: str | None, node: str) -> str | None:
+    for line in (conf or "").splitlines():
+        if line.split()[:1] == [f"NodeName={node}"]:
+            return line.strip()
+    return None
 
 
 def _gres_set(items) -> set[tuple[str, str | None, int]]:
@@ -533,36 +615,46 @@ def replace_node_gres(conf: str, node: str, gres: str) -> tuple[str, bool]:
     return "".join(out), changed
 
 
+def _lock(opts: ApplyOptions, what: str):
+    from slurmgpu.util.lock import node_locks
+
+    return node_locks(opts.journal_dir / "locks", [opts.node], what)
+
+
 def apply_config(opts: ApplyOptions, **kwargs: Any) -> Journal:
-    """`slurmgpu mig apply`: run the workflow for one node (refuses a pending journal)."""
-    if opts.journal.exists():
-        pending = Journal.load(opts.journal)
-        if pending.state == "running":
-            raise UsageError(
-                f"{opts.journal}: a previous mig apply of {pending.node} did not finish; "
-                "run `slurmgpu mig apply --recover` first"
-            )
-    return MigApply(opts, **kwargs).run()
+    """`slurmgpu mig apply`: run the workflow for one node, holding the node's lock (a second
+    apply of the node refuses at once), refusing a pending journal."""
+    with _lock(opts, f"mig apply {opts.config_name}"):
+        if opts.journal.exists():
+            pending = Journal.load(opts.journal, opts.node)
+            if pending.state == "running":
+                raise UsageError(
+                    f"{opts.journal}: a previous mig apply of {pending.node} did not finish; "
+                    "run `slurmgpu mig apply --recover` first"
+                )
+        return MigApply(opts, **kwargs).run()
 
 
 def recover(opts: ApplyOptions, **kwargs: Any) -> Journal:
-    """`mig apply --recover`: finish a run that started slurmd, else roll it back."""
-    if not opts.journal.exists():
-        raise UsageError(f"no journal at {opts.journal}: nothing to recover")
-    journal = Journal.load(opts.journal)
-    if journal.state != "running":
+    """`mig apply --recover`: finish a run that started slurmd, else roll it back (the journal
+    validated first: a corrupted or nonsense one is an error, nothing is done from it)."""
+    with _lock(opts, "mig apply --recover"):
+        if not opts.journal.exists():
+            raise UsageError(f"no journal at {opts.journal}: nothing to recover")
+        journal = Journal.load(opts.journal, opts.node)
+        if journal.state != "running":
+            return journal
+        runner = MigApply(replace(opts, config_name=journal.config_name), **kwargs)
+        runner.journal = journal
+        if "start_slurmd" in journal.steps_done():
+            return runner.run()
+        if not journal.error:
+            step = next((s for s in STEPS if s not in journal.steps_done()), "resume")
+            journal.error = f"{step}: the run stopped midway (mig apply --recover)"
+        problems = runner.rollback()
+        if problems:
+            raise MigApplyFailed(f"{opts.node}: rollback incomplete: {'; '.join(problems)}")
         return journal
-    runner = MigApply(replace(opts, config_name=journal.config_name), **kwargs)
-    runner.journal = journal
-    if "start_slurmd" in journal.done:
-        return runner.run()
-    if not journal.error:
-        step = next((s for s in STEPS if s not in journal.done), "resume")
-        journal.error = f"{step}: the run stopped midway (mig apply --recover)"
-    problems = runner.rollback()
-    if problems:
-        raise MigApplyFailed(f"{opts.node}: rollback incomplete: {'; '.join(problems)}")
-    return journal
 
 
 def slurmd_check(gres_text: str, node_line: str) -> None:
@@ -570,7 +662,8 @@ def slurmd_check(gres_text: str, node_line: str) -> None:
     from slurmgpu.errors import ConfigCheckError
     from slurmgpu.sources.slurmd import check_gres_conf
 
-    result = check_gres_conf(gres_text, node_line)
+    names = {w[5:] for ln in gres_text.splitlines() for w in ln.split() if w.startswith("Name=")}
+    result = check_gres_conf(gres_text, node_line, gres_types=",".join(sorted(names)) or "gpu")
     if not result.ok:
         raise ConfigCheckError(
             "slurmd -G rejected the new gres.conf: " + " | ".join(result.errors[:3])
