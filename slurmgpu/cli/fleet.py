@@ -247,22 +247,53 @@ def rebalance_plan(floor, floor_for, min_pending, min_idle, cooldown, max_moves,
 @_rebalance_options
 @click.option("--dry-run", is_flag=True, help="Print the plan and change nothing.")
 @click.option("--undo", is_flag=True, help="Put back the partitions of the last apply.")
+@click.option(
+    "--partitions-conf",
+    type=click.Path(dir_okay=False),
+    help="The slurm.conf include file rebalance owns (its PartitionName= lines): moves are "
+    "written there too, so `scontrol reconfigure` keeps them (docs/rebalance.md).",
+)
+@click.option(
+    "--emit",
+    "emit_dir",
+    type=click.Path(file_okay=False),
+    help="Write the new --partitions-conf and a unified diff into this directory; change "
+    "nothing live.",
+)
 def rebalance_apply(
-    floor, floor_for, min_pending, min_idle, cooldown, max_moves, log_path, dry_run, undo
+    floor,
+    floor_for,
+    min_pending,
+    min_idle,
+    cooldown,
+    max_moves,
+    log_path,
+    dry_run,
+    undo,
+    partitions_conf,
+    emit_dir,
 ):
     """Move the nodes with `scontrol update PartitionName=... Nodes=...` and log each move."""
     from pathlib import Path
 
-    from slurmgpu.fleet.rebalance import apply_plan, current_plan, undo_last
+    from slurmgpu.fleet import rebalance as lib
     from slurmgpu.render.rebalance import render_plan
 
-    log = Path(log_path)
+    log, conf = Path(log_path), Path(partitions_conf) if partitions_conf else None
     if undo:
-        restored = undo_last(log)
-        for name, hostlist in sorted(restored.items()):
+        result = lib.undo_last(log, partitions_conf=conf)
+        for name, hostlist in sorted(result.restored.items()):
             click.echo(f"restored PartitionName={name} Nodes={hostlist}")
+        for name, hostlist in sorted(result.unchanged.items()):
+            click.echo(f"unchanged PartitionName={name} Nodes={hostlist} (already so: nothing set)")
         return
-    plan = current_plan(_opts(floor, floor_for, min_pending, min_idle, cooldown, max_moves), log)
-    if not dry_run:
-        apply_plan(plan, log)
-    click.echo(render_plan(plan, applied=not dry_run), nl=False)
+    opts = _opts(floor, floor_for, min_pending, min_idle, cooldown, max_moves)
+    plan = lib.rebalance_apply(
+        opts,
+        log,
+        partitions_conf=conf,
+        dry_run=dry_run,
+        emit_dir=Path(emit_dir) if emit_dir else None,
+    )
+    applied = not dry_run and emit_dir is None
+    click.echo(render_plan(plan, applied=applied, durable=str(conf) if conf else None), nl=False)
