@@ -21,6 +21,7 @@ finishes a run that got as far as starting slurmd, and rolls back any other.
 from __future__ import annotations
 
 import re
+import shlex
 import shutil
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -146,6 +147,25 @@ class Journal:
         if node is not None and journal.node != node:
             raise JournalError(f"journal {path} is of node {journal.node!r:.40}, not {node}")
         return journal
+
+
+@dataclass(frozen=True)
+class ApplyPreview:
+    """What `mig apply` would do to a node: its steps in words and its file changes."""
+
+    node: str
+    config_name: str
+    steps: tuple[str, ...]
+    changes: tuple[Any, ...]  # util.emit.FileChange: gres.conf, and slurm.conf when it changes
+
+    def text(self) -> str:
+        """The `--dry-run` output: the steps, then each file's unified diff."""
+        lines = [f"# mig apply {self.config_name} on {self.node}: dry run, nothing changed"]
+        lines += [f"{n}. {step}" for n, step in enumerate(self.steps, 1)]
+        body = "\n".join(lines) + "\n"
+        for change in self.changes:
+            body += change.diff() or f"# {change.path}: unchanged\n"
+        return body
 
 
 # -- the mig-parted config ---------------------------------------------------------------------
@@ -300,19 +320,22 @@ class MigApply:
             if have != planned:
                 raise MigApplyFailed(f"GPU {gpu.index} shows {have or 'whole'}, not {planned}")
 
-    def write_gres(self) -> None:
+    def new_gres_conf(self, inv: Inventory, old: str | None) -> tuple[str, str]:
+        """(the gres.conf to write, the node line) for `inv`, the node's GPUs after the layout."""
         from slurmgpu.render import gres
         from slurmgpu.sources.snapshot import inventory_sha256
-        from slurmgpu.util.atomic import write_atomic
 
-        assert self.inv is not None
         opts = self.opts.gres_options or gres.GresOptions()
         if opts.node_name is None:
             opts = replace(opts, node_name=self.opts.node)
-        sha = inventory_sha256(self.inv)
-        text = gres.render_gres_conf(self.inv, opts, inventory_sha256=sha)
-        text = merge_node_gres(self.journal.old_gres_conf, self.opts.node, text)
-        line = gres.node_line(self.inv, opts)
+        text = gres.render_gres_conf(inv, opts, inventory_sha256=inventory_sha256(inv))
+        return merge_node_gres(old, self.opts.node, text), gres.node_line(inv, opts)
+
+    def write_gres(self) -> None:
+        from slurmgpu.util.atomic import write_atomic
+
+        assert self.inv is not None
+        text, line = self.new_gres_conf(self.inv, self.journal.old_gres_conf)
         self.journal.expected_gres = line.rsplit("Gres=", 1)[1]
         self._save()
         validate = self.validate_gres
@@ -388,6 +411,75 @@ class MigApply:
         state = self.slurm.node_record(self.opts.node).get("State", "")
         if "DRAIN" in state or "DOWN" in state:
             self.slurm.resume(self.opts.node)
+
+    # what a run would do (--dry-run, --emit) -------------------------------------------------
+    def preview(self) -> ApplyPreview:
+        """The steps and file changes of a run, from the node as it is now; nothing changed
+        (the same checks as a run first: config, shared gres.conf lines, GresTypes)."""
+        from slurmgpu.mig.preview import planned_devices
+        from slurmgpu.util.emit import FileChange
+
+        self.prepare()
+        assert self.inv is not None
+        inv = self.inv
+        gpus = tuple(
+            replace(g, mig_mode_current=False, mig_mode_pending=False, mig_devices=())
+            if self.targets[g.index] is None
+            else replace(
+                g,
+                mig_mode_current=True,
+                mig_mode_pending=True,
+                mig_devices=_in_nvml_order(planned_devices(inv, g, self.targets[g.index])),
+            )
+            for g in inv.gpus
+        )
+        planned = replace(inv, gpus=gpus, warnings=(), generator=f"{inv.generator} + mig apply")
+        o = self.opts
+        old_gres = _read(o.gres_conf)
+        gres_text, line = self.new_gres_conf(planned, old_gres)
+        gres_now = line.rsplit("Gres=", 1)[1]
+        if self.validate_gres is not None:
+            self.validate_gres(gres_text, line)
+        changes = [FileChange(o.gres_conf, gres_text, old_gres)]
+        reload = "`scontrol reconfigure`"
+        if o.restart_slurmctld:
+            reload = f"`{shlex.join(o.restart_slurmctld)}` (then drain {o.node} again)"
+        node_step = f"reconfigure: {o.slurm_conf or 'slurm.conf'} unchanged (no --slurm-conf)"
+        old_conf = _read(o.slurm_conf) if o.slurm_conf is not None else None
+        if o.slurm_conf is not None and old_conf is not None:
+            new_conf, changed = replace_node_gres(old_conf, o.node, gres_now)
+            node_step = f"reconfigure: NodeName={o.node} already has Gres={gres_now}"
+            if changed:
+                changes.append(FileChange(o.slurm_conf, new_conf, old_conf))
+                node_step = (
+                    f"reconfigure: NodeName={o.node} Gres={gres_now} in {o.slurm_conf}, {reload}"
+                )
+        parted = shutil.which(o.mig_parted) if o.mig_parted else None
+        how = (
+            f"`{parted} apply -f {o.config_file} -c {o.config_name}`"
+            if parted
+            else "through NVML: "
+            + "; ".join(
+                f"GPU {i}: {_describe(layout)}" for i, layout in sorted(self.targets.items())
+            )
+        )
+        requeue = f", requeue jobs of QOS {','.join(o.requeue_qos)}" if o.requeue_qos else ""
+        steps = (
+            f"drain: scontrol update NodeName={o.node} State=DRAIN "
+            f'Reason="slurmgpu mig apply {o.config_name}"',
+            f"wait_jobs: until no job runs on {o.node} (at most {o.drain_timeout_s:g} s{requeue})",
+            f"save_old: the old layout, gres.conf and slurm.conf into {o.journal}",
+            f"stop_slurmd: `{shlex.join(o.stop_slurmd)}`",
+            f"apply_layout: {how}",
+            "inventory: NVML shows the planned slices",
+            f"write_gres: {o.gres_conf}"
+            + (" (checked with slurmd -G)" if self.validate_gres else ""),
+            node_step,
+            f"start_slurmd: `{shlex.join(o.start_slurmd)}`",
+            f"verify: scontrol shows {o.node} Gres={gres_now}, slurmd registered",
+            f"resume: scontrol update NodeName={o.node} State=RESUME",
+        )
+        return ApplyPreview(o.node, o.config_name, steps, tuple(changes))
 
     # running and undoing ---------------------------------------------------------------------
     def prepare(self) -> None:
@@ -499,6 +591,20 @@ class MigApply:
                 nv.apply(gpu.index, model, layout)
         finally:
             nv.close()
+
+
+def _in_nvml_order(devices: tuple[Any, ...]) -> tuple[Any, ...]:
+    """Planned MIG devices in the order NVML enumerates created ones: by GPU-instance id
+    (as the recorded machines show), so the emitted gres.conf lists them as the live run's."""
+    ordered = sorted(devices, key=lambda d: (d.gi_id, d.ci_id))
+    return tuple(replace(d, index=i) for i, d in enumerate(ordered))
+
+
+def _describe(layout: Layout | None) -> str:
+    if layout is None:
+        return "whole (MIG off)"
+    names = sorted(p.profile.name for p in layout.placements)
+    return " + ".join(f"{names.count(n)} x {n}" for n in sorted(set(names)))
 
 
 def _placed(model: GpuModel, instances: list[tuple[str, int]]) -> Layout:
@@ -655,6 +761,21 @@ def recover(opts: ApplyOptions, **kwargs: Any) -> Journal:
         if problems:
             raise MigApplyFailed(f"{opts.node}: rollback incomplete: {'; '.join(problems)}")
         return journal
+
+
+def preview(opts: ApplyOptions, **kwargs: Any) -> ApplyPreview:
+    """`mig apply --dry-run`: the steps and diffs of a run; nothing touched, no lock needed."""
+    return MigApply(opts, **kwargs).preview()
+
+
+def emit(opts: ApplyOptions, directory: Path, **kwargs: Any) -> ApplyPreview:
+    """`mig apply --emit DIR`: the new gres.conf (and slurm.conf), their diff and the steps
+    into DIR for config management; nothing live touched (docs/mig.md, "Config management")."""
+    from slurmgpu.util.emit import emit_files
+
+    result = preview(opts, **kwargs)
+    emit_files(directory, result.changes, result.steps)
+    return result
 
 
 def slurmd_check(gres_text: str, node_line: str) -> None:

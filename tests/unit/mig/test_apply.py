@@ -494,3 +494,72 @@ def test_a_second_apply_of_a_locked_node_refuses_at_once(node) -> None:
     assert stub.calls == [] and layout_now(root) == before and _old_files(opts) == files
     # the lock is gone with its holder: the next apply runs
     assert apply_mod.apply_config(opts, slurm=stub, sleep=lambda s: None).state == "done"
+
+
+# -- --dry-run and --emit DIR (issue #24) --------------------------------------------------------
+
+
+def _statements(text: str) -> list[str]:
+    """What Slurm reads of a config file (comments, like the inventory digest, left out)."""
+    return [ln for ln in text.splitlines() if ln.strip() and not ln.lstrip().startswith("#")]
+
+
+def test_emit_writes_the_files_a_run_writes_and_changes_nothing(node, tmp_path) -> None:
+    _double, root, opts, _ = node
+    before, files = layout_now(root), _old_files(opts)
+    stub = SlurmStub(opts.slurm_conf)
+    out = tmp_path / "emitted"
+    apply_mod.emit(opts, out, slurm=stub)
+    assert stub.calls == [] and layout_now(root) == before and _old_files(opts) == files
+    assert not opts.journal.exists() and stub.state == "IDLE"
+    assert sorted(p.name for p in out.iterdir()) == [
+        "changes.diff", "gres.conf", "slurm.conf", "steps.txt"
+    ]  # fmt: skip
+    steps = (out / "steps.txt").read_text().splitlines()
+    assert [s.split(":")[0] for s in steps] == list(STEPS)
+    assert "GPU 0: 7 x 1g.5gb" in steps[4]
+    # the patch, applied by hand to copies of the live files, gives the emitted files
+    import shutil
+    import subprocess
+
+    hand = tmp_path / "by-hand"
+    shutil.copytree(opts.gres_conf.parent, hand)
+    diff = (out / "changes.diff").read_text().replace(str(opts.gres_conf.parent), str(hand))
+    subprocess.run(["patch", "-s", "-p0"], input=diff, text=True, check=True, cwd="/")
+    for name in ("gres.conf", "slurm.conf"):
+        assert (hand / name).read_text() == (out / name).read_text()
+    # ... and what the live run writes
+    assert runner(opts, stub).run().state == "done"
+    assert _statements(opts.gres_conf.read_text()) == _statements((out / "gres.conf").read_text())
+    assert opts.slurm_conf.read_text() == (out / "slurm.conf").read_text()
+
+
+def test_dry_run_prints_the_steps_and_diffs_and_changes_nothing(node) -> None:
+    _double, root, opts, _ = node
+    before, files = layout_now(root), _old_files(opts)
+    stub = SlurmStub(opts.slurm_conf)
+    text = apply_mod.preview(opts, slurm=stub).text()
+    assert stub.calls == [] and layout_now(root) == before and _old_files(opts) == files
+    lines = text.splitlines()
+    assert lines[0] == f"# mig apply {opts.config_name} on {NODE}: dry run, nothing changed"
+    assert lines[1].startswith(f"1. drain: scontrol update NodeName={NODE} State=DRAIN")
+    gres = "gpu:1g.5gb:16,gpu:2g.10gb:2,gpu:1g.10gb:1,gpu:a100:5"
+    assert lines[8] == (
+        f"8. reconfigure: NodeName={NODE} Gres={gres} in {opts.slurm_conf}, `scontrol reconfigure`"
+    )
+    assert lines[5].startswith("5. apply_layout: through NVML: GPU 0: 7 x 1g.5gb; GPU 1: ")
+    assert f"--- {opts.gres_conf}" in text and f"+++ {opts.slurm_conf}" in text
+
+
+def test_dry_run_and_recover_exclude_each_other(tmp_path) -> None:
+    from click.testing import CliRunner
+
+    from slurmgpu.cli import main
+
+    argv = ["mig", "apply", "--node", NODE, "--recover", "--dry-run"]
+    argv += ["--journal-dir", str(tmp_path)]
+    result = CliRunner().invoke(main, argv)
+    assert result.exit_code == 2
+    assert result.output == (
+        "slurmgpu: error: mig apply: --recover acts on a journal; no --dry-run or --emit with it\n"
+    )
