@@ -19,15 +19,14 @@ def gen_cluster_gres(
     opts,
     output: str,
     check: bool,
-    show_diff: bool,
+    writing: dict,
     node_line: bool,
 ) -> None:
     """`gen-gres --snapshot A --snapshot B ... | --snapshot-dir DIR`: one cluster-wide file."""
-    from pathlib import Path
-
+    from slurmgpu.cli.emit_options import exit_with
     from slurmgpu.fleet.cluster_gres import check_cluster_gres
     from slurmgpu.fleet.cluster_gres import gen_cluster_gres as generate
-    from slurmgpu.util.atomic import diff_against_file, write_atomic
+    from slurmgpu.util.emit import emit
 
     result = generate(snapshot_paths, snapshot_dir, opts)
     for warning in result.warnings:
@@ -48,11 +47,6 @@ def gen_cluster_gres(
             err=True,
         )
 
-    if show_diff:
-        sys.stdout.write(diff_against_file(output, result.gres_conf))
-        if check:
-            validate(result.gres_conf)
-        return
     if output == "-":
         if check:
             validate(result.gres_conf)
@@ -60,14 +54,10 @@ def gen_cluster_gres(
             click.echo(result.node_conf)
         click.echo(result.gres_conf, nl=False)
         return
-    backup = write_atomic(
-        output,
-        result.gres_conf,
-        validate=(lambda tmp: validate(Path(tmp).read_text(encoding="utf-8"))) if check else None,
-    )
-    click.echo(f"wrote {output}" + (f" (previous kept as {backup})" if backup else ""), err=True)
-    if node_line:
+    status = emit(result.gres_conf, output, check=validate if check else None, **writing)
+    if node_line and not writing["diff"]:
         click.echo(result.node_conf, nl=False)
+    exit_with(status)
 
 
 def inventory_nodes(

@@ -101,17 +101,9 @@ def plan(
         )
     else:
         text = render_mig.render_text(result)
-    if output == "-":
-        click.echo(text, nl=False)
-    else:
-        from slurmgpu.errors import UsageError
-        from slurmgpu.util.atomic import write_atomic
+    from slurmgpu.util.emit import emit
 
-        try:
-            write_atomic(output, text)
-        except OSError as exc:
-            raise UsageError(f"--output {output}: cannot write: {exc.strerror}") from None
-        click.echo(f"wrote {output}", err=True)
+    emit(text, output)
     if result.unmet:
         missing = ", ".join(f"{k}={v}" for k, v in result.unmet)
         click.secho(f"slurmgpu: warning: demand not met, missing {missing}", fg="yellow", err=True)

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import click
 
+from slurmgpu.cli.emit_options import emit_options, exit_with
+
 POLICY_OPTION = click.option(
     "--policy",
     "policy_path",
@@ -137,8 +139,15 @@ def qos_apply(policy_path: str | None, prune: bool) -> None:
 )
 @click.option("--check", is_flag=True, help="Compile (luac5.1 -p) and dry-run it in Lua first.")
 @click.option("--slurm-version", help="Target Slurm release, e.g. 24.11 (default: installed).")
+@emit_options
 def gen_job_submit(
-    policy_path: str | None, output: str, check: bool, slurm_version: str | None
+    policy_path: str | None,
+    output: str,
+    check: bool,
+    slurm_version: str | None,
+    show_diff: bool,
+    dry_run: bool,
+    emit_dir: str | None,
 ) -> None:
     """Render job_submit.lua from the policy (checked and installed atomically with -o)."""
     from pathlib import Path
@@ -147,7 +156,7 @@ def gen_job_submit(
     from slurmgpu.sources import lua_check
     from slurmgpu.sources.slurm import target_slurm_version
     from slurmgpu.sources.users import uids_for
-    from slurmgpu.util.atomic import write_atomic
+    from slurmgpu.util.emit import emit
 
     pol = _load(policy_path)
     uid_of, missing = uids_for(u for t in pol.tiers for u in t.users)
@@ -172,20 +181,13 @@ def gen_job_submit(
         for runtime in runtimes:
             lua_check.dry_run(path.read_text(encoding="utf-8"), samples, runtime)
 
-    if output == "-":
-        if check:
-            import tempfile
+    def check_text(text: str) -> None:
+        import tempfile
 
-            with tempfile.TemporaryDirectory() as tmp:
-                probe = Path(tmp) / "job_submit.lua"
-                probe.write_text(text, encoding="utf-8")
-                validate(probe)
-        click.echo(text, nl=False)
-        return
-    try:
-        write_atomic(output, text, mode=0o644, validate=validate if check else None)
-    except OSError as exc:
-        from slurmgpu.errors import SlurmgpuError
+        with tempfile.TemporaryDirectory() as tmp:
+            probe = Path(tmp) / "job_submit.lua"
+            probe.write_text(text, encoding="utf-8")
+            validate(probe)
 
-        raise SlurmgpuError(f"cannot write {output}: {exc.strerror}") from exc
-    click.echo(f"wrote {output}" + (" (checked)" if check else ""), err=True)
+    writing = {"diff": show_diff, "dry_run": dry_run, "emit_dir": emit_dir}
+    exit_with(emit(text, output, check=check_text if check else None, mode=0o644, **writing))

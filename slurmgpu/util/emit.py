@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from slurmgpu.errors import OutputError, UsageError
-from slurmgpu.util.atomic import read_existing, write_atomic
+from slurmgpu.util.atomic import read_existing, resolve_target, write_atomic
 
 DIFF_NAME = "changes.diff"
 STEPS_NAME = "steps.txt"
@@ -57,7 +57,9 @@ class FileChange:
 
 
 def change_of(path: str | Path, text: str) -> FileChange:
-    """The change writing `text` to `path` would make."""
+    """The change writing `text` to `path` would make (a FIFO, device or directory there is
+    refused before it is opened: reading one could block)."""
+    resolve_target(path)
     return FileChange(Path(path), text, read_existing(path))
 
 
