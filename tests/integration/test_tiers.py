@@ -112,8 +112,25 @@ def test_qos_apply_creates_the_tiers_and_is_idempotent(tiers_cluster):
         in plan.stderr
     )
     assert "slurm.conf has KillWait=5 sec, the policy needs KillWait=10" in plan.stderr
-    applied = slurmgpu(cluster, "qos", "apply", "--policy", str(POLICY))
+    # --dry-run and --emit DIR run nothing
+    dry = slurmgpu(cluster, "qos", "apply", "--policy", str(POLICY), "--dry-run")
+    assert "# dry run: nothing run" in dry.stdout and "ran:" not in dry.stdout
+    emit_dir = cluster.root / "qos-emit"
+    slurmgpu(cluster, "qos", "apply", "--policy", str(POLICY), "--emit", str(emit_dir))
+    script = (emit_dir / "qos-apply.sh").read_text()
+    assert "sacctmgr -i add qos tier_p2 Priority=100 PreemptMode=requeue " in script
+    assert "tier_p2" not in cluster.sacctmgr("show", "qos", "--parsable2", "--noheader")
+    log = cluster.root / "qos.jsonl"
+    applied = slurmgpu(cluster, "qos", "apply", "--policy", str(POLICY), "--log", str(log))
     assert "slurmdbd matches the policy" in applied.stdout
+    from slurmgpu.fleet.qos import QosLogEntry
+    from slurmgpu.util.journal import read_records
+
+    rounds = read_records(log, QosLogEntry)  # validated, sealed
+    assert rounds and rounds[0].commands[0][:3] == ("add", "qos", "tier_p2")
+    assert "tier_p2" not in {q.name for q in rounds[0].qos_before}
+    ran = [ln[len("ran: ") :] for ln in applied.stdout.splitlines() if ln.startswith("ran: ")]
+    assert len(ran) == sum(len(r.commands) for r in rounds)
     out = cluster.sacctmgr(
         "show",
         "qos",
@@ -143,7 +160,9 @@ def test_qos_apply_creates_the_tiers_and_is_idempotent(tiers_cluster):
 def routed_cluster(tiers_cluster):
     """The cluster with the rendered job_submit.lua loaded, shards, and the QOS applied."""
     cluster = tiers_cluster
-    slurmgpu(cluster, "qos", "apply", "--policy", str(POLICY))
+    slurmgpu(
+        cluster, "qos", "apply", "--policy", str(POLICY), "--log", str(cluster.root / "q.jsonl")
+    )
     target = cluster.root / "job_submit.lua"
     slurmgpu(cluster, "gen-job-submit", "--policy", str(POLICY), "--check", "-o", str(target))
     cluster.reconfigure(
