@@ -153,6 +153,8 @@ def check(
         report = lib.check_local(node, host_root=host_root, gres_conf=gres_text)
         if health_check:
             report = lib.apply_health_action(node, report)
+            if report.action and report.action.kind == "skipped":
+                click.secho(f"slurmgpu: warning: {report.action.reason}", fg="yellow", err=True)
     else:
         report = lib.check_cluster(nodes=nodes, snapshot_dir=snapshot_dir, gres_conf=gres_text)
     render = fleet_check.render_json if fmt == "json" else fleet_check.render_text
