@@ -109,14 +109,26 @@ def qos_plan(policy_path: str | None, prune: bool) -> None:
     show_default=True,
     help="Change log (JSON lines): each round's commands and the QOS before it.",
 )
+@click.option("--undo", is_flag=True, help="Put the QOS and associations of the last apply back.")
 def qos_apply(
-    policy_path: str | None, prune: bool, dry_run: bool, emit_dir: str | None, log_path: str
+    policy_path: str | None,
+    prune: bool,
+    dry_run: bool,
+    emit_dir: str | None,
+    log_path: str,
+    undo: bool,
 ) -> None:
     """Run the plan's sacctmgr commands (with -i), then check that nothing is left to do."""
     from pathlib import Path
 
     from slurmgpu.fleet.qos import qos_apply as apply
+    from slurmgpu.fleet.qos import qos_undo
     from slurmgpu.render.qos import format_command
+
+    if undo:
+        ran = qos_undo(Path(log_path), on_run=lambda c: click.echo(f"ran: {format_command(c)}"))
+        click.echo(f"undone with {len(ran)} command(s); slurmdbd is as before the last apply")
+        return
 
     result = apply(
         _load(policy_path),

@@ -155,6 +155,21 @@ def test_qos_apply_creates_the_tiers_and_is_idempotent(tiers_cluster):
     assert "# sacctmgr: nothing to do" in again.stdout
     assert "sacctmgr -i" not in again.stdout
 
+    # --undo: the QOS and associations as before the apply (from the journal), then apply again
+    fields = "format=Name,Priority,Preempt,PreemptMode,GraceTime"
+    undo = slurmgpu(cluster, "qos", "apply", "--undo", "--log", str(log))
+    assert "slurmdbd is as before the last apply" in undo.stdout, undo.stdout
+    out = cluster.sacctmgr("show", "qos", "--parsable2", "--noheader", fields)
+    assert not {"tier_p0", "tier_p1", "tier_p2"} & {ln.split("|")[0] for ln in out.split()}
+    qos_of = association_qos(cluster, "Account", "user=root")
+    assert not {"tier_p0", "tier_p1", "tier_p2"} & set().union(*qos_of.values())
+    replan = slurmgpu(cluster, "qos", "plan", "--policy", str(POLICY))
+    assert "sacctmgr -i add qos tier_p2 Priority=100 PreemptMode=requeue " in replan.stdout
+    nothing = slurmgpu(cluster, "qos", "apply", "--undo", "--log", str(log), check=False)
+    assert nothing.returncode == 2 and "nothing to undo" in nothing.stderr
+    slurmgpu(cluster, "qos", "apply", "--policy", str(POLICY), "--log", str(log))
+    assert "nothing to do" in slurmgpu(cluster, "qos", "plan", "--policy", str(POLICY)).stdout
+
 
 @pytest.fixture(scope="module")
 def routed_cluster(tiers_cluster):
