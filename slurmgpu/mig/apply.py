@@ -527,7 +527,6 @@ class MigApply:
 
     def rollback(self) -> list[str]:
         """Undo what the journal says was done; return what could not be undone."""
-        from slurmgpu.util.atomic import write_atomic
 
         j, problems = self.journal, []
         started = set(j.done) | {j.error.split(":", 1)[0]}
@@ -548,7 +547,7 @@ class MigApply:
             attempt("restore gres.conf", self._restore_gres_conf)
         slurm_conf, old_conf = self.opts.slurm_conf, j.old_slurm_conf
         if "reconfigure" in started and j.node_line_changed and slurm_conf and old_conf:
-            attempt("restore slurm.conf", lambda: write_atomic(slurm_conf, old_conf, backup=False))
+            attempt("restore slurm.conf", lambda: self._restore_slurm_conf(slurm_conf, old_conf))
             attempt("reload slurmctld", self._reload_controller)
         if "stop_slurmd" in started:
             attempt("start slurmd", self.start_slurmd)
@@ -577,6 +576,16 @@ class MigApply:
         if self.validate_gres is not None and old_line is not None:
             self.validate_gres(text, old_line)
         write_atomic(self.opts.gres_conf, text, backup=False)
+
+    def _restore_slurm_conf(self, path: Path, text: str) -> None:
+        """The old slurm.conf back, once it holds this node's line (never blind)."""
+        from slurmgpu.util.atomic import write_atomic
+
+        if _node_line(text, self.opts.node) is None:
+            raise MigApplyFailed(
+                f"the journal's old slurm.conf has no NodeName={self.opts.node} line: not written"
+            )
+        write_atomic(path, text, backup=False)
 
     def _restore_layout(self) -> None:
         inv = self.inv or self.read_inventory()
