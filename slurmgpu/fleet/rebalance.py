@@ -8,8 +8,11 @@ partition keeps its floor of nodes. `apply_plan` changes partitions with
 node lists before it, to a JSON-lines log that `undo_last` reads back.
 
 scontrol's partition changes live in slurmctld's memory: a restart without `-R` or an
-`scontrol reconfigure` goes back to slurm.conf (seen on 22.05 in the tests), so the plan also
-prints the `PartitionName=` node lists that make it permanent.
+`scontrol reconfigure` goes back to slurm.conf (seen on 22.05 in the tests). With
+`partitions_conf` (a slurm.conf include file rebalance owns) every change is also written
+there, so a reconfigure keeps it; without, the plan prints the `PartitionName=` node lists
+to put in slurm.conf. The log is the journal of `util.journal` (typed, sealed, validated);
+moved nodes are locked (`util.lock`); `undo_last` starts from the live partitions.
 """
 
 from __future__ import annotations

@@ -15,7 +15,10 @@ On a failure the steps already taken are undone in reverse (slurmd stopped again
 started, old layout through NVML, old gres.conf/slurm.conf, reconfigure, slurmd started) and
 the node is drained with a reason that names the failed step (also when the failed step was
 the drain itself: a second try usually gets through). A crash leaves the journal: `recover`
-finishes a run that got as far as starting slurmd, and rolls back any other.
+finishes a run that got as far as starting slurmd, and rolls back any other, once the journal
+has passed `util.journal`'s checks (`Journal.check`); journal text is written back only after
+the checks a fresh file gets. A run holds the node's lock (`util.lock`). `preview` says what a
+run would do (`--dry-run`, `--emit DIR`) without touching anything.
 """
 
 from __future__ import annotations
