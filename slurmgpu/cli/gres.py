@@ -97,10 +97,10 @@ def inventory(
 
 def _write_task_prolog(path: str, inventories, opts) -> None:
     from slurmgpu.render import gres
-    from slurmgpu.util.atomic import write_atomic
+    from slurmgpu.util.emit import emit
 
-    write_atomic(path, gres.render_task_prolog(list(inventories), opts), mode=0o755)
-    click.echo(f"wrote {path} (TaskProlog: ASCEND_RT_VISIBLE_DEVICES)", err=True)
+    # the TaskProlog that sets ASCEND_RT_VISIBLE_DEVICES; `wrote PATH` or `PATH: unchanged`
+    emit(gres.render_task_prolog(list(inventories), opts), path, mode=0o755)
 
 
 def _slurm_version(text: str | None):
