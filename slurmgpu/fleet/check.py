@@ -454,18 +454,24 @@ def apply_health_action(
     another command changes the node (a re-layout stops slurmd and the GPUs change under it),
     the action is skipped, not taken (`HealthAction("skipped", why)`)."""
     from slurmgpu.sources.slurm import scontrol_show
-    from slurmgpu.util.lock import DEFAULT_LOCK_DIR, NodeLocked, node_locks
+    from slurmgpu.util.lock import DEFAULT_LOCK_DIR, LockUnavailable, NodeLocked, node_locks
     from slurmgpu.util.proc import run
+
+    def act() -> HealthAction:
+        records = scontrol_show("node", node, env=env)
+        action = health_check_action(records[0] if records else {}, report.problems)
+        if action.kind == "drain":
+            argv = ["scontrol", "update", f"NodeName={node}", "State=DRAIN"]
+            run([*argv, f"Reason={action.reason}"], env=env)
+        elif action.kind == "resume":
+            run(["scontrol", "update", f"NodeName={node}", "State=RESUME"], env=env)
+        return action
 
     try:
         with node_locks(lock_dir or DEFAULT_LOCK_DIR, [node], "check --health-check"):
-            records = scontrol_show("node", node, env=env)
-            action = health_check_action(records[0] if records else {}, report.problems)
-            if action.kind == "drain":
-                argv = ["scontrol", "update", f"NodeName={node}", "State=DRAIN"]
-                run([*argv, f"Reason={action.reason}"], env=env)
-            elif action.kind == "resume":
-                run(["scontrol", "update", f"NodeName={node}", "State=RESUME"], env=env)
+            action = act()
     except NodeLocked as exc:
         action = HealthAction("skipped", str(exc))
+    except LockUnavailable:  # no lock directory here (not root): a health check still acts
+        action = act()
     return CheckReport(report.nodes, report.problems, action)

@@ -359,6 +359,9 @@ def rebalance_apply(
     """`slurmgpu rebalance apply`: plan from the live queue, then apply it, or with `dry_run`
     only plan it, or with `emit_dir` hand the include file and its diff over."""
     plan = current_plan(opts, log, env)
+    if dry_run and partitions_conf is not None:  # what apply would refuse, a dry run says
+        changed = {m.source for m in plan.moves} | {m.target for m in plan.moves}
+        _include_change(partitions_conf, {p: plan.after[p] for p in changed})
     if emit_dir is not None:
         emit_plan(plan, emit_dir, partitions_conf)
     elif not dry_run:

@@ -30,6 +30,10 @@ class NodeLocked(SlurmgpuError):
     """Another command is changing the node right now."""
 
 
+class LockUnavailable(SlurmgpuError):
+    """The lock directory or file cannot be made or opened here (permissions, read-only)."""
+
+
 def _holder(path: Path) -> str:
     try:
         text = path.read_text(encoding="utf-8").strip()
@@ -47,17 +51,17 @@ def node_locks(directory: Path, nodes: Iterable[str], command: str) -> Iterator[
         directory.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         reason = exc.strerror
-        raise SlurmgpuError(f"cannot create the lock directory {directory}: {reason}") from None
+        raise LockUnavailable(f"cannot create the lock directory {directory}: {reason}") from None
     held: list[int] = []
     try:
         for node in sorted(set(nodes)):
             if not node or "/" in node or node.startswith("."):
-                raise SlurmgpuError(f"{node!r}: not a node name that can be locked")
+                raise LockUnavailable(f"{node!r}: not a node name that can be locked")
             path = directory / f"{node}.lock"
             try:
                 fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
             except OSError as exc:
-                raise SlurmgpuError(f"cannot open the lock {path}: {exc.strerror}") from None
+                raise LockUnavailable(f"cannot open the lock {path}: {exc.strerror}") from None
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except BlockingIOError:

@@ -174,3 +174,17 @@ def test_the_health_check_skips_its_action_while_another_command_holds_the_node(
 
     with pytest.raises(SlurmCommandError):  # free again: it acts (and needs scontrol)
         apply_health_action("gpu03", report, {"PATH": "/nonexistent"}, lock_dir=tmp_path)
+
+
+def test_the_health_check_acts_where_no_lock_directory_can_be_made(tmp_path):
+    import pytest
+
+    from slurmgpu.errors import SlurmCommandError
+    from slurmgpu.fleet.check import CheckReport, apply_health_action
+
+    (tmp_path / "file").write_text("")
+    report = CheckReport(("gpu03",), ())
+    with pytest.raises(SlurmCommandError):  # it went on to scontrol (none on this PATH)
+        apply_health_action(
+            "gpu03", report, {"PATH": "/nonexistent"}, lock_dir=tmp_path / "file" / "locks"
+        )
