@@ -119,6 +119,11 @@ def emit_files(
     names = [c.path.name for c in changes]
     if len(set(names)) != len(names):
         raise UsageError(f"--emit {target}: two files would have one name: {names}")
+    for change in changes:
+        if (target / change.path.name).resolve() == change.path.resolve():
+            raise UsageError(
+                f"--emit {target}: holds the live {change.path.name}; emit into another directory"
+            )
     try:
         target.mkdir(parents=True, exist_ok=True)
     except OSError as exc:

@@ -70,6 +70,9 @@ def test_emit_files_writes_files_diff_and_steps_and_refuses_name_clashes(tmp_pat
     assert (out / "slurm.conf").read_text() == "y\n" and live.read_text() == "x\n"
     assert (out / "steps.txt").read_text() == "scontrol reconfigure\n"
     assert f"--- {live}" in (out / "changes.diff").read_text()
+    with pytest.raises(UsageError, match=r"holds the live slurm\.conf"):
+        emit_files(tmp_path / "a", [change_of(live, "y\n")])
+    assert live.read_text() == "x\n"
     other = change_of(tmp_path / "b" / "slurm.conf", "z\n")
     with pytest.raises(UsageError, match="two files would have one name"):
         emit_files(out, [change_of(live, "y\n"), other])
