@@ -20,7 +20,7 @@ import json
 import math
 import os
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -289,19 +289,49 @@ def _still_the_same(run: _Run, job: IdleJob) -> bool:
     return False
 
 
+@dataclass(frozen=True)
+class IdleAction:
+    """One line of `STATE/journal.jsonl` (the project's sealed journal, `util/journal.py`):
+    an action on a job, written before (`begin`) and after (`done` / `failed`) it."""
+
+    at: str
+    job_id: str
+    user: str
+    start: str
+    action: str
+    gpus: float
+    phase: str
+    error: str = ""
+
+    def check(self) -> str | None:
+        if self.phase not in ("begin", "done", "failed"):
+            return f"phase {self.phase!r} is not begin, done or failed"
+        if self.action not in ("cancel", "requeue"):
+            return f"action {self.action!r} is not cancel or requeue"
+        return None
+
+
+def journal_path(state_dir: str | os.PathLike[str]) -> Path:
+    return Path(state_dir) / "journal.jsonl"
+
+
+def read_journal(state_dir: str | os.PathLike[str]) -> list[IdleAction]:
+    """The actions taken so far, each line checked (JournalError on a damaged line)."""
+    from slurmgpu.util.journal import read_records
+
+    return read_records(journal_path(state_dir), IdleAction)
+
+
 def _act(run: _Run, job: IdleJob, action: str) -> bool:
     from slurmgpu.sources import slurm_jobs
+    from slurmgpu.util.journal import append_record
 
-    journal = Path(run.options.state_dir) / "journal.jsonl"
-    entry = {
-        "at": iso_epoch(run.now_s),
-        "job_id": job.job_id,
-        "user": job.user,
-        "start": iso_epoch(epoch(job.start)),
-        "action": action,
-        "gpus": job.gpus,
-    }
-    _journal(journal, {**entry, "phase": "begin"})
+    journal = journal_path(run.options.state_dir)
+    entry = IdleAction(
+        at=iso_epoch(run.now_s), job_id=job.job_id, user=job.user,
+        start=iso_epoch(epoch(job.start)), action=action, gpus=float(job.gpus), phase="begin",
+    )  # fmt: skip
+    append_record(journal, entry)
     try:
         if action == "cancel":
             slurm_jobs.cancel(job.job_id, env=run.options.env)
@@ -309,17 +339,10 @@ def _act(run: _Run, job: IdleJob, action: str) -> bool:
             slurm_jobs.requeue(job.job_id, env=run.options.env)
     except SlurmgpuError as exc:
         run.warnings.append(f"job {job.job_id}: {action} failed: {exc}")
-        _journal(journal, {**entry, "phase": "failed", "error": str(exc)})
+        append_record(journal, replace(entry, phase="failed", error=str(exc)))
         return False
-    _journal(journal, {**entry, "phase": "done"})
+    append_record(journal, replace(entry, phase="done"))
     return True
-
-
-def _journal(path: Path, entry: dict) -> None:
-    with open(path, "a", encoding="utf-8") as fh:
-        fh.write(json.dumps(entry, sort_keys=True) + "\n")
-        fh.flush()
-        os.fsync(fh.fileno())
 
 
 def _body(run: _Run, job: IdleJob, rule: IdleRule, consequence: str) -> str:

@@ -25,6 +25,7 @@ from pathlib import Path
 
 import pytest
 
+from slurmgpu.idle.live import read_journal
 from slurmgpu.sources.slurm_jobs import job_records, scontrol_time
 from tests.harness.mail import MailServer
 from tests.harness.prometheus import PrometheusServer
@@ -244,8 +245,8 @@ def test_idle_job_is_warned_twice_by_mail_then_cancelled(world):
     assert sorted((b["job_id"], b["kind"]) for b in hook.bodies) == sorted(
         [(str(jobs[n]), k) for n in ("idle", "requeue") for k in ("warning",) * 2 + ("action",)]
     )
-    journal = [json.loads(x) for x in (root / "state" / "journal.jsonl").read_text().splitlines()]
-    assert sorted((e["job_id"], e["action"], e["phase"]) for e in journal) == sorted(
+    journal = read_journal(root / "state")  # sealed records, each line checked
+    assert sorted((e.job_id, e.action, e.phase) for e in journal) == sorted(
         [(str(jobs["idle"]), "cancel", p) for p in ("begin", "done")]
         + [(str(jobs["requeue"]), "requeue", p) for p in ("begin", "done")]
     )

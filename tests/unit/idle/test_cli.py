@@ -204,3 +204,22 @@ def test_a_damaged_live_state_is_one_line_and_left_alone(tmp_path):
     assert result.output.startswith(f"slurmgpu: error: {state}/state.json: unreadable idle state")
     assert len(result.output.strip().splitlines()) == 1
     assert sorted(p.name for p in state.iterdir()) == ["state.json"]  # nothing written
+
+
+def test_the_action_journal_is_sealed_and_checked(tmp_path):
+    from dataclasses import replace
+
+    import pytest
+
+    from slurmgpu.idle.live import IdleAction, read_journal
+    from slurmgpu.util.journal import JournalError, append_record
+
+    entry = IdleAction("2026-12-03T18:00:00Z", "42", "bob", "2026-12-03T16:00:00Z", "cancel",
+                       1.0, "begin")  # fmt: skip
+    append_record(tmp_path / "journal.jsonl", entry)
+    append_record(tmp_path / "journal.jsonl", replace(entry, phase="done"))
+    assert [e.phase for e in read_journal(tmp_path)] == ["begin", "done"]
+    text = (tmp_path / "journal.jsonl").read_text().replace('"bob"', '"eve"', 1)
+    (tmp_path / "journal.jsonl").write_text(text)
+    with pytest.raises(JournalError, match=r"journal\.jsonl:1: its checksum does not match"):
+        read_journal(tmp_path)
