@@ -37,6 +37,13 @@ FORMATS = ("text", "json", "html")
     show_default=True,
     help="--live: where warnings sent and the action journal are kept.",
 )
+@click.option(
+    "--emit",
+    "emit_dir",
+    metavar="DIR",
+    help="--live: send and do nothing; write the mails and the commands (idle-actions.sh) "
+    "into DIR.",
+)
 @click.option("--smtp", metavar="HOST[:PORT]", help="--live: mail server for warnings.")
 @click.option("--webhook", metavar="URL", help="--live: also POST each warning/action as JSON.")
 @click.option("--format", "fmt", type=click.Choice(FORMATS), default="text", show_default=True)
@@ -51,6 +58,7 @@ def idle(
     live: bool,
     dry_run: bool,
     state_dir: str,
+    emit_dir: str | None,
     smtp: str | None,
     webhook: str | None,
     fmt: str,
@@ -80,7 +88,10 @@ def idle(
         from slurmgpu.idle.live import LiveOptions, idle_live
         from slurmgpu.views.idle import render_live
 
-        options = LiveOptions(policy, now, measure_opts, state_dir, smtp, webhook, dry_run)
+        dry = dry_run or emit_dir is not None
+        options = LiveOptions(
+            policy, now, measure_opts, state_dir, smtp, webhook, dry, emit_dir=emit_dir
+        )
         text = render_live(idle_live(options), fmt)
     else:
         options = IdleOptions(

@@ -44,6 +44,7 @@ class LiveOptions:
     webhook: str | None = None
     dry_run: bool = False
     env: Mapping[str, str] | None = None
+    emit_dir: str | None = None  # with dry_run: write the mails and the commands there
 
 
 @dataclass(frozen=True)
@@ -88,6 +89,8 @@ class _Run:
     events: list[LiveEvent] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
     actions: int = 0
+    emitted_mail: list[str] = field(default_factory=list)
+    emitted_commands: list[str] = field(default_factory=list)
 
     def event(self, job: IdleJob, kind: str, detail: str, done: bool) -> None:
         self.events.append(
@@ -103,6 +106,8 @@ def idle_live(options: LiveOptions) -> LiveReport:
     assert policy.idle is not None
     if not options.dry_run and options.smtp is None and options.webhook is None:
         raise UsageError("--live needs --smtp HOST[:PORT] or --webhook URL (or --dry-run)")
+    if options.emit_dir and not Path(options.emit_dir).is_dir():
+        raise UsageError(f"--emit {options.emit_dir}: not a directory")
     state_dir = Path(options.state_dir)
     if not options.dry_run:
         state_dir.mkdir(parents=True, exist_ok=True)
@@ -123,6 +128,8 @@ def idle_live(options: LiveOptions) -> LiveReport:
             run.warnings += [str(w) for w in source.warnings]
         if not options.dry_run:
             _save_state(state_dir, run.state)
+    if options.emit_dir:
+        _emit(Path(options.emit_dir), run)
     return LiveReport(
         iso_epoch(run.now_s), options.dry_run, len(jobs), tuple(run.events), tuple(run.warnings)
     )
@@ -258,6 +265,12 @@ def _maybe_act(run: _Run, job: IdleJob, rule: IdleRule, state: dict) -> None:
     detail = f"{rule.action} after {rule.window_min:g} min idle"
     if run.options.dry_run:
         run.event(job, "action", detail, False)
+        argv = ["scancel", job.job_id] if rule.action == "cancel" else None
+        if rule.action == "requeue":
+            argv = ["scontrol", "requeue", job.job_id]
+        if argv:
+            run.emitted_commands.append(f"# job {job.job_id} ({job.user}): {detail}")
+            run.emitted_commands.append(" ".join(argv))
         return
     ok = _act(run, job, rule.action)
     if ok:
@@ -372,6 +385,8 @@ def _notify(run: _Run, job: IdleJob, subject: str, body: str, extra: dict) -> bo
     from slurmgpu.sources.mail import NotifyError, post_webhook, send_mail
 
     if run.options.dry_run:
+        to = ", ".join([_address(job.user, run.idle.mail_domain), *run.idle.admin_mail])
+        run.emitted_mail.append(f"To: {to}\nSubject: {subject}\n\n{body}")
         return True
     ok = False
     if run.options.smtp:
@@ -414,6 +429,17 @@ def _save_state(state_dir: Path, state: dict) -> None:
 
     text = json.dumps(state, sort_keys=True, indent=1) + "\n"
     write_atomic(state_dir / "state.json", text, mode=0o600, backup=False)
+
+
+def _emit(directory: Path, run: _Run) -> None:
+    """`--emit DIR`: the commands as a script to run by hand, each mail as a file."""
+    from slurmgpu.util.atomic import write_atomic
+
+    script = ["#!/bin/sh", "# slurmgpu idle --live --emit: the actions of this run", "set -e"]
+    write_atomic(directory / "idle-actions.sh", "\n".join([*script, *run.emitted_commands]) + "\n",
+                 mode=0o755, backup=False)  # fmt: skip
+    for n, text in enumerate(run.emitted_mail, 1):
+        write_atomic(directory / f"mail-{n:03d}.txt", text, mode=0o644, backup=False)
 
 
 @contextlib.contextmanager

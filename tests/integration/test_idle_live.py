@@ -214,6 +214,17 @@ def test_idle_job_is_warned_twice_by_mail_then_cancelled(world):
         e["kind"] for e in dry["events"] if e["job_id"] in _ids(jobs, "idle", "requeue")
     ) == ["action", "deferred"]  # one action per run
     assert state(cluster, jobs["idle"]) == "RUNNING"  # a dry run does nothing
+    emit = root / "emit"
+    emit.mkdir()
+    live(world, s + 190, "--emit", str(emit))  # the same, written down for a person to run
+    script = (emit / "idle-actions.sh").read_text().splitlines()
+    commands = [ln for ln in script if not ln.startswith("#") and ln != "set -e"]
+    assert commands in (
+        [f"scancel {jobs['idle']}"], [f"scontrol requeue {jobs['requeue']}"]
+    )  # fmt: skip
+    assert (
+        state(cluster, jobs["idle"]) == "RUNNING" and state(cluster, jobs["requeue"]) == "RUNNING"
+    )
     assert len(mail.messages()) == 4
     acted = live(world, s + 190)
     done = [e for e in acted["events"] if e["kind"] == "action"]
