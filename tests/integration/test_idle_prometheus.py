@@ -186,7 +186,7 @@ def expected(job: Job):
 def world(tmp_path_factory):
     root = tmp_path_factory.mktemp("idle-prom")
     jobs = build_jobs()
-    server = PrometheusServer(root / "prom", openmetrics(jobs)).up()
+    server = PrometheusServer(root / "prom", openmetrics(jobs)).up(timeout=180)
     (root / "policy.toml").write_text(POLICY)
     (root / "sacct.txt").write_text(
         "\n".join([HEADER, *(line for j in jobs for line in j.lines())]) + "\n"

@@ -71,7 +71,7 @@ def world(slurm_cluster, tmp_path_factory):
     policy.chmod(0o644)
     prom = PrometheusServer(tmp_path_factory.mktemp("job-prom"), series(mine, start))
     try:
-        prom.up()
+        prom.up(timeout=180)  # a loaded machine: promtool and start-up take a while
         yield cluster, mine, theirs, start, prom, policy
     finally:
         cluster.run(["scancel", str(mine), str(theirs)], check=False)
