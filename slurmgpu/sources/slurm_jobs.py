@@ -93,8 +93,25 @@ def sacct_job(job_id: str, env: Mapping[str, str] | None = None):
             "TimeLimit": f"{limit}" if limit.isdigit() else "",
             "Comment": f["Comment"],
         }
-        return record, int(f["UID"]) if f["UID"].isdigit() else None
+        return record, _owner_uid(f["User"], f["UID"])
     return None
+
+
+def _owner_uid(user: str, uid_text: str) -> int | None:
+    """The owner's uid: sacct's UID, except that slurmdbd 22.05 was seen printing UID 0 for an
+    ordinary user's job (`User=sgi-jobb UID=0`, now and then); then the name decides, through
+    the passwd database. None when neither can be trusted (the caller then refuses)."""
+    import pwd
+
+    uid = int(uid_text) if uid_text.isdigit() else None
+    if uid == 0 and user not in ("", "root"):
+        uid = None
+    if uid is None and user:
+        try:
+            uid = pwd.getpwnam(user).pw_uid
+        except KeyError:
+            return None
+    return uid
 
 
 def admin_level(user: str, env: Mapping[str, str] | None = None) -> str:

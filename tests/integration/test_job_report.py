@@ -178,7 +178,7 @@ def test_an_ended_job_is_read_from_accounting_with_its_owner(world):
         time.sleep(1)
     assert found is not None
     record, uid = found
-    assert uid == pwd.getpwnam(OTHER).pw_uid
+    assert uid == pwd.getpwnam(OTHER).pw_uid, record
     job = job_from_record(record, Policy((), (), (), ""), any_state=True)
     assert job is not None and job.user == OTHER and job.devices == 1
     assert job.state == "CANCELLED" and job.end is not None and job.end >= job.start
