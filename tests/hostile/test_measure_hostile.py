@@ -181,3 +181,45 @@ def test_analyze_completes_with_a_gzip_bomb_in_one_admin_comment(tmp_path):
     clean = json.loads(cli("analyze", "--sacct-file", SACCT, "--format", "json").stdout)
     assert doc["totals"]["jobs"] == clean["totals"]["jobs"]  # no job dropped
     assert "gzip bomb" in done.stdout + done.stderr
+
+
+def _utils(doc: object):
+    """Every utilization figure anywhere in an analysis document."""
+    if isinstance(doc, dict):
+        for key, value in doc.items():
+            if "util" in key and isinstance(value, int | float) and not isinstance(value, bool):
+                yield key, value
+            else:
+                yield from _utils(value)
+    elif isinstance(doc, list):
+        for value in doc:
+            yield from _utils(value)
+
+
+def test_exit_0_means_utilization_within_0_100_and_every_job_counted(tmp_path):
+    """The hostile suite's property for analyze: hostile measures in, right answers out."""
+    lines = SACCT.read_text().splitlines()
+    col = lines[0].split("|").index("AdminComment")
+    hostile = [
+        jobstats_value({"gpu01": gpu_node({"0": -500, "1": 40}, {}, {})}, 3600, 2),
+        jobstats_value({"gpu01": gpu_node({"0": 900, "1": 100}, {}, {})}, 3600, 2),
+        BAD_JS1["util NaN"],
+        BAD_SG1["util negative"],
+    ]
+    rows, k = [lines[0]], 0
+    for line in lines[1:]:
+        fields = line.split("|")
+        if "." not in fields[0] and k < len(hostile):  # allocation rows only
+            fields[col] = hostile[k]
+            k += 1
+        rows.append("|".join(fields))
+    dump = tmp_path / "hostile.txt"
+    dump.write_text("\n".join(rows) + "\n")
+    done = cli("analyze", "--sacct-file", dump, "--format", "json")
+    assert done.code == 0, done.stderr
+    doc = json.loads(done.stdout)
+    figures = list(_utils(doc))
+    assert figures and all(0 <= v <= 100 for _, v in figures), figures
+    clean = json.loads(cli("analyze", "--sacct-file", SACCT, "--format", "json").stdout)
+    assert doc["totals"]["jobs"] == clean["totals"]["jobs"]
+    assert doc["totals"]["gpu_hours_allocated"] == clean["totals"]["gpu_hours_allocated"]
