@@ -145,7 +145,7 @@ def measure_options(command: Callable[..., Any]) -> Callable[..., Any]:
             type=click.FloatRange(min=0.1),
             default=30.0,
             show_default=True,
-            help="Seconds per request.",
+            help="Seconds for a whole request (connect, headers, body).",
         ),
         click.option(
             "--prometheus-batch",
