@@ -180,19 +180,34 @@ def store_admin_comment(
     from slurmgpu.errors import SlurmCommandError
     from slurmgpu.measure.summary import merge_admin_comment
 
+    failed: SlurmCommandError | None = None
+    # a node stays COMPLETING while its Epilog runs: failures are retried for 3 command
+    # timeouts at most, then the summary goes to the log (see `_epilog`)
+    give_up = time.monotonic() + 3 * timeout_s
     for _ in range(tries):
-        shown, current = _stored_admin_comment(summary, timeout_s)
-        if _holds(current, summary):
-            return
-        merged = merge_admin_comment(current, summary)
-        where = [f"JobID={shown}"]
-        if summary.cluster:
-            where.append(f"Cluster={summary.cluster}")
-        argv = ["sacctmgr", "-i", "modify", "job", "where", *where]
-        _run([*argv, "set", f"AdminComment={merged}"], timeout_s)
-        time.sleep(settle_s + random.uniform(0, settle_s))
-        if _holds(_stored_admin_comment(summary, timeout_s)[1], summary):
-            return
+        try:
+            shown, current = _stored_admin_comment(summary, timeout_s)
+            if _holds(current, summary):
+                return
+            merged = merge_admin_comment(current, summary)
+            where = [f"JobID={shown}"]
+            if summary.cluster:
+                where.append(f"Cluster={summary.cluster}")
+            argv = ["sacctmgr", "-i", "modify", "job", "where", *where]
+            _run([*argv, "set", f"AdminComment={merged}"], timeout_s)
+            time.sleep(settle_s + random.uniform(0, settle_s))
+            if _holds(_stored_admin_comment(summary, timeout_s)[1], summary):
+                return
+        except SlurmCommandError as exc:
+            # a busy munged or slurmdbd ("If munged is up, restart with --num-threads=10",
+            # seen when 20 epilogs end at once): wait and try again, the summary is not lost
+            failed = exc
+            if time.monotonic() > give_up:
+                break
+            log.warning("epilog: job %s: %s; trying again", summary.job, exc)
+            time.sleep(settle_s + random.uniform(0, 2 * settle_s))
+    if failed is not None:
+        raise failed
     raise SlurmCommandError(f"AdminComment of job {summary.job} did not keep the summary")
 
 
