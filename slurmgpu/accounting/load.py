@@ -321,6 +321,10 @@ def _csv_block(
     row is therefore known. Lines it cannot take (wrong field count, whitespace, a `-p` line
     without its last `|`) go through the row-by-row rule. Blocks with a lone `\r` (a line
     end for the parser, not for sacct) or bytes that are not UTF-8 take the general path.
+
+    Why it is long: most of it is the one `read_csv` call's configuration (each option is a
+    decision about sacct's text) and the line-number bookkeeping that must follow that call's
+    own row numbering; apart, the bookkeeping would refer to a parser setup it cannot see.
     """
     d = header.delimiter
     if len(d) != 1 or d in "\r\n" or len(d.encode()) != 1:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import click
 
+WARNING = "slurmgpu: warning: "
 POLICY_OPTION = click.option(
     "--policy",
     "policy_path",
@@ -57,19 +58,6 @@ def qos() -> None:
     """Bring the tier QOS and association QOS lists in slurmdbd to the policy."""
 
 
-def _plan(policy_path: str | None, prune: bool):
-    from slurmgpu.render.qos import build_plan
-    from slurmgpu.sources import sacctmgr
-    from slurmgpu.sources.slurm import scontrol_show_config
-
-    pol = _load(policy_path)
-    config = scontrol_show_config()
-    live = sacctmgr.show_qos()
-    assocs = sacctmgr.show_associations(config.get("ClusterName", ""))
-    in_use = sacctmgr.qos_in_use([q.name for q in live])
-    return build_plan(pol, live, assocs, config, in_use=in_use, prune=prune)
-
-
 def _print_plan(plan) -> None:
     from slurmgpu.render.qos import format_command
 
@@ -93,7 +81,9 @@ def _print_plan(plan) -> None:
 @click.option("--prune", is_flag=True, help="Also delete slurmgpu's stale QOS that jobs still use.")
 def qos_plan(policy_path: str | None, prune: bool) -> None:
     """Print the sacctmgr commands that bring slurmdbd to the policy (changes nothing)."""
-    _print_plan(_plan(policy_path, prune))
+    from slurmgpu.configure.qos import qos_plan as plan
+
+    _print_plan(plan(policy_path, prune))
 
 
 @qos.command("apply")
@@ -101,26 +91,12 @@ def qos_plan(policy_path: str | None, prune: bool) -> None:
 @click.option("--prune", is_flag=True, help="Also delete slurmgpu's stale QOS that jobs still use.")
 def qos_apply(policy_path: str | None, prune: bool) -> None:
     """Run the plan's sacctmgr commands (with -i), then check that nothing is left to do."""
-    from slurmgpu.errors import SlurmgpuError
-    from slurmgpu.render.qos import format_command
-    from slurmgpu.sources.sacctmgr import run_sacctmgr
+    from slurmgpu.configure.qos import qos_apply as apply
+    from slurmgpu.configure.qos import qos_plan as plan
 
-    plan = _plan(policy_path, prune)
-    _print_plan(plan)
-    total = 0
-    # Association QOS lists inherit: an account's qos-= also reaches its users, so a user
-    # the policy names may need a second round. Three rounds always settle a valid policy.
-    for _ in range(3):
-        if plan.nothing_to_do:
-            break
-        for cmd in plan.commands:
-            run_sacctmgr(cmd)
-            click.echo(f"ran: {format_command(cmd)}")
-        total += len(plan.commands)
-        plan = _plan(policy_path, prune)
-    if not plan.nothing_to_do:
-        left = "; ".join(format_command(c) for c in plan.commands)
-        raise SlurmgpuError(f"after apply, slurmdbd still differs from the policy: {left}")
+    first = plan(policy_path, prune)
+    _print_plan(first)
+    total = apply(policy_path, prune, plan=first, ran=lambda cmd: click.echo(f"ran: {cmd}"))
     if total:
         click.echo(f"applied {total} command(s); slurmdbd matches the policy")
 
@@ -143,34 +119,17 @@ def gen_job_submit(
     """Render job_submit.lua from the policy (checked and installed atomically with -o)."""
     from pathlib import Path
 
-    from slurmgpu.render.job_submit import render_job_submit
-    from slurmgpu.sources import lua_check
-    from slurmgpu.sources.slurm import target_slurm_version
-    from slurmgpu.sources.users import uids_for
+    from slurmgpu.configure.gen_job_submit import check_job_submit, gen_job_submit
     from slurmgpu.util.atomic import write_atomic
 
-    pol = _load(policy_path)
-    uid_of, missing = uids_for(u for t in pol.tiers for u in t.users)
-    for name in missing:
-        click.secho(
-            f"slurmgpu: warning: user {name} is not in the passwd database here; "
-            "job_desc.user_name still matches it",
-            err=True,
-            fg="yellow",
-        )
-    version, _ = target_slurm_version(slurm_version)
-    text = render_job_submit(pol, uid_of, version)
-    samples = ["", *(f"tier={t.name}" for t in pol.tiers), *(f"kind={k.name}" for k in pol.kinds)]
+    lua = gen_job_submit(policy_path, slurm_version)
+    for warning in lua.warnings:
+        click.secho(f"slurmgpu: warning: {warning}", err=True, fg="yellow")
 
     def validate(path: Path) -> None:
-        if lua_check.luac_available() is None:
-            click.secho("slurmgpu: warning: no luac5.1: compile check skipped", err=True)
-        lua_check.luac_check(path)
-        runtimes = [r for r in ("lua51", "lua54") if lua_check.lupa_available(r)]
-        if not runtimes:
-            click.secho("slurmgpu: warning: lupa not installed: dry run skipped", err=True)
-        for runtime in runtimes:
-            lua_check.dry_run(path.read_text(encoding="utf-8"), samples, runtime)
+        check_job_submit(
+            path, lua.samples, lambda w: click.secho(f"slurmgpu: warning: {w}", err=True)
+        )
 
     if output == "-":
         if check:
@@ -178,12 +137,12 @@ def gen_job_submit(
 
             with tempfile.TemporaryDirectory() as tmp:
                 probe = Path(tmp) / "job_submit.lua"
-                probe.write_text(text, encoding="utf-8")
+                probe.write_text(lua.text, encoding="utf-8")
                 validate(probe)
-        click.echo(text, nl=False)
+        click.echo(lua.text, nl=False)
         return
     try:
-        write_atomic(output, text, mode=0o644, validate=validate if check else None)
+        write_atomic(output, lua.text, mode=0o644, validate=validate if check else None)
     except OSError as exc:
         from slurmgpu.errors import SlurmgpuError
 

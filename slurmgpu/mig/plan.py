@@ -219,13 +219,7 @@ def plan(
     config_prefix: str = "slurmgpu-",
 ) -> MigPlan:
     """Per-GPU layouts for these nodes meeting `demand` with the fewest GPUs carved we find."""
-    if keep_whole < 0:
-        raise UsageError("--keep-whole: must be 0 or more")
-    if not inventories:
-        raise UsageError("no nodes to plan for: give --snapshot FILE or --snapshot-dir DIR")
-    names = [inv.node_name for inv in inventories]
-    if len(set(names)) != len(names):
-        raise UsageError(f"two snapshots describe the same node: {sorted(names)}")
+    _check_nodes(inventories, keep_whole)
     mig_models = [
         g.model for inv in inventories for g in inv.gpus if g.model and g.model.supports_mig
     ]
@@ -244,28 +238,8 @@ def plan(
     ]
     models = {model.key: model for _, _, model in gpus}
     while +remaining:
-        # the best layouts per model this round (weights do not depend on which GPU)
-        top: dict[str, tuple[tuple[int, int], list[Layout]]] = {}
-        for key, model in models.items():
-            for layout in maximal_layouts(key):
-                weight = _weight(model, layout, remaining)
-                if weight[0] > 0 and (key not in top or weight > top[key][0]):
-                    top[key] = (weight, [layout])
-                elif key in top and weight == top[key][0]:
-                    top[key][1].append(layout)
-        best = None
-        for inv, gpu, model in gpus:
-            if allowance[inv.node_name] <= 0 or (inv.node_name, gpu.index) in chosen:
-                continue
-            if model.key not in top:
-                continue
-            weight, candidates = top[model.key]
-            current = sorted(_current(gpu))
-            for layout in candidates:
-                same = sorted(p.profile.name for p in layout.placements) == current
-                rank = (weight, same, gpu.mig_enabled, gpu.index)
-                if best is None or rank > best[0]:
-                    best = (rank, inv, gpu, model, layout)
+        top = _top_layouts(models, remaining)
+        best = _best_gpu(gpus, top, allowance, chosen)
         if best is None:
             break
         _, inv, gpu, model, layout = best
@@ -298,6 +272,47 @@ def plan(
         lower_bound=_lower_bound(demand, mig_models),
         keep_whole=keep_whole,
     )
+
+
+def _check_nodes(inventories: Sequence[Inventory], keep_whole: int) -> None:
+    if keep_whole < 0:
+        raise UsageError("--keep-whole: must be 0 or more")
+    if not inventories:
+        raise UsageError("no nodes to plan for: give --snapshot FILE or --snapshot-dir DIR")
+    names = [inv.node_name for inv in inventories]
+    if len(set(names)) != len(names):
+        raise UsageError(f"two snapshots describe the same node: {sorted(names)}")
+
+
+def _top_layouts(models: dict, remaining: Counter[str]) -> dict:
+    """The best layouts per model this round (weights do not depend on which GPU)."""
+    top: dict[str, tuple[tuple[int, int], list[Layout]]] = {}
+    for key, model in models.items():
+        for layout in maximal_layouts(key):
+            weight = _weight(model, layout, remaining)
+            if weight[0] > 0 and (key not in top or weight > top[key][0]):
+                top[key] = (weight, [layout])
+            elif key in top and weight == top[key][0]:
+                top[key][1].append(layout)
+    return top
+
+
+def _best_gpu(gpus: list, top: dict, allowance: dict[str, int], chosen: dict) -> tuple | None:
+    """(rank, inventory, GPU, model, layout) of the GPU to carve next, or None."""
+    best = None
+    for inv, gpu, model in gpus:
+        if allowance[inv.node_name] <= 0 or (inv.node_name, gpu.index) in chosen:
+            continue
+        if model.key not in top:
+            continue
+        weight, candidates = top[model.key]
+        current = sorted(_current(gpu))
+        for layout in candidates:
+            same = sorted(p.profile.name for p in layout.placements) == current
+            rank = (weight, same, gpu.mig_enabled, gpu.index)
+            if best is None or rank > best[0]:
+                best = (rank, inv, gpu, model, layout)
+    return best
 
 
 def plan_nodes(

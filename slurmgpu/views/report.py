@@ -492,6 +492,45 @@ def _html_context(analysis: AnalysisDocument) -> dict[str, Any]:
     """Everything the template prints, as plain strings (escaped there with `|e`) or SVG."""
     window = analysis.window
     totals = analysis.totals
+    fit = analysis.fit_fraction
+    tables = _html_tables(analysis)
+    plots = _html_plots(analysis)
+    recs = [
+        {
+            "title": printable(r.title),
+            "kind": printable(r.kind),
+            "detail": str(r.detail or ""),
+            "evidence": _evidence_items(r.evidence.to_json()),
+            "effect": _effect_text(r.estimated_effect.to_json()),
+            "replayed": replayed_text(r.replayed) if r.replayed is not None else "",
+        }
+        for r in analysis.recommendations
+    ]
+    rejected = analysis.rejected
+    fit_rows = _fit_rows(fit)
+    return {
+        "version": __version__,
+        "since": iso_utc(window.since),
+        "until": iso_utc(window.until),
+        "generated_at": iso_utc(analysis.generated_at),
+        "source": _source_line(analysis.source),
+        "totals": _totals_lines(totals),
+        "notes": _notes(analysis),
+        "tables": tables,
+        "plots": plots,
+        "fit_rows": fit_rows,
+        "fit_basis": str(fit.basis or ""),
+        "fit_partition_headers": FIT_PARTITION_HEADERS,
+        "fit_partition_rows": _fit_partition_rows(analysis),
+        "rejected": [(str(r.file), str(r.line), str(r.reason)) for r in rejected[:REJECTED_SHOWN]],
+        "rejected_count": fmt_int(totals.rows_rejected, str(len(rejected))),
+        "rejected_left_off": max(0, len(rejected) - REJECTED_SHOWN),
+        "recommendations": recs,
+    }
+
+
+def _html_tables(analysis: AnalysisDocument) -> list[dict[str, Any]]:
+    """The by-group tables, as the template prints them (the first HTML_TOP_N rows)."""
     tables = []
     for title, key, name_key, capacity, limited in _GROUP_SECTIONS:
         groups = getattr(analysis, key)
@@ -505,14 +544,19 @@ def _html_context(analysis: AnalysisDocument) -> dict[str, Any]:
                 "left_off": left_off,
             }
         )
+    return tables
 
+
+def _html_plots(analysis: AnalysisDocument) -> list[dict[str, Any]]:
+    """The report's plots, each a title and an inline SVG."""
+    totals = analysis.totals
     points = analysis.timeseries.points
     partitions = _sorted_groups(analysis.by_partition, "partition")
     qos = _sorted_groups(analysis.by_qos, "qos")
     fit = analysis.fit_fraction
     tiers = _sorted_groups(analysis.by_tier, "tier")
     wait_groups = [("all jobs", totals.wait_s)] + [(str(g.name), g.wait_s) for g in partitions]
-    plots = [
+    return [
         {
             "title": "GPU-hours allocated per " + _freq_word(analysis.timeseries.freq),
             "svg": svg.timeseries_chart(points),
@@ -564,38 +608,6 @@ def _html_context(analysis: AnalysisDocument) -> dict[str, Any]:
             ),
         },
     ]
-    recs = [
-        {
-            "title": printable(r.title),
-            "kind": printable(r.kind),
-            "detail": str(r.detail or ""),
-            "evidence": _evidence_items(r.evidence.to_json()),
-            "effect": _effect_text(r.estimated_effect.to_json()),
-            "replayed": replayed_text(r.replayed) if r.replayed is not None else "",
-        }
-        for r in analysis.recommendations
-    ]
-    rejected = analysis.rejected
-    fit_rows = _fit_rows(fit)
-    return {
-        "version": __version__,
-        "since": iso_utc(window.since),
-        "until": iso_utc(window.until),
-        "generated_at": iso_utc(analysis.generated_at),
-        "source": _source_line(analysis.source),
-        "totals": _totals_lines(totals),
-        "notes": _notes(analysis),
-        "tables": tables,
-        "plots": plots,
-        "fit_rows": fit_rows,
-        "fit_basis": str(fit.basis or ""),
-        "fit_partition_headers": FIT_PARTITION_HEADERS,
-        "fit_partition_rows": _fit_partition_rows(analysis),
-        "rejected": [(str(r.file), str(r.line), str(r.reason)) for r in rejected[:REJECTED_SHOWN]],
-        "rejected_count": fmt_int(totals.rows_rejected, str(len(rejected))),
-        "rejected_left_off": max(0, len(rejected) - REJECTED_SHOWN),
-        "recommendations": recs,
-    }
 
 
 def _freq_word(freq: Any) -> str:
