@@ -32,6 +32,13 @@ def _warn(message: str, *, loud: bool = False) -> None:
 @click.option(
     "--allow-partial", is_flag=True, help="Record the healthy GPUs when some GPU fails (loudly)."
 )
+@click.option(
+    "--vendor",
+    "vendor",
+    default="auto",
+    show_default=True,
+    help="auto (every vendor present), or a list of nvidia, amd, ascend (docs/vendors.md).",
+)
 @click.option("--nodes", help="Inventory these nodes (hostlist) through srun (docs/fleet.md).")
 @click.option(
     "--output-dir", type=click.Path(file_okay=False), help="With --nodes: NODE.json here."
@@ -47,13 +54,15 @@ def inventory(
     host_root: str,
     output: str,
     allow_partial: bool,
+    vendor: str,
     nodes: str | None,
     output_dir: str | None,
     remote_command: str,
     srun_args: tuple[str, ...],
 ) -> None:
-    """Read NVML and the host into a versioned JSON snapshot (see docs/snapshot.md)."""
-    from slurmgpu.sources import nvml, snapshot
+    """Read the accelerators (NVML, amdsmi, DCMI/npu-smi) and the host into a versioned JSON
+    snapshot (see docs/snapshot.md, docs/vendors.md)."""
+    from slurmgpu.sources import accelerators, snapshot
     from slurmgpu.util.atomic import write_atomic
 
     if nodes or output_dir:
@@ -62,7 +71,9 @@ def inventory(
         inventory_nodes(nodes, output_dir, host_root, remote_command, srun_args)
         return
 
-    inv = nvml.read_inventory(host_root, allow_partial=allow_partial)
+    inv = accelerators.read_inventory(
+        host_root, allow_partial=allow_partial, vendors=accelerators.parse_vendors(vendor)
+    )
     for warning in inv.warnings:
         _warn(warning, loud=warning.startswith("left out") or "caps minor" in warning)
     if inv.partial:
@@ -72,7 +83,15 @@ def inventory(
         click.echo(text, nl=False)
     else:
         write_atomic(output, text)
-        click.echo(f"wrote {output} ({len(inv.gpus)} GPUs)", err=True)
+        click.echo(f"wrote {output} ({len(inv.gpus)} devices)", err=True)
+
+
+def _write_task_prolog(path: str, inventories, opts) -> None:
+    from slurmgpu.render import gres
+    from slurmgpu.util.atomic import write_atomic
+
+    write_atomic(path, gres.render_task_prolog(list(inventories), opts), mode=0o755)
+    click.echo(f"wrote {path} (TaskProlog: ASCEND_RT_VISIBLE_DEVICES)", err=True)
 
 
 def _slurm_version(text: str | None):
@@ -164,6 +183,13 @@ def _slurm_version(text: str | None):
     is_flag=True,
     help="Generate for the healthy GPUs when some are missing (loudly).",
 )
+@click.option(
+    "--task-prolog",
+    "task_prolog",
+    default=None,
+    type=click.Path(dir_okay=False),
+    help="Also write the TaskProlog that sets ASCEND_RT_VISIBLE_DEVICES (Ascend NPUs).",
+)
 def gen_gres(
     snapshot_paths: tuple[str, ...],
     snapshot_dir: str | None,
@@ -179,6 +205,7 @@ def gen_gres(
     node_name: str | None,
     numa_as_socket: bool,
     allow_partial: bool,
+    task_prolog: str | None,
 ) -> None:
     """Generate gres.conf (and with --node-line the slurm.conf node definition).
 
@@ -187,10 +214,7 @@ def gen_gres(
     (old file kept as PATH.bak) and the node definition goes to stdout.
     """
 
-    from pathlib import Path
-
     from slurmgpu.configure.gen_gres import check_gres, gen_gres, gres_options
-    from slurmgpu.util.atomic import diff_against_file, write_atomic
 
     if show_diff and output == "-":
         raise UsageError("--diff needs --output PATH (the file to compare with)")
@@ -207,27 +231,42 @@ def gen_gres(
         _warn(note)
     if len(snapshot_paths) > 1 or snapshot_dir:
         from slurmgpu.cli.fleet import gen_cluster_gres
+        from slurmgpu.sources import snapshot
 
         if host_root is not None:
             raise UsageError(
                 "--host-root and --snapshot exclude each other: a snapshot is read as is"
             )
+        if task_prolog:
+            _write_task_prolog(task_prolog, snapshot.load_many(snapshot_paths, snapshot_dir), opts)
         gen_cluster_gres(snapshot_paths, snapshot_dir, opts, output, check, show_diff, node_line)
         return
     files = gen_gres(opts, snapshot_paths[0] if snapshot_paths else None, host_root)
+    if task_prolog:
+        _write_task_prolog(task_prolog, [files.inventory], opts)
     for warning in files.warnings:
         _warn(warning, loud=warning.startswith(("PARTIAL", "left out")))
 
     def validate(text: str) -> None:
         check_gres(files, text, say=lambda line: click.echo(f"slurmgpu: check: {line}", err=True))
 
+    _write_gres(files, output, show_diff, node_line, validate if check else None)
+
+
+def _write_gres(files, output: str, show_diff: bool, node_line: bool, validate) -> None:
+    """gen-gres's output: a diff, stdout (node line first), or gres.conf written atomically
+    (`validate`: the slurmd -G check, run before anything is shown or installed)."""
+    from pathlib import Path
+
+    from slurmgpu.util.atomic import diff_against_file, write_atomic
+
     if show_diff:
         sys.stdout.write(diff_against_file(output, files.gres_conf))
-        if check:
+        if validate:
             validate(files.gres_conf)
         return
     if output == "-":
-        if check:
+        if validate:
             validate(files.gres_conf)
         if node_line:
             click.echo(files.node_conf)
@@ -236,7 +275,9 @@ def gen_gres(
     backup = write_atomic(
         output,
         files.gres_conf,
-        validate=(lambda tmp: validate(Path(tmp).read_text(encoding="utf-8"))) if check else None,
+        validate=(lambda tmp: validate(Path(tmp).read_text(encoding="utf-8")))
+        if validate
+        else None,
     )
     click.echo(f"wrote {output}" + (f" (previous kept as {backup})" if backup else ""), err=True)
     if node_line:

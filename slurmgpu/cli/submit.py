@@ -10,7 +10,7 @@ from __future__ import annotations
 import click
 
 USAGE = (
-    "Usage: slurmgpu submit [--tier T] [--kind K] [--gpu-mem SIZE] [--policy FILE] "
+    "Usage: slurmgpu submit [--tier T] [--kind K] [--gpu-mem SIZE] [--accel SPEC] [--policy FILE] "
     "[--dry-run] [SBATCH OPTIONS...] -- SCRIPT [ARGS...]"
 )
 HELP = f"""{USAGE}
@@ -22,6 +22,9 @@ HELP = f"""{USAGE}
                    kind's GPU slice, partition and time limit where the job sets none
   --gpu-mem SIZE   GPU memory the job needs (10G): the smallest slice that holds it among
                    the cluster's GPU types (sinfo, cached 60 s) or the policy's slices
+  --accel SPEC     mem>=SIZE[,vendor=amd|nvidia|ascend][,class=npu|gpu-slice|gpu|linked-gpu]:
+                   the smallest fitting device across vendors (MIG slices, AMD partitions,
+                   Ascend NPUs, whole GPUs); the classes default to the kind's `accel`
   --policy FILE    site policy (default: $SLURMGPU_POLICY, else /etc/slurmgpu/slurmgpu.toml)
   --dry-run        print the sbatch command instead of running it
 

@@ -1,4 +1,4 @@
-"""`gen_gres`: gres.conf and the slurm.conf node line for one node (its live NVML inventory or
+"""`gen_gres`: gres.conf and the slurm.conf node line for one node (its live inventory or
 a snapshot), and `check_gres`: Slurm's own parser (`slurmd -G`) on the result, record by
 record. The cluster-wide form (several snapshots) is `fleet.cluster_gres`."""
 
@@ -40,14 +40,15 @@ def gres_options(slurm_version: str | None = None, **options: Any) -> tuple[Any,
 
 
 def read_inventory(snapshot_path: str | None, host_root: str | None, allow_partial: bool):
-    """The node's inventory: the snapshot, else NVML and the host under `host_root`."""
-    from slurmgpu.sources import nvml, snapshot
+    """The node's inventory: the snapshot, else the accelerators (NVML, amdsmi, DCMI) and the
+    host under `host_root`."""
+    from slurmgpu.sources import accelerators, snapshot
 
     if snapshot_path and host_root is not None:
         raise UsageError("--host-root and --snapshot exclude each other: a snapshot is read as is")
     if snapshot_path:
         return snapshot.load(snapshot_path)
-    return nvml.read_inventory(host_root or "/", allow_partial=allow_partial)
+    return accelerators.read_inventory(host_root or "/", allow_partial=allow_partial)
 
 
 def gen_gres(
@@ -80,7 +81,7 @@ def check_gres(files: GresFiles, text: str, say: Callable[[str], None] = lambda 
     result = slurmd.check_gres_conf(
         text,
         gres.node_line(inv, opts),
-        gres_types=gres.gres_types(opts),
+        gres_types=gres.gres_types(opts, inv),
         expected=gres.expected_records(inv, opts),
     )
     for note in result.notes:

@@ -281,7 +281,28 @@ def pcie_8gpu() -> dict:
     }
 
 
-MACHINES = {"dgx-a100-mig": dgx_a100, "dgx-h100": dgx_h100, "pcie-8gpu": pcie_8gpu}
+def _vendor_machines() -> dict:
+    here = str(Path(__file__).resolve().parent)
+    sys.path.insert(0, here)
+    try:
+        import vendor_machines as vm  # tests/doubles, run as a script or imported
+    finally:  # tests/doubles must not stay on sys.path: its pynvml would shadow the real one
+        sys.path.remove(here)
+
+    return {
+        "mi300x-8gpu": vm.mi300x_8gpu,
+        "mi300x-cpx-nps4": lambda: vm.mi300x_8gpu("CPX", "NPS4"),
+        "atlas-800t-a2": vm.atlas_800t_a2,
+        "mixed-gpu-npu": lambda: vm.mixed_gpu_npu(_gpu),
+    }
+
+
+MACHINES = {
+    "dgx-a100-mig": dgx_a100,
+    "dgx-h100": dgx_h100,
+    "pcie-8gpu": pcie_8gpu,
+    **_vendor_machines(),
+}
 
 
 def render(name: str) -> str:
