@@ -6,10 +6,9 @@ inside the commands.
 
 from __future__ import annotations
 
-import sys
-
 import click
 
+from slurmgpu.cli.emit_options import emit_options, exit_with
 from slurmgpu.errors import UsageError
 
 
@@ -88,10 +87,10 @@ def inventory(
 
 def _write_task_prolog(path: str, inventories, opts) -> None:
     from slurmgpu.render import gres
-    from slurmgpu.util.atomic import write_atomic
+    from slurmgpu.util.emit import emit
 
-    write_atomic(path, gres.render_task_prolog(list(inventories), opts), mode=0o755)
-    click.echo(f"wrote {path} (TaskProlog: ASCEND_RT_VISIBLE_DEVICES)", err=True)
+    # the TaskProlog that sets ASCEND_RT_VISIBLE_DEVICES; `wrote PATH` or `PATH: unchanged`
+    emit(gres.render_task_prolog(list(inventories), opts), path, mode=0o755)
 
 
 def _slurm_version(text: str | None):
@@ -134,12 +133,7 @@ def _slurm_version(text: str | None):
 @click.option(
     "--check", is_flag=True, help="Validate with Slurm's own parser (slurmd -G) before installing."
 )
-@click.option(
-    "--diff",
-    "show_diff",
-    is_flag=True,
-    help="Show a unified diff against --output and write nothing.",
-)
+@emit_options
 @click.option(
     "--slurm-version",
     default=None,
@@ -197,6 +191,8 @@ def gen_gres(
     output: str,
     check: bool,
     show_diff: bool,
+    dry_run: bool,
+    emit_dir: str | None,
     slurm_version: str | None,
     shards_per_gpu: int | None,
     gpu_types: str,
@@ -215,9 +211,11 @@ def gen_gres(
     """
 
     from slurmgpu.configure.gen_gres import check_gres, gen_gres, gres_options
+    from slurmgpu.util.emit import emit
 
-    if show_diff and output == "-":
-        raise UsageError("--diff needs --output PATH (the file to compare with)")
+    if (show_diff or dry_run or emit_dir) and output == "-":
+        raise UsageError("--diff, --dry-run and --emit need --output PATH (the live file)")
+    writing = {"diff": show_diff, "dry_run": dry_run, "emit_dir": emit_dir}
     opts, notes = gres_options(
         slurm_version,
         gpu_types=gpu_types,
@@ -239,7 +237,7 @@ def gen_gres(
             )
         if task_prolog:
             _write_task_prolog(task_prolog, snapshot.load_many(snapshot_paths, snapshot_dir), opts)
-        gen_cluster_gres(snapshot_paths, snapshot_dir, opts, output, check, show_diff, node_line)
+        gen_cluster_gres(snapshot_paths, snapshot_dir, opts, output, check, writing, node_line)
         return
     files = gen_gres(opts, snapshot_paths[0] if snapshot_paths else None, host_root)
     if task_prolog:
@@ -250,35 +248,14 @@ def gen_gres(
     def validate(text: str) -> None:
         check_gres(files, text, say=lambda line: click.echo(f"slurmgpu: check: {line}", err=True))
 
-    _write_gres(files, output, show_diff, node_line, validate if check else None)
-
-
-def _write_gres(files, output: str, show_diff: bool, node_line: bool, validate) -> None:
-    """gen-gres's output: a diff, stdout (node line first), or gres.conf written atomically
-    (`validate`: the slurmd -G check, run before anything is shown or installed)."""
-    from pathlib import Path
-
-    from slurmgpu.util.atomic import diff_against_file, write_atomic
-
-    if show_diff:
-        sys.stdout.write(diff_against_file(output, files.gres_conf))
-        if validate:
-            validate(files.gres_conf)
-        return
     if output == "-":
-        if validate:
+        if check:
             validate(files.gres_conf)
         if node_line:
             click.echo(files.node_conf)
         click.echo(files.gres_conf, nl=False)
         return
-    backup = write_atomic(
-        output,
-        files.gres_conf,
-        validate=(lambda tmp: validate(Path(tmp).read_text(encoding="utf-8")))
-        if validate
-        else None,
-    )
-    click.echo(f"wrote {output}" + (f" (previous kept as {backup})" if backup else ""), err=True)
-    if node_line:
+    status = emit(files.gres_conf, output, check=validate if check else None, **writing)
+    if node_line and not show_diff:
         click.echo(files.node_conf, nl=False)
+    exit_with(status)

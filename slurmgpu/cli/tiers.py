@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import click
 
+from slurmgpu.cli.emit_options import emit_options, exit_with
+
 WARNING = "slurmgpu: warning: "
 POLICY_OPTION = click.option(
     "--policy",
@@ -58,6 +60,12 @@ def qos() -> None:
     """Bring the tier QOS and association QOS lists in slurmdbd to the policy."""
 
 
+def _plan(policy_path: str | None, prune: bool):
+    from slurmgpu.fleet.qos import plan
+
+    return plan(_load(policy_path), prune)
+
+
 def _print_plan(plan) -> None:
     from slurmgpu.render.qos import format_command
 
@@ -81,24 +89,61 @@ def _print_plan(plan) -> None:
 @click.option("--prune", is_flag=True, help="Also delete slurmgpu's stale QOS that jobs still use.")
 def qos_plan(policy_path: str | None, prune: bool) -> None:
     """Print the sacctmgr commands that bring slurmdbd to the policy (changes nothing)."""
-    from slurmgpu.configure.qos import qos_plan as plan
-
-    _print_plan(plan(policy_path, prune))
+    _print_plan(_plan(policy_path, prune))
 
 
 @qos.command("apply")
 @POLICY_OPTION
 @click.option("--prune", is_flag=True, help="Also delete slurmgpu's stale QOS that jobs still use.")
-def qos_apply(policy_path: str | None, prune: bool) -> None:
+@click.option("--dry-run", is_flag=True, help="Print the plan; run nothing.")
+@click.option(
+    "--emit",
+    "emit_dir",
+    type=click.Path(file_okay=False),
+    help="Write the plan's sacctmgr commands as qos-apply.sh (and the steps) into this "
+    "directory; run nothing.",
+)
+@click.option(
+    "--log",
+    "log_path",
+    default="/var/lib/slurmgpu/qos.jsonl",
+    show_default=True,
+    help="Change log (JSON lines): each round's commands and the QOS before it.",
+)
+@click.option("--undo", is_flag=True, help="Put the QOS and associations of the last apply back.")
+def qos_apply(
+    policy_path: str | None,
+    prune: bool,
+    dry_run: bool,
+    emit_dir: str | None,
+    log_path: str,
+    undo: bool,
+) -> None:
     """Run the plan's sacctmgr commands (with -i), then check that nothing is left to do."""
-    from slurmgpu.configure.qos import qos_apply as apply
-    from slurmgpu.configure.qos import qos_plan as plan
+    from pathlib import Path
 
-    first = plan(policy_path, prune)
-    _print_plan(first)
-    total = apply(policy_path, prune, plan=first, ran=lambda cmd: click.echo(f"ran: {cmd}"))
-    if total:
-        click.echo(f"applied {total} command(s); slurmdbd matches the policy")
+    from slurmgpu.fleet.qos import qos_apply as apply
+    from slurmgpu.fleet.qos import qos_undo
+    from slurmgpu.render.qos import format_command
+
+    if undo:
+        ran = qos_undo(Path(log_path), on_run=lambda c: click.echo(f"ran: {format_command(c)}"))
+        click.echo(f"undone with {len(ran)} command(s); slurmdbd is as before the last apply")
+        return
+
+    result = apply(
+        _load(policy_path),
+        prune=prune,
+        log=Path(log_path),
+        dry_run=dry_run,
+        emit_dir=Path(emit_dir) if emit_dir else None,
+        on_plan=_print_plan,
+        on_run=lambda cmd: click.echo(f"ran: {format_command(cmd)}"),
+    )
+    if result.ran:
+        click.echo(f"applied {len(result.ran)} command(s); slurmdbd matches the policy")
+    elif dry_run and not result.first.nothing_to_do:
+        click.echo("# dry run: nothing run")
 
 
 @click.command("gen-job-submit")
@@ -113,38 +158,27 @@ def qos_apply(policy_path: str | None, prune: bool) -> None:
 )
 @click.option("--check", is_flag=True, help="Compile (luac5.1 -p) and dry-run it in Lua first.")
 @click.option("--slurm-version", help="Target Slurm release, e.g. 24.11 (default: installed).")
+@emit_options
 def gen_job_submit(
-    policy_path: str | None, output: str, check: bool, slurm_version: str | None
+    policy_path: str | None,
+    output: str,
+    check: bool,
+    slurm_version: str | None,
+    show_diff: bool,
+    dry_run: bool,
+    emit_dir: str | None,
 ) -> None:
     """Render job_submit.lua from the policy (checked and installed atomically with -o)."""
-    from pathlib import Path
-
     from slurmgpu.configure.gen_job_submit import check_job_submit, gen_job_submit
-    from slurmgpu.util.atomic import write_atomic
+    from slurmgpu.util.emit import emit
 
     lua = gen_job_submit(policy_path, slurm_version)
     for warning in lua.warnings:
-        click.secho(f"slurmgpu: warning: {warning}", err=True, fg="yellow")
+        click.secho(f"{WARNING}{warning}", err=True, fg="yellow")
 
-    def validate(path: Path) -> None:
-        check_job_submit(
-            path, lua.samples, lambda w: click.secho(f"slurmgpu: warning: {w}", err=True)
-        )
+    def check_text(text: str) -> None:
+        check_job_submit(text, lua.samples, warn=lambda w: click.secho(f"{WARNING}{w}", err=True))
 
-    if output == "-":
-        if check:
-            import tempfile
-
-            with tempfile.TemporaryDirectory() as tmp:
-                probe = Path(tmp) / "job_submit.lua"
-                probe.write_text(lua.text, encoding="utf-8")
-                validate(probe)
-        click.echo(lua.text, nl=False)
-        return
-    try:
-        write_atomic(output, lua.text, mode=0o644, validate=validate if check else None)
-    except OSError as exc:
-        from slurmgpu.errors import SlurmgpuError
-
-        raise SlurmgpuError(f"cannot write {output}: {exc.strerror}") from exc
-    click.echo(f"wrote {output}" + (" (checked)" if check else ""), err=True)
+    text = lua.text
+    writing = {"diff": show_diff, "dry_run": dry_run, "emit_dir": emit_dir}
+    exit_with(emit(text, output, check=check_text if check else None, mode=0o644, **writing))

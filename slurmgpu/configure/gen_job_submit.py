@@ -40,17 +40,23 @@ def gen_job_submit(
 
 
 def check_job_submit(
-    path: Path, samples: tuple[str, ...], warn: Callable[[str], None] = lambda _: None
+    text: str, samples: tuple[str, ...], warn: Callable[[str], None] = lambda _: None
 ) -> None:
-    """Compile `path` with luac5.1 and dry-run it in Lua 5.1 and 5.4 (lupa) on `samples`;
-    a check that cannot run here is a `warn`ing, a failing one a `ConfigCheckError`."""
+    """Compile `text` (a job_submit.lua) with luac5.1 and dry-run it in Lua 5.1 and 5.4
+    (lupa) on `samples`; a check that cannot run here is a `warn`ing, a failing one a
+    `ConfigCheckError`."""
+    import tempfile
+
     from slurmgpu.sources import lua_check
 
-    if lua_check.luac_available() is None:
-        warn("no luac5.1: compile check skipped")
-    lua_check.luac_check(path)
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "job_submit.lua"
+        path.write_text(text, encoding="utf-8")
+        if lua_check.luac_available() is None:
+            warn("no luac5.1: compile check skipped")
+        lua_check.luac_check(path)
     runtimes = [r for r in ("lua51", "lua54") if lua_check.lupa_available(r)]
     if not runtimes:
         warn("lupa not installed: dry run skipped")
     for runtime in runtimes:
-        lua_check.dry_run(path.read_text(encoding="utf-8"), list(samples), runtime)
+        lua_check.dry_run(text, list(samples), runtime)

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from slurmgpu.errors import UsageError
 from slurmgpu.mig.demand import Demand, profile_for
 from slurmgpu.model.catalog import GpuModel, MigProfile
-from slurmgpu.model.gpu import Gpu
+from slurmgpu.model.gpu import VENDOR_NVIDIA, Gpu
 from slurmgpu.model.inventory import Inventory
 from slurmgpu.model.mig_layout import Layout, maximal_layouts, place
 
@@ -220,6 +220,10 @@ def plan(
 ) -> MigPlan:
     """Per-GPU layouts for these nodes meeting `demand` with the fewest GPUs carved we find."""
     _check_nodes(inventories, keep_whole)
+    # MIG (and mig-parted) is NVIDIA's: nodes with only AMD GPUs or Ascend NPUs are not planned
+    inventories = [inv for inv in inventories if any(g.vendor == VENDOR_NVIDIA for g in inv.gpus)]
+    if not inventories:
+        raise UsageError("no node with an NVIDIA GPU to plan MIG layouts for")
     mig_models = [
         g.model for inv in inventories for g in inv.gpus if g.model and g.model.supports_mig
     ]

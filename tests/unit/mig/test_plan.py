@@ -144,15 +144,10 @@ def test_cli_plan_text_and_errors(tmp_path) -> None:
     assert ok.exit_code == 0, ok.output
     assert "node dgxa100" in ok.output and "GPUs carved: 1" in ok.output
     out = tmp_path / "parted.yaml"
-    # the NVIDIA examples (etc/examples also holds AMD/Ascend nodes, two of them one node)
-    snaps = tmp_path / "snapshots"
-    snaps.mkdir()
-    for name in ("dgx-a100-mig.json", "dgx-h100.json", "pcie-8gpu.json"):
-        (snaps / name).write_bytes((EXAMPLES / name).read_bytes())
     wrote = runner.invoke(
         main,
         [
-            *("mig", "plan", "--snapshot-dir", str(snaps), "--demand", "1g=3"),
+            *("mig", "plan", "--snapshot-dir", str(EXAMPLES), "--demand", "1g=3"),
             *("--format", "mig-parted", "-o", str(out)),
         ],
     )
@@ -160,6 +155,7 @@ def test_cli_plan_text_and_errors(tmp_path) -> None:
     assert set(yaml.safe_load(out.read_text())["mig-configs"]) == {
         "slurmgpu-dgxa100",
         "slurmgpu-dgxh100",
+        "slurmgpu-mixed01",  # its RTX 4090s get a config; its NPUs and the AMD/Ascend nodes none
         "slurmgpu-pcie8",
     }
     bad = runner.invoke(main, ["mig", "plan", "--snapshot", snap, "--demand", "1g.99gb=1"])
