@@ -13,7 +13,7 @@ import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
-from slurmgpu.errors import UsageError
+from slurmgpu.errors import ParameterError
 from slurmgpu.model.catalog import mig_compute_slices
 from slurmgpu.util.hostlist import expand_hostlist
 
@@ -97,6 +97,8 @@ def parse_capacity_options(values: Iterable[str]) -> dict[str, float]:
         except ValueError:
             value = -1.0
         if not sep or not name or value < 0:
-            raise UsageError(f"--capacity {text!r}: use PARTITION=GPUS, e.g. gpu=64")
+            raise ParameterError(
+                "capacity", "{flag} " + f"{text!r}: use PARTITION=GPUS, e.g. gpu=64"
+            )
         out[name] = value
     return out

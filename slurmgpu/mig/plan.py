@@ -15,7 +15,7 @@ from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from slurmgpu.errors import UsageError
+from slurmgpu.errors import ParameterError, UsageError
 from slurmgpu.mig.demand import Demand, profile_for
 from slurmgpu.model.catalog import GpuModel, MigProfile
 from slurmgpu.model.gpu import VENDOR_NVIDIA, Gpu
@@ -280,7 +280,7 @@ def plan(
 
 def _check_nodes(inventories: Sequence[Inventory], keep_whole: int) -> None:
     if keep_whole < 0:
-        raise UsageError("--keep-whole: must be 0 or more")
+        raise ParameterError("keep_whole", "{flag}: must be 0 or more")
     if not inventories:
         raise UsageError("no nodes to plan for: give --snapshot FILE or --snapshot-dir DIR")
     names = [inv.node_name for inv in inventories]
