@@ -241,6 +241,13 @@ class PrometheusSource:
 
     def query(self, expr: str, at: int) -> list[tuple[dict[str, str], float]]:
         """One instant query: [(labels, value)]; PrometheusError on any failure."""
+        data = self.query_data(expr, at)
+        if data.get("resultType") != "vector":
+            raise PrometheusError("http", f"expected a vector, got {data.get('resultType')}")
+        return [(r["metric"], float(r["value"][1])) for r in data.get("result", [])]
+
+    def query_data(self, expr: str, at: int) -> dict:
+        """One instant query's `data` (any result type); PrometheusError on any failure."""
         body = urllib.parse.urlencode(
             {"query": expr, "time": str(at), "timeout": f"{self.timeout_s:g}s"}
         ).encode()
@@ -269,10 +276,8 @@ class PrometheusSource:
             )
         for text in answer.get("warnings") or []:
             self.warnings.append(MeasureWarning(self.name, "prometheus-warning", str(text)))
-        data = answer.get("data") or {}
-        if data.get("resultType") != "vector":
-            raise PrometheusError("http", f"expected a vector, got {data.get('resultType')}")
-        return [(r["metric"], float(r["value"][1])) for r in data.get("result", [])]
+        data = answer.get("data")
+        return data if isinstance(data, dict) else {}
 
     # -- one run ------------------------------------------------------------------------
     def _measure(

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
+from typing import Any
 
 from slurmgpu.accounting.document import AnalysisDocument
 from slurmgpu.views.report.html import render_html
@@ -33,8 +34,8 @@ from slurmgpu.views.report.tables import (
 from slurmgpu.views.report.text import render_text
 
 
-def render_report(doc: AnalysisDocument, fmt: str) -> str:
-    """Render `doc` in one of `FORMATS`."""
+def render_report(doc: AnalysisDocument, fmt: str, idle: Any = None) -> str:
+    """Render `doc` in one of `FORMATS` (with `idle`, an `IdleReport`: its section too)."""
     renderers: dict[str, Callable[[AnalysisDocument], str]] = {
         "text": render_text,
         "json": render_json,
@@ -45,7 +46,12 @@ def render_report(doc: AnalysisDocument, fmt: str) -> str:
         renderer = renderers[fmt]
     except KeyError:
         raise ValueError(f"unknown report format {fmt!r} (one of {', '.join(FORMATS)})") from None
-    return renderer(doc)
+    text = renderer(doc)
+    if idle is not None:
+        from slurmgpu.views.idle import with_idle_section
+
+        text = with_idle_section(text, idle, fmt)
+    return text
 
 
 def render_json(analysis: AnalysisDocument) -> str:
