@@ -19,6 +19,24 @@ class UsageError(SlurmgpuError):
     exit_code = 2
 
 
+class ParameterError(UsageError):
+    """A bad value of one library parameter, named as the library names it (`parameter`).
+
+    `message` holds `{flag}` once where the parameter's name goes (plain text, not a format
+    string: quoted input may hold braces): `str()` (a library user's view) says
+    `keep_whole: must be 0 or more`; the CLI's error path (`cli/errorpath.py`) puts the
+    command's option there instead: `--keep-whole: must be 0 or more`."""
+
+    def __init__(self, parameter: str, message: str) -> None:
+        super().__init__(message.replace("{flag}", parameter, 1))
+        self.parameter = parameter
+        self.template = message
+
+    def for_flag(self, flag: str) -> str:
+        """The message with `flag` (the command's option) in the parameter's place."""
+        return self.template.replace("{flag}", flag, 1)
+
+
 class InventoryError(SlurmgpuError):
     """NVML or the host could not be read, or a GPU is unhealthy."""
 

@@ -13,7 +13,7 @@ import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
-from slurmgpu.errors import UsageError
+from slurmgpu.errors import ParameterError
 from slurmgpu.model.catalog import mig_compute_slices
 from slurmgpu.util.hostlist import expand_hostlist
 
@@ -110,5 +110,5 @@ def parse_capacity_options(values: Iterable[str], *, whole: bool = False) -> dic
             out[name] = value
     except ValueError as exc:
         form = "PARTITION=GPUS (whole GPUs)" if whole else "PARTITION=GPUS"
-        raise UsageError(f"--capacity {exc}; use {form}, e.g. gpu=64") from None
+        raise ParameterError("capacity", "{flag} " + f"{exc}; use {form}, e.g. gpu=64") from None
     return out

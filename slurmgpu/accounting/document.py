@@ -2,7 +2,7 @@
 
 Every stage hands typed rows up (`metrics.py` gives `GroupStats`/`GroupRow`/`FitShares`/
 `Timeseries`, `recommend.py` gives `Recommendation`s); `pipeline.py` assembles them into one
-frozen `AnalysisDocument`; the renderers (`views/report.py`) read its attributes.
+frozen `AnalysisDocument`; the renderers (`views/report/`) read its attributes.
 `AnalysisDocument.to_json()` is the JSON contract (docs/accounting.md, "JSON schema",
 `schema_version` 2) and `AnalysisDocument.from_json()` reads it back (saved reports, test
 fixtures), so `from_json(d).to_json() == d` for every document the contract allows.

@@ -1,4 +1,5 @@
-"""`analyze()`: the accounting stages wired in order, each a module with one job.
+"""`analyze()`: the accounting stages wired in order, each a module with one job (and each a
+function here that `analyze` lists in order).
 
 read (`read.py`: row sources) -> normalize (`load.py`: typed columns, steps folded into runs,
 requeued runs apart, bad rows rejected with file:line:reason) -> runs (`runs.py`: window-
@@ -11,7 +12,8 @@ from __future__ import annotations
 
 import os
 from collections.abc import Sequence
-from datetime import timedelta
+from dataclasses import dataclass
+from datetime import datetime, timedelta
 from typing import Any
 
 from slurmgpu.accounting import document as doc_mod
@@ -35,45 +37,124 @@ USAGE_SUMS_FROM = (24, 5)
 
 def analyze(options: AnalysisOptions) -> AnalysisResult:
     """Analyze saved sacct dumps, or the live cluster when `options.files` is empty."""
-    from slurmgpu.accounting import metrics, read, recommend, runs, window
-
     opts = options.validated()
-    now = opts.now
-    assert now is not None
-    cap, version, capacity_error = Capacity(), None, None
-    since, until = opts.since, opts.until
-    if not opts.files:
-        cap, version, capacity_error = _live_facts(opts)
-        since = since or (now - timedelta(days=LIVE_DEFAULT_DAYS))
-        until = until or now
-    reading = _usage_reading(opts.slurm_version, version)
-    shards = {**cap.shards_per_gpu, **opts.shards_per_gpu}
+    live = _live(opts)
+    got, source = _read(opts, live)
+    frame, win, outside, raw_partitions = _in_window(got.loaded.frame, live)
+    frame, cluster_of = _per_cluster(frame)
+    parts = _partitions(opts, live.capacity, cluster_of)
+    sizes, r, jobs_need = _runs(opts, frame, win, parts)
+    totals = _totals(got.loaded, frame, r.work, parts.total_gpus, win, outside)
+    tables = _group_tables(frame, r, jobs_need, win, parts)
+    recommendations = _recommend(frame, r, tables, totals, win, parts)
+    doc = AnalysisDocument(
+        schema_version=SCHEMA_VERSION,
+        generated_at=opts.now,
+        window=doc_mod.Window(*win.datetimes()),
+        source=source,
+        totals=totals,
+        utilization_basis=dict(r.util_basis),
+        measure_warnings=tuple(
+            doc_mod.MeasureWarning(w.source, w.kind, w.message, tuple(w.job_ids))
+            for w in r.measure_warnings
+        ),
+        **tables,
+        fit_fraction=_fit_fraction(r, sizes, jobs_need),
+        timeseries=_timeseries(opts, frame, r.work, win, parts.total_gpus),
+        rejected=tuple(
+            doc_mod.Rejected(str(x.file), int(x.line), str(x.reason)) for x in got.loaded.rejected
+        ),
+        notes=tuple(_option_notes(opts, raw_partitions | set(cluster_of), parts.capacity))
+        + tuple(_gpu_type_notes(frame, parts.types, parts.memory)),
+        recommendations=tuple(recommendations),
+    )
+    return AnalysisResult(document=doc, frame=frame, load=got.loaded, cluster=parts.facts(sizes))
+
+
+@dataclass(frozen=True)
+class _Live:
+    """What the live cluster says (nothing for dumps), and the window asked."""
+
+    capacity: Capacity
+    version: tuple[int, int, int] | None
+    capacity_error: str | None
+    since: datetime | None
+    until: datetime | None
+
+
+def _live(opts: AnalysisOptions) -> _Live:
+    """Slurm's version, the capacity and the default window (7 days to now) when live."""
+    if opts.files:
+        return _Live(Capacity(), None, None, opts.since, opts.until)
+    assert opts.now is not None
+    cap, version, capacity_error = _live_facts(opts)
+    since = opts.since or (opts.now - timedelta(days=LIVE_DEFAULT_DAYS))
+    return _Live(cap, version, capacity_error, since, opts.until or opts.now)
+
+
+def _read(opts: AnalysisOptions, live: _Live) -> tuple[Any, doc_mod.Source]:
+    """Stage read + normalize: the rows from the source `opts` names, and where they came
+    from."""
+    from slurmgpu.accounting import read
+
+    reading = _usage_reading(opts.slurm_version, live.version)
     normalize = load_mod.Options(
         timezone=opts.timezone,
         tier_for_qos=opts.tier_function(),
-        shards_per_gpu=shards,
+        shards_per_gpu={**live.capacity.shards_per_gpu, **opts.shards_per_gpu},
         usage_sums_gpus=reading["sums"],
         keep_admin_comment=bool(opts.measure_sources),
     )
-    request = read.ReadRequest(opts, normalize, since, until, version)
+    request = read.ReadRequest(opts, normalize, live.since, live.until, live.version)
     got = read.source_for(opts).read(request)
-    loaded = got.loaded
+    version = live.version
     source = doc_mod.Source(
         kind=got.kind if not opts.files else "file",
         files=tuple(os.fspath(p) for p in opts.files),
         slurm_version="{}.{:02d}.{}".format(*version) if version else opts.slurm_version,
         usage_reading=reading["text"],
-        capacity_error=capacity_error,
+        capacity_error=live.capacity_error,
         backend_note=got.note if not opts.files else None,
     )
+    return got, source
 
-    frame = loaded.frame
-    win = window.window_for(frame, since, until)
+
+def _in_window(frame: Any, live: _Live) -> tuple[Any, Any, int, set[str]]:
+    """Stage window: the runs active in the window, how many rows were outside it, and the
+    partitions seen (before several clusters' partitions are labelled)."""
+    from slurmgpu.accounting import window
+
+    win = window.window_for(frame, live.since, live.until)
     inside = window.active_in(frame, win)
     outside = int((~inside).sum())
     frame = frame[inside].reset_index(drop=True)
-    raw_partitions = set(column_codes(frame, "partition")[1])
-    frame, cluster_of = _per_cluster(frame)
+    return frame, win, outside, set(column_codes(frame, "partition")[1])
+
+
+@dataclass(frozen=True)
+class _Partitions:
+    """The per-partition settings, keyed by the window's partition labels."""
+
+    capacity: dict[str, float]  # GPUs per partition
+    types: dict[str, str]  # GPU type per partition
+    gpus_per_node: dict[str, float]
+    memory: dict[str, float]  # GPU type -> memory MiB
+    total_gpus: float | None
+    cluster_of: dict[str, str]
+
+    def facts(self, sizes: Any) -> ClusterFacts:
+        """What the replay needs of the cluster (`AnalysisResult.cluster`)."""
+        return ClusterFacts(
+            capacity=dict(self.capacity),
+            gpus_per_node=dict(self.gpus_per_node),
+            gpu_types=dict(self.types),
+            clusters=frozenset(self.cluster_of.values()),
+            gpu_memory_mib=sizes.per_run_mib,
+        )
+
+
+def _partitions(opts: AnalysisOptions, cap: Capacity, cluster_of: dict[str, str]) -> _Partitions:
+    """The options' and the live cluster's capacity, GPU types, GPUs per node and memory."""
     part_gpus = _by_label(
         {**cap.partition_gpus, **(opts.capacity or {})}, cluster_of, "capacity", strict=True
     )
@@ -85,16 +166,32 @@ def analyze(options: AnalysisOptions) -> AnalysisResult:
         every = gpus_per_node.pop("*")
         gpus_per_node = {p: gpus_per_node.get(p, every) for p in {*cluster_of, *part_gpus}}
     memory = {**_inventory_memory(opts.inventories), **opts.gpu_memory_mib}
-    sizes = runs.gpu_sizes(frame, types, memory)
-    r = runs.build_runs(frame, win, sizes, opts.measure_sources)
-    work = r.work
     total_gpus = cap.total_gpus if not opts.capacity else sum(part_gpus.values())
     if not part_gpus:
         total_gpus = None
+    return _Partitions(part_gpus, types, gpus_per_node, memory, total_gpus, cluster_of)
+
+
+def _runs(opts: AnalysisOptions, frame: Any, win: Any, parts: _Partitions) -> tuple[Any, ...]:
+    """Stage runs: GPU sizes per run, window-clipped GPU-hours, measures and need (per run,
+    and per job)."""
+    from slurmgpu.accounting import metrics, runs
+
+    sizes = runs.gpu_sizes(frame, parts.types, parts.memory)
+    r = runs.build_runs(frame, win, sizes, opts.measure_sources)
+    return sizes, r, metrics.job_need(frame, r.need)
+
+
+def _totals(
+    loaded: Any, frame: Any, work: Any, total_gpus: float | None, win: Any, outside: int
+) -> doc_mod.Totals:
+    """Stage metrics, the totals: the window's numbers and the row accounting (which must
+    reconcile)."""
+    from slurmgpu.accounting import metrics
 
     if loaded.rows_read != loaded.rows_analyzed + loaded.rows_rejected:
         raise SacctParseError("internal: row accounting does not reconcile")
-    totals = doc_mod.Totals(
+    return doc_mod.Totals(
         **metrics.summarize(work, total_gpus, win).as_fields(),
         rows_read=loaded.rows_read,
         rows_analyzed=loaded.rows_analyzed,
@@ -111,73 +208,76 @@ def analyze(options: AnalysisOptions) -> AnalysisResult:
         ),
         steps_gpu_usage_over_100=loaded.usage_over_100,
     )
-    jobs_need = metrics.job_need(frame, r.need)
+
+
+def _group_tables(
+    frame: Any, r: Any, jobs_need: Any, win: Any, parts: _Partitions
+) -> dict[str, Any]:
+    """Stage metrics, the by_* tables of the document."""
+    from slurmgpu.accounting import metrics
+
+    work = r.work
     by_partition = metrics.by_group(
-        frame, work, "partition", win, part_gpus, need=r.need, jobs_need=jobs_need
+        frame, work, "partition", win, parts.capacity, need=r.need, jobs_need=jobs_need
     )
-    by_tier = metrics.by_group(frame, work, "tier", win, None)
-    recommendations = recommend.recommend(
+    return {
+        "by_partition": by_partition,
+        "by_cluster": _by_cluster(frame, work, win, parts.capacity, parts.cluster_of),
+        "by_qos": metrics.by_group(frame, work, "qos", win, None, extra=("tier",)),
+        "by_tier": metrics.by_group(frame, work, "tier", win, None),
+        "by_account": metrics.by_group(frame, work, "account", win, None),
+        "by_user": metrics.by_group(frame, work, "user", win, None),
+        "by_kind": metrics.by_group(frame, work, "kind", win, None),
+    }
+
+
+def _recommend(
+    frame: Any, r: Any, tables: dict[str, Any], totals: Any, win: Any, parts: _Partitions
+) -> list[Any]:
+    """Stage recommendations (candidates; `advice/` replays their changes)."""
+    from slurmgpu.accounting import recommend
+
+    return recommend.recommend(
         frame,
-        work,
+        r.work,
         need=r.need,
         need_basis=r.need_basis,
-        by_partition=by_partition,
-        by_tier=by_tier,
+        by_partition=tables["by_partition"],
+        by_tier=tables["by_tier"],
         totals=totals,
         window=win,
-        partition_types=types,
-        gpus_per_node=gpus_per_node,
-        cluster_of=cluster_of,
+        partition_types=parts.types,
+        gpus_per_node=parts.gpus_per_node,
+        cluster_of=parts.cluster_of,
     )
-    doc = AnalysisDocument(
-        schema_version=SCHEMA_VERSION,
-        generated_at=now,
-        window=doc_mod.Window(*win.datetimes()),
-        source=source,
-        totals=totals,
-        utilization_basis=dict(r.util_basis),
-        measure_warnings=tuple(
-            doc_mod.MeasureWarning(w.source, w.kind, w.message, tuple(w.job_ids))
-            for w in r.measure_warnings
-        ),
-        by_partition=by_partition,
-        by_cluster=_by_cluster(frame, work, win, part_gpus, cluster_of),
-        by_qos=metrics.by_group(frame, work, "qos", win, None, extra=("tier",)),
-        by_tier=by_tier,
-        by_account=metrics.by_group(frame, work, "account", win, None),
-        by_user=metrics.by_group(frame, work, "user", win, None),
-        by_kind=metrics.by_group(frame, work, "kind", win, None),
-        fit_fraction=metrics.fit_fraction(
-            work,
-            r.need,
-            r.need_basis,
-            sizes.unknown_types,
-            jobs_need=jobs_need,
-            unknown_partitions=sizes.unknown_partitions,
-            type_partitions=sizes.type_partitions,
-        ),
-        timeseries=metrics.timeseries(
-            work,
-            win,
-            total_gpus,
-            opts.freq,
-            partitions=frame["partition"].to_numpy(dtype=object, na_value=""),
-        ),
-        rejected=tuple(
-            doc_mod.Rejected(str(x.file), int(x.line), str(x.reason)) for x in loaded.rejected
-        ),
-        notes=tuple(_option_notes(opts, raw_partitions | set(cluster_of), part_gpus))
-        + tuple(_gpu_type_notes(frame, types, memory)),
-        recommendations=tuple(recommendations),
+
+
+def _fit_fraction(r: Any, sizes: Any, jobs_need: Any) -> Any:
+    from slurmgpu.accounting import metrics
+
+    return metrics.fit_fraction(
+        r.work,
+        r.need,
+        r.need_basis,
+        sizes.unknown_types,
+        jobs_need=jobs_need,
+        unknown_partitions=sizes.unknown_partitions,
+        type_partitions=sizes.type_partitions,
     )
-    cluster = ClusterFacts(
-        capacity=dict(part_gpus),
-        gpus_per_node=dict(gpus_per_node),
-        gpu_types=dict(types),
-        clusters=frozenset(cluster_of.values()),
-        gpu_memory_mib=sizes.per_run_mib,
+
+
+def _timeseries(
+    opts: AnalysisOptions, frame: Any, work: Any, win: Any, total_gpus: float | None
+) -> Any:
+    from slurmgpu.accounting import metrics
+
+    return metrics.timeseries(
+        work,
+        win,
+        total_gpus,
+        opts.freq,
+        partitions=frame["partition"].to_numpy(dtype=object, na_value=""),
     )
-    return AnalysisResult(document=doc, frame=frame, load=loaded, cluster=cluster)
 
 
 def _per_cluster(frame: Any) -> tuple[Any, dict[str, str]]:

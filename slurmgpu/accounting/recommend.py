@@ -379,30 +379,10 @@ def _move_nodes(
         g = gpus_of.get(name)
         return g.model.key if g is not None and g.model is not None else None
 
-    known = [e for e in partitions if e.allocation_ratio is not None]
-    if len(known) < 2:
-        checks.append("move_nodes: capacity known for fewer than 2 partitions")
+    pairs = _move_candidates(partitions, checks)
+    if pairs is None:
         return []
-    takers = sorted(
-        (e for e in known if e.pending_gpu_hours > 0 and (e.wait_s.p95 or 0) >= STARVED_WAIT_P95_S),
-        key=lambda e: -e.pending_gpu_hours,
-    )
-    donors = sorted(
-        (
-            e
-            for e in known
-            if e.allocation_ratio < DONOR_TARGET_RATIO and (e.wait_s.p95 or 0) < STARVED_WAIT_P95_S
-        ),
-        key=lambda e: -(e.idle_gpu_hours or 0),
-    )
-    if not takers or not donors:
-        checks.append(
-            f"move_nodes: partitions with unmet demand and p95 wait >= "
-            f"{_dur(STARVED_WAIT_P95_S)}: {[e.name for e in takers]}; partitions under "
-            f"{DONOR_TARGET_RATIO:.0%} allocated without long waits: "
-            f"{[e.name for e in donors]}: no pair"
-        )
-        return []
+    takers, donors = pairs
     recs = []
     spare = {}
     for d in donors:
@@ -429,71 +409,119 @@ def _move_nodes(
             nodes = int(min(spare[name], math.ceil(demand_gpus / per_node) * per_node) // per_node)
             if nodes < 1:
                 continue
-            moved = nodes * per_node
-            spare[name] -= moved
-            demand_gpus -= moved
-            cap_gpus = donor.capacity_gpu_hours / hours
-            used = donor.gpu_hours_allocated / hours
-            served = min(moved * hours, taker.pending_gpu_hours)
-            caveat = ""
-            if other:
-                t = gpus_of[taker.name]
-                caveat = (
-                    f"{gpus_of[name].model.key.upper()} nodes into a {t.model.key.upper()} "
-                    "partition"
-                    + (
-                        f": jobs asking gres/gpu:{t.typed_name} will not use them"
-                        if t.typed_name
-                        else ""
-                    )
-                )
-            recs.append(
-                Recommendation(
-                    kind="move_nodes",
-                    title=f"Move {nodes} node(s) ({moved:g} GPUs) from {name} to {taker.name}"
-                    + (f" ({caveat})" if caveat else ""),
-                    detail=(
-                        (
-                            f"{caveat} ({gpus_of[taker.name].typed_share:.0%} of "
-                            f"{taker.name}'s GPU runs ask a typed GPU). "
-                            if caveat
-                            else ""
-                        )
-                        + f"{taker.name}: p95 wait {_dur(taker.wait_s.p95)} at "
-                        f"{taker.allocation_ratio:.0%} allocated, "
-                        f"{taker.pending_gpu_hours:.0f} GPU-hours of demand waited; "
-                        f"{name}: {donor.allocation_ratio:.0%} allocated "
-                        f"({donor.idle_gpu_hours:.0f} idle GPU-hours), p95 wait "
-                        f"{_dur(donor.wait_s.p95 or 0)}. After the move {name} would be "
-                        f"{used / (cap_gpus - moved):.0%} allocated; up to {served:.0f} "
-                        "GPU-hours of the waiting demand could have been served."
-                    ),
-                    evidence=MoveEvidence(
-                        donor=_load(donor), taker=_load(taker), gpus_per_node=per_node
-                    ),
-                    estimated_effect=MoveEffect(
-                        gpus_moved=moved,
-                        donor_allocation_ratio_after=float(used / (cap_gpus - moved)),
-                        capacity_gpu_hours_added_to_taker=float(moved * hours),
-                        demand_gpu_hours_served=float(served),
-                    ),
-                    **_changes([_replay_changes().Move(name, taker.name, int(moved))]),
-                )
-            )
+            spare[name] -= nodes * per_node
+            demand_gpus -= nodes * per_node
+            caveat = _other_model_caveat(gpus_of, name, taker.name) if other else ""
+            recs.append(_move_recommendation(donor, taker, nodes, per_node, hours, caveat, gpus_of))
             if demand_gpus <= 0:
                 break
+    checks += _move_checks(recs, crossed, mistyped)
+    return recs
+
+
+def _move_candidates(
+    partitions: Sequence[GroupRow], checks: list[str]
+) -> tuple[list[GroupRow], list[GroupRow]] | None:
+    """(takers by unmet demand, donors by idle GPU-hours), or None (with the check saying
+    why) when there is no pair."""
+    known = [e for e in partitions if e.allocation_ratio is not None]
+    if len(known) < 2:
+        checks.append("move_nodes: capacity known for fewer than 2 partitions")
+        return None
+    takers = sorted(
+        (e for e in known if e.pending_gpu_hours > 0 and (e.wait_s.p95 or 0) >= STARVED_WAIT_P95_S),
+        key=lambda e: -e.pending_gpu_hours,
+    )
+    donors = sorted(
+        (
+            e
+            for e in known
+            if e.allocation_ratio < DONOR_TARGET_RATIO and (e.wait_s.p95 or 0) < STARVED_WAIT_P95_S
+        ),
+        key=lambda e: -(e.idle_gpu_hours or 0),
+    )
+    if not takers or not donors:
+        checks.append(
+            f"move_nodes: partitions with unmet demand and p95 wait >= "
+            f"{_dur(STARVED_WAIT_P95_S)}: {[e.name for e in takers]}; partitions under "
+            f"{DONOR_TARGET_RATIO:.0%} allocated without long waits: "
+            f"{[e.name for e in donors]}: no pair"
+        )
+        return None
+    return takers, donors
+
+
+def _other_model_caveat(gpus_of: Mapping[str, PartitionGpus], donor: str, taker: str) -> str:
+    """What moving nodes of another GPU model into `taker` means for its typed jobs."""
+    t = gpus_of[taker]
+    return f"{gpus_of[donor].model.key.upper()} nodes into a {t.model.key.upper()} partition" + (
+        f": jobs asking gres/gpu:{t.typed_name} will not use them" if t.typed_name else ""
+    )
+
+
+def _move_recommendation(
+    donor: GroupRow,
+    taker: GroupRow,
+    nodes: int,
+    per_node: float,
+    hours: float,
+    caveat: str,
+    gpus_of: Mapping[str, PartitionGpus],
+) -> Recommendation:
+    """Moving `nodes` whole nodes of `per_node` GPUs from `donor` to `taker`."""
+    name = donor.name
+    moved = nodes * per_node
+    cap_gpus = donor.capacity_gpu_hours / hours
+    used = donor.gpu_hours_allocated / hours
+    served = min(moved * hours, taker.pending_gpu_hours)
+    return Recommendation(
+        kind="move_nodes",
+        title=f"Move {nodes} node(s) ({moved:g} GPUs) from {name} to {taker.name}"
+        + (f" ({caveat})" if caveat else ""),
+        detail=(
+            (
+                f"{caveat} ({gpus_of[taker.name].typed_share:.0%} of "
+                f"{taker.name}'s GPU runs ask a typed GPU). "
+                if caveat
+                else ""
+            )
+            + f"{taker.name}: p95 wait {_dur(taker.wait_s.p95)} at "
+            f"{taker.allocation_ratio:.0%} allocated, "
+            f"{taker.pending_gpu_hours:.0f} GPU-hours of demand waited; "
+            f"{name}: {donor.allocation_ratio:.0%} allocated "
+            f"({donor.idle_gpu_hours:.0f} idle GPU-hours), p95 wait "
+            f"{_dur(donor.wait_s.p95 or 0)}. After the move {name} would be "
+            f"{used / (cap_gpus - moved):.0%} allocated; up to {served:.0f} "
+            "GPU-hours of the waiting demand could have been served."
+        ),
+        evidence=MoveEvidence(donor=_load(donor), taker=_load(taker), gpus_per_node=per_node),
+        estimated_effect=MoveEffect(
+            gpus_moved=moved,
+            donor_allocation_ratio_after=float(used / (cap_gpus - moved)),
+            capacity_gpu_hours_added_to_taker=float(moved * hours),
+            demand_gpu_hours_served=float(served),
+        ),
+        **_changes([_replay_changes().Move(name, taker.name, int(moved))]),
+    )
+
+
+def _move_checks(
+    recs: list[Recommendation], crossed: set[tuple[str, str]], mistyped: set[tuple[str, str]]
+) -> list[str]:
+    """Why no move, or which moves were not made (across clusters, into typed demand)."""
+    out = []
     if not recs:
-        checks.append("move_nodes: no donor has a whole node to spare under its target ratio")
+        out.append("move_nodes: no donor has a whole node to spare under its target ratio")
     if crossed:
         pairs = ", ".join(f"{d} -> {t}" for d, t in sorted(crossed))
-        checks.append(f"move_nodes: no move across clusters ({pairs})")
+        out.append(f"move_nodes: no move across clusters ({pairs})")
     if mistyped:
         pairs = ", ".join(f"{d} -> {t}" for d, t in sorted(mistyped))
-        checks.append(
+        out.append(
             f"move_nodes: no move of another GPU model into a partition where more than "
             f"{MOVE_OTHER_TYPE_MAX_TYPED_SHARE:.0%} of the GPU runs ask a typed GPU ({pairs})"
         )
-    return recs
+    return out
 
 
 def _load(row: GroupRow) -> PartitionLoad:

@@ -129,6 +129,13 @@ def parse_alloc_tres(values: pa.Array) -> AllocTres:
 
 
 def _parse_alloc_tres(values: pa.Array) -> AllocTres:
+    """AllocTRES strings -> per-row GPU counts, MIG slices, shards, types, CPUs, memory.
+
+    Why it is long: one vectorized pass over the long (row, key, value) table; every block
+    reads the same per-entry arrays (`parents`, `keys_np`, `is_count`, `count`) and fills one
+    field of the result, so split functions would pass those arrays around unchanged and the
+    rules for one key would be apart from the arrays they read.
+    """
     parents, keys, vals, bad, n = _long_table(values)
     errors: dict[int, str] = {}
     if bad.any():

@@ -22,7 +22,7 @@ from contextlib import contextmanager
 
 import click
 
-from slurmgpu.errors import PolicyError, SlurmgpuError
+from slurmgpu.errors import ParameterError, PolicyError, SlurmgpuError
 
 BUG_EXIT = 70
 _MAX_LINE = 400  # a message quoting hostile input is cut, never allowed to run on for pages
@@ -55,12 +55,44 @@ def flat(message: str) -> str:
     return "".join(ch if ch.isprintable() else repr(ch)[1:-1] for ch in message.strip())
 
 
+# (command path, library parameter) -> the command's flag, where the option's own name differs
+# from the library's parameter (most commands name their options as the library does)
+FLAGS: dict[tuple[str, str], str] = {}
+
+
+def flag_for(ctx: click.Context | None, parameter: str) -> str:
+    """The option of the running command that sets the library's `parameter`: the override in
+    FLAGS, else the command's click option of that name, else `--` + the name with dashes."""
+    if ctx is not None:
+        override = FLAGS.get((ctx.command_path, parameter))
+        if override:
+            return override
+        for param in ctx.command.params:
+            if param.name == parameter and isinstance(param, click.Option):
+                return max(param.opts, key=len)
+    return "--" + parameter.replace("_", "-")
+
+
+def _command_context(exc: BaseException) -> click.Context | None:
+    """The context of the command that raised `exc` (the innermost one on its traceback)."""
+    found = None
+    tb = exc.__traceback__
+    while tb is not None:
+        ctx = tb.tb_frame.f_locals.get("ctx")
+        if isinstance(ctx, click.Context) and not isinstance(ctx.command, click.Group):
+            found = ctx
+        tb = tb.tb_next
+    return found
+
+
 def expected_failure(exc: BaseException) -> str | None:
     """The message for a failure a user can cause and fix, or None for a bug.
 
     A policy with several problems prints each on its own `slurmgpu: policy:` line first, in
     full (issue #20: joined on one line, the 400-character cut hid the fourth), and the one
     error line counts them."""
+    if isinstance(exc, ParameterError):
+        return exc.for_flag(flag_for(_command_context(exc), exc.parameter))
     if isinstance(exc, PolicyError) and len(exc.problems) > 1:
         for problem in exc.problems:
             click.echo(f"slurmgpu: policy: {flat(problem)}", err=True)

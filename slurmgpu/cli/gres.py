@@ -9,22 +9,12 @@ from __future__ import annotations
 import click
 
 from slurmgpu.cli.emit_options import emit_options, exit_with
-from slurmgpu.errors import ConfigCheckError, UsageError
+from slurmgpu.errors import UsageError
 
 
 def _warn(message: str, *, loud: bool = False) -> None:
     prefix = "slurmgpu: WARNING: " if loud else "slurmgpu: warning: "
     click.secho(prefix + message, err=True, fg="red" if loud else "yellow", bold=loud)
-
-
-def _read_inventory(snapshot_path: str | None, host_root: str | None, allow_partial: bool):
-    from slurmgpu.sources import accelerators, snapshot
-
-    if snapshot_path and host_root is not None:
-        raise UsageError("--host-root and --snapshot exclude each other: a snapshot is read as is")
-    if snapshot_path:
-        return snapshot.load(snapshot_path)
-    return accelerators.read_inventory(host_root or "/", allow_partial=allow_partial)
 
 
 @click.command()
@@ -104,16 +94,13 @@ def _write_task_prolog(path: str, inventories, opts) -> None:
 
 
 def _slurm_version(text: str | None):
-    from slurmgpu.render.gres import DEFAULT_SLURM_VERSION, format_version
-    from slurmgpu.sources.slurm import target_slurm_version
+    """The target Slurm version of --slurm-version (warning when it had to be assumed)."""
+    from slurmgpu.configure.gen_gres import gres_options
 
-    version, source = target_slurm_version(text, default=DEFAULT_SLURM_VERSION)
-    if source.startswith("default"):
-        _warn(
-            "cannot detect the Slurm version (sinfo --version, slurmd -V); assuming "
-            f"{format_version(DEFAULT_SLURM_VERSION)}: pass --slurm-version X.Y.Z"
-        )
-    return version
+    opts, notes = gres_options(text)
+    for note in notes:
+        _warn(note)
+    return opts.slurm_version
 
 
 @click.command(name="gen-gres")
@@ -223,15 +210,14 @@ def gen_gres(
     (old file kept as PATH.bak) and the node definition goes to stdout.
     """
 
-    from slurmgpu.render import gres
-    from slurmgpu.sources import slurmd, snapshot
+    from slurmgpu.configure.gen_gres import check_gres, gen_gres, gres_options
     from slurmgpu.util.emit import emit
 
     if (show_diff or dry_run or emit_dir) and output == "-":
         raise UsageError("--diff, --dry-run and --emit need --output PATH (the live file)")
     writing = {"diff": show_diff, "dry_run": dry_run, "emit_dir": emit_dir}
-    opts = gres.GresOptions(
-        slurm_version=_slurm_version(slurm_version),
+    opts, notes = gres_options(
+        slurm_version,
         gpu_types=gpu_types,
         mig_types=mig_types,
         shards_per_gpu=shards_per_gpu or 0,
@@ -239,61 +225,37 @@ def gen_gres(
         node_name=node_name,
         allow_partial=allow_partial,
     )
+    for note in notes:
+        _warn(note)
     if len(snapshot_paths) > 1 or snapshot_dir:
         from slurmgpu.cli.fleet import gen_cluster_gres
+        from slurmgpu.sources import snapshot
 
         if host_root is not None:
             raise UsageError(
                 "--host-root and --snapshot exclude each other: a snapshot is read as is"
             )
-
         if task_prolog:
             _write_task_prolog(task_prolog, snapshot.load_many(snapshot_paths, snapshot_dir), opts)
         gen_cluster_gres(snapshot_paths, snapshot_dir, opts, output, check, writing, node_line)
         return
-    inv = _read_inventory(snapshot_paths[0] if snapshot_paths else None, host_root, allow_partial)
+    files = gen_gres(opts, snapshot_paths[0] if snapshot_paths else None, host_root)
     if task_prolog:
-        _write_task_prolog(task_prolog, [inv], opts)
-    sha = snapshot.inventory_sha256(inv)
-    gres_text = gres.render_gres_conf(inv, opts, inventory_sha256=sha)
-    node_text = gres.render_node_conf(inv, opts, inventory_sha256=sha)
-    for warning in gres.plan_warnings(inv, opts):
+        _write_task_prolog(task_prolog, [files.inventory], opts)
+    for warning in files.warnings:
         _warn(warning, loud=warning.startswith(("PARTIAL", "left out")))
 
     def validate(text: str) -> None:
-        result = slurmd.check_gres_conf(
-            text,
-            gres.node_line(inv, opts),
-            gres_types=gres.gres_types(opts, inv),
-            expected=gres.expected_records(inv, opts),
-        )
-        for note in result.notes:
-            click.echo(f"slurmgpu: check: {note}", err=True)
-        for difference in result.differences:
-            click.echo(f"slurmgpu: check: differs: {difference}", err=True)
-        if result.errors:
-            raise ConfigCheckError(
-                "slurmd -G rejected the generated gres.conf: " + " | ".join(result.errors[:3])
-            )
-        if result.differences:
-            raise ConfigCheckError(
-                f"slurmd -G parsed the generated gres.conf differently "
-                f"({len(result.differences)} difference(s), first: {result.differences[0]})"
-            )
-        click.echo(
-            f"slurmgpu: check: slurmd -G parsed {len(result.records)} GRES records, each as "
-            "generated (count, type, files, cores, links)",
-            err=True,
-        )
+        check_gres(files, text, say=lambda line: click.echo(f"slurmgpu: check: {line}", err=True))
 
     if output == "-":
         if check:
-            validate(gres_text)
+            validate(files.gres_conf)
         if node_line:
-            click.echo(node_text)
-        click.echo(gres_text, nl=False)
+            click.echo(files.node_conf)
+        click.echo(files.gres_conf, nl=False)
         return
-    status = emit(gres_text, output, check=validate if check else None, **writing)
+    status = emit(files.gres_conf, output, check=validate if check else None, **writing)
     if node_line and not show_diff:
-        click.echo(node_text, nl=False)
+        click.echo(files.node_conf, nl=False)
     exit_with(status)

@@ -6,6 +6,7 @@ import click
 
 from slurmgpu.cli.emit_options import emit_options, exit_with
 
+WARNING = "slurmgpu: warning: "
 POLICY_OPTION = click.option(
     "--policy",
     "policy_path",
@@ -173,44 +174,16 @@ def gen_job_submit(
     emit_dir: str | None,
 ) -> None:
     """Render job_submit.lua from the policy (checked and installed atomically with -o)."""
-    from pathlib import Path
-
-    from slurmgpu.render.job_submit import render_job_submit
-    from slurmgpu.sources import lua_check
-    from slurmgpu.sources.slurm import target_slurm_version
-    from slurmgpu.sources.users import uids_for
+    from slurmgpu.configure.gen_job_submit import check_job_submit, gen_job_submit
     from slurmgpu.util.emit import emit
 
-    pol = _load(policy_path)
-    uid_of, missing = uids_for(u for t in pol.tiers for u in t.users)
-    for name in missing:
-        click.secho(
-            f"slurmgpu: warning: user {name} is not in the passwd database here; "
-            "job_desc.user_name still matches it",
-            err=True,
-            fg="yellow",
-        )
-    version, _ = target_slurm_version(slurm_version)
-    text = render_job_submit(pol, uid_of, version)
-    samples = ["", *(f"tier={t.name}" for t in pol.tiers), *(f"kind={k.name}" for k in pol.kinds)]
-
-    def validate(path: Path) -> None:
-        if lua_check.luac_available() is None:
-            click.secho("slurmgpu: warning: no luac5.1: compile check skipped", err=True)
-        lua_check.luac_check(path)
-        runtimes = [r for r in ("lua51", "lua54") if lua_check.lupa_available(r)]
-        if not runtimes:
-            click.secho("slurmgpu: warning: lupa not installed: dry run skipped", err=True)
-        for runtime in runtimes:
-            lua_check.dry_run(path.read_text(encoding="utf-8"), samples, runtime)
+    lua = gen_job_submit(policy_path, slurm_version)
+    for warning in lua.warnings:
+        click.secho(f"{WARNING}{warning}", err=True, fg="yellow")
 
     def check_text(text: str) -> None:
-        import tempfile
+        check_job_submit(text, lua.samples, warn=lambda w: click.secho(f"{WARNING}{w}", err=True))
 
-        with tempfile.TemporaryDirectory() as tmp:
-            probe = Path(tmp) / "job_submit.lua"
-            probe.write_text(text, encoding="utf-8")
-            validate(probe)
-
+    text = lua.text
     writing = {"diff": show_diff, "dry_run": dry_run, "emit_dir": emit_dir}
     exit_with(emit(text, output, check=check_text if check else None, mode=0o644, **writing))

@@ -9,6 +9,24 @@ import click
 from slurmgpu.cli.emit_options import emit_options, exit_with
 
 
+def _node_names(ctx: click.Context, param: click.Parameter, value: str | None) -> list[str]:
+    """--nodes as a list of valid node names (a hostlist is expanded)."""
+    from slurmgpu.model.validate import HOST_NAME
+    from slurmgpu.util.hostlist import expand_hostlist
+
+    if not value:
+        return []
+    try:
+        given = expand_hostlist(value)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc), ctx=ctx, param=param) from exc
+    for name in given:
+        bad = HOST_NAME.problem(name)
+        if bad:
+            raise click.BadParameter(bad, ctx=ctx, param=param)
+    return given
+
+
 @click.command("gen-topology")
 @click.argument("snapshots", nargs=-1, type=click.Path(dir_okay=False))
 @click.option(
@@ -18,7 +36,11 @@ from slurmgpu.cli.emit_options import emit_options, exit_with
     type=click.Path(dir_okay=False),
     help="TOML description of switches and NVLink domains (see docs/topology.md).",
 )
-@click.option("--nodes", help="Node names (hostlist) in addition to those of the snapshots.")
+@click.option(
+    "--nodes",
+    callback=_node_names,
+    help="Node names (hostlist) in addition to those of the snapshots.",
+)
 @click.option("--slurm-version", help="Target Slurm release, e.g. 24.05 (default: installed).")
 @click.option(
     "--plugin",
@@ -35,7 +57,7 @@ from slurmgpu.cli.emit_options import emit_options, exit_with
 def gen_topology(
     snapshots: tuple[str, ...],
     switches_file: str,
-    nodes: str | None,
+    nodes: list[str],
     slurm_version: str | None,
     plugin: str | None,
     output_dir: str | None,
@@ -47,37 +69,9 @@ def gen_topology(
 
     Without --output-dir the files are printed to stdout.
     """
-    from slurmgpu.model.validate import HOST_NAME
-    from slurmgpu.render.topology import render_topology
-    from slurmgpu.sources.slurm import target_slurm_version
-    from slurmgpu.sources.topology_file import load_topology_spec
-    from slurmgpu.util.hostlist import expand_hostlist
+    from slurmgpu.configure.gen_topology import gen_topology as generate
 
-    spec = load_topology_spec(switches_file)
-    names: list[str] = []
-    if snapshots:
-        from slurmgpu.sources.snapshot import load_snapshot
-
-        for path in snapshots:
-            names.append(load_snapshot(path).node_name)
-    if nodes:
-        try:
-            given = expand_hostlist(nodes)
-        except ValueError as exc:
-            raise click.BadParameter(str(exc), param_hint="--nodes") from exc
-        for name in given:
-            bad = HOST_NAME.problem(name)
-            if bad:
-                raise click.BadParameter(bad, param_hint="--nodes")
-        names.extend(given)
-    duplicates = sorted({n for n in names if names.count(n) > 1})
-    if duplicates:
-        raise click.UsageError(f"node(s) given twice: {', '.join(duplicates)}")
-    version, _ = target_slurm_version(slurm_version)
-    chosen = plugin or ("tree" if spec.switches else "block")
-    result = render_topology(
-        spec, slurm_version=version[:2], plugin=chosen, nodes=names if names else None
-    )
+    result = generate(switches_file, snapshots, nodes, slurm_version=slurm_version, plugin=plugin)
     for warning in result.warnings:
         click.secho(f"slurmgpu: warning: {warning}", fg="yellow", err=True)
     if output_dir is None:

@@ -67,7 +67,14 @@ def plan_rebalance(
     opts: RebalanceOptions,
     recently_moved: Mapping[str, int] | None = None,
 ) -> RebalancePlan:
-    """Which idle nodes to move where, oldest waiting GPU job first."""
+    """Which idle nodes to move where, oldest waiting GPU job first.
+
+    Why it is long: one greedy pass whose state (`members`, `taken`, `moves`) each job's
+    decision changes for the next (a node moved for one job counts against its partition's
+    floor for the next); the pass reads top to bottom as the policy: wait long enough, use
+    idle members first, then idle nodes of unstarved partitions above their floor, never a
+    partial allocation.
+    """
     recently_moved = recently_moved or {}
     members = {p.name: list(p.nodes) for p in partitions}
     before = {name: tuple(ns) for name, ns in members.items()}

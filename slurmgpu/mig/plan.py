@@ -16,7 +16,7 @@ from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from slurmgpu.errors import UsageError
+from slurmgpu.errors import ParameterError, UsageError
 from slurmgpu.mig.demand import Demand, profile_for
 from slurmgpu.model.catalog import GpuModel, MigProfile
 from slurmgpu.model.gpu import VENDOR_NVIDIA, Gpu
@@ -224,18 +224,12 @@ def plan(
     config_prefix: str = "slurmgpu-",
 ) -> MigPlan:
     """Per-GPU layouts for these nodes meeting `demand` with the fewest GPUs carved we find."""
-    if keep_whole < 0:
-        raise UsageError("--keep-whole: must be 0 or more")
     if not CONFIG_PREFIX.fullmatch(config_prefix):
         # the name becomes a key of the mig-parted YAML: a newline, `:` or `#` would add lines
         raise UsageError(
             f"--config-prefix {config_prefix!r}: use letters, digits and . _ - (at most 64)"
         )
-    if not inventories:
-        raise UsageError("no nodes to plan for: give --snapshot FILE or --snapshot-dir DIR")
-    names = [inv.node_name for inv in inventories]
-    if len(set(names)) != len(names):
-        raise UsageError(f"two snapshots describe the same node: {sorted(names)}")
+    _check_nodes(inventories, keep_whole)
     # MIG (and mig-parted) is NVIDIA's: nodes with only AMD GPUs or Ascend NPUs are not planned
     inventories = [inv for inv in inventories if any(g.vendor == VENDOR_NVIDIA for g in inv.gpus)]
     if not inventories:
@@ -258,28 +252,8 @@ def plan(
     ]
     models = {model.key: model for _, _, model in gpus}
     while +remaining:
-        # the best layouts per model this round (weights do not depend on which GPU)
-        top: dict[str, tuple[tuple[int, int], list[Layout]]] = {}
-        for key, model in models.items():
-            for layout in maximal_layouts(key):
-                weight = _weight(model, layout, remaining)
-                if weight[0] > 0 and (key not in top or weight > top[key][0]):
-                    top[key] = (weight, [layout])
-                elif key in top and weight == top[key][0]:
-                    top[key][1].append(layout)
-        best = None
-        for inv, gpu, model in gpus:
-            if allowance[inv.node_name] <= 0 or (inv.node_name, gpu.index) in chosen:
-                continue
-            if model.key not in top:
-                continue
-            weight, candidates = top[model.key]
-            current = sorted(_current(gpu))
-            for layout in candidates:
-                same = sorted(p.profile.name for p in layout.placements) == current
-                rank = (weight, same, gpu.mig_enabled, gpu.index)
-                if best is None or rank > best[0]:
-                    best = (rank, inv, gpu, model, layout)
+        top = _top_layouts(models, remaining)
+        best = _best_gpu(gpus, top, allowance, chosen)
         if best is None:
             break
         _, inv, gpu, model, layout = best
@@ -312,6 +286,47 @@ def plan(
         lower_bound=_lower_bound(demand, mig_models),
         keep_whole=keep_whole,
     )
+
+
+def _check_nodes(inventories: Sequence[Inventory], keep_whole: int) -> None:
+    if keep_whole < 0:
+        raise ParameterError("keep_whole", "{flag}: must be 0 or more")
+    if not inventories:
+        raise UsageError("no nodes to plan for: give --snapshot FILE or --snapshot-dir DIR")
+    names = [inv.node_name for inv in inventories]
+    if len(set(names)) != len(names):
+        raise UsageError(f"two snapshots describe the same node: {sorted(names)}")
+
+
+def _top_layouts(models: dict, remaining: Counter[str]) -> dict:
+    """The best layouts per model this round (weights do not depend on which GPU)."""
+    top: dict[str, tuple[tuple[int, int], list[Layout]]] = {}
+    for key, model in models.items():
+        for layout in maximal_layouts(key):
+            weight = _weight(model, layout, remaining)
+            if weight[0] > 0 and (key not in top or weight > top[key][0]):
+                top[key] = (weight, [layout])
+            elif key in top and weight == top[key][0]:
+                top[key][1].append(layout)
+    return top
+
+
+def _best_gpu(gpus: list, top: dict, allowance: dict[str, int], chosen: dict) -> tuple | None:
+    """(rank, inventory, GPU, model, layout) of the GPU to carve next, or None."""
+    best = None
+    for inv, gpu, model in gpus:
+        if allowance[inv.node_name] <= 0 or (inv.node_name, gpu.index) in chosen:
+            continue
+        if model.key not in top:
+            continue
+        weight, candidates = top[model.key]
+        current = sorted(_current(gpu))
+        for layout in candidates:
+            same = sorted(p.profile.name for p in layout.placements) == current
+            rank = (weight, same, gpu.mig_enabled, gpu.index)
+            if best is None or rank > best[0]:
+                best = (rank, inv, gpu, model, layout)
+    return best
 
 
 def plan_nodes(

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -112,15 +112,23 @@ def trace_from_frame(frame: Any, gpu_memory_mib: np.ndarray | None = None) -> Re
     preempted runs; the replay decides its own preemptions. Runs that are not GPU jobs, or that
     never started, are counted in `skipped`, never dropped silently.
     """
-    submit = _seconds(frame, "submit")
-    start = _seconds(frame, "start")
-    end = _seconds(frame, "end")
-    elapsed = _col(frame, "elapsed_s")
-    state = _col(frame, "state", object, "")
+    submit, start = _seconds(frame, "submit"), _seconds(frame, "start")
+    skipped: dict[str, int] = {}
+    keep = _gpu_runs(frame, submit, skipped)
+    key = _job_keys(frame)
+    jobs = _last_runs(frame, keep, key, submit, start, skipped)
+    if not len(jobs.rows):
+        return ReplayTrace.from_jobs([], skipped=skipped)
+    sizes = _job_sizes(frame, jobs.rows, start, gpu_memory_mib)
+    return _trace(frame, keep, key, start, jobs, sizes, skipped)
+
+
+def _gpu_runs(frame: Any, submit: np.ndarray, skipped: dict[str, int]) -> np.ndarray:
+    """The runs a replay takes: GPU jobs with a submit time (the others counted in
+    `skipped` by reason)."""
     gpu_job = _col(frame, "gpu_job", bool, False)
     # a job that never started has no AllocTRES: its requested GPUs make it a GPU job
     gpu_job |= np.nan_to_num(_col(frame, "req_gpus")) > 0
-    skipped: dict[str, int] = {}
 
     def skip(mask: np.ndarray, reason: str) -> np.ndarray:
         if mask.any():
@@ -129,15 +137,42 @@ def trace_from_frame(frame: Any, gpu_memory_mib: np.ndarray | None = None) -> Re
 
     keep = skip(~gpu_job, "not a GPU job")
     keep &= skip(keep & np.isnan(submit), "no submit time")
-    # one row per job: group runs by (cluster, JobID) -- a requeued job keeps its JobID; an
-    # array's pending range (`123_[3-5]`) shares the JobIDRaw of a task that ran but is not
-    # that task -- then the last run by start time
+    return keep
+
+
+def _job_keys(frame: Any) -> np.ndarray:
+    """One key per Slurm job: runs grouped by (cluster, JobID) -- a requeued job keeps its
+    JobID; an array's pending range (`123_[3-5]`) shares the JobIDRaw of a task that ran but
+    is not that task."""
     cluster = _col(frame, "cluster", object, "")
     raw = _col(frame, "job_id_raw", float)
     printed = _col(frame, "job_id", object, "")
-    key = np.array([f"{c}/{j}" if j else (f"{c}/{int(r)}" if r == r else f"row{i}")
-                    for i, (c, j, r) in enumerate(zip(cluster, printed, raw, strict=True))],
-                   dtype=object)  # fmt: skip
+    return np.array([f"{c}/{j}" if j else (f"{c}/{int(r)}" if r == r else f"row{i}")
+                     for i, (c, j, r) in enumerate(zip(cluster, printed, raw, strict=True))],
+                    dtype=object)  # fmt: skip
+
+
+@dataclass(frozen=True)
+class _LastRuns:
+    """Per replayed job: the row of its last run and what its runs say together."""
+
+    rows: np.ndarray
+    submit: np.ndarray  # earliest submit of its runs
+    first_start: np.ndarray
+    preemptions: np.ndarray
+
+
+def _last_runs(
+    frame: Any,
+    keep: np.ndarray,
+    key: np.ndarray,
+    submit: np.ndarray,
+    start: np.ndarray,
+    skipped: dict[str, int],
+) -> _LastRuns:
+    """Each job's last run by start time, with its runs' earliest submit and start and their
+    preempted count; jobs that never started are counted in `skipped`."""
+    state = _col(frame, "state", object, "")
     idx = np.flatnonzero(keep)
     # a job's last run is its latest STARTED one (a pending rerun sorts first: a job that
     # ran and waits again is replayed from the run that did the work)
@@ -160,23 +195,22 @@ def trace_from_frame(frame: Any, gpu_memory_mib: np.ndarray | None = None) -> Re
     if never.any():
         skipped["never started (pending or cancelled while pending)"] = int(never.sum())
     sel = ~never
-    rows, g_submit, g_first_start, g_preempt = (
-        rows[sel],
-        g_submit[sel],
-        g_first_start[sel],
-        g_preempt[sel],
-    )
-    if not len(rows):
-        return ReplayTrace.from_jobs([], skipped=skipped)
+    return _LastRuns(rows[sel], g_submit[sel], g_first_start[sel], g_preempt[sel])
 
-    duration = elapsed[rows]
+
+def _job_sizes(
+    frame: Any, rows: np.ndarray, start: np.ndarray, gpu_memory_mib: np.ndarray | None
+) -> dict[str, np.ndarray]:
+    """Per job (its last run's row): duration, time limit, GPUs and their kind (whole, MIG,
+    shard), GPU equivalents and the measured need of one-GPU jobs."""
+    end = _seconds(frame, "end")
+    duration = _col(frame, "elapsed_s")[rows]
     duration = np.where(np.isnan(duration), np.nan_to_num(end[rows] - start[rows]), duration)
     duration = np.maximum(np.nan_to_num(duration), 0.0)
     limit = _col(frame, "timelimit_s")[rows]
     limit = np.where(np.isnan(limit) | (limit <= 0), duration, limit)
     limit = np.maximum(limit, duration)  # a run never outlives its limit in Slurm
     gpu_count = np.nan_to_num(_col(frame, "gpu_count")[rows])
-    gpu_equiv = _col(frame, "gpu_equiv")[rows]
     mig = np.nan_to_num(_col(frame, "mig_slices")[rows])
     shards = np.nan_to_num(_col(frame, "shards")[rows])
     kind = np.where(mig > 0, MIG, np.where((gpu_count <= 0) & (shards > 0), SHARD, WHOLE))
@@ -184,15 +218,36 @@ def trace_from_frame(frame: Any, gpu_memory_mib: np.ndarray | None = None) -> Re
     mem_used = _col(frame, "gpu_mem_used_mib")[rows]
     cap = gpu_memory_mib[rows] if gpu_memory_mib is not None else np.full(len(rows), np.nan)
     one = (kind == WHOLE) & (gpu_count == 1)
-    need_gpu = np.where(one & (cap > 0), mem_used / np.where(cap > 0, cap, 1.0), np.nan)
-    need_mib = np.where(one, mem_used, np.nan)
-    epoch = int(np.nanmin(g_submit))
+    return {
+        "duration": duration,
+        "limit": limit,
+        "gpus": gpus,
+        "kind": kind,
+        "gpu_equiv": _col(frame, "gpu_equiv")[rows],
+        "need_gpu": np.where(one & (cap > 0), mem_used / np.where(cap > 0, cap, 1.0), np.nan),
+        "need_mib": np.where(one, mem_used, np.nan),
+        "end": end[rows],
+    }
+
+
+def _trace(
+    frame: Any,
+    keep: np.ndarray,
+    key: np.ndarray,
+    start: np.ndarray,
+    jobs: _LastRuns,
+    sizes: dict[str, np.ndarray],
+    skipped: dict[str, int],
+) -> ReplayTrace:
+    """The jobs column-wise, in submit order, names coded, with their recorded runs."""
+    rows = jobs.rows
+    epoch = int(np.nanmin(jobs.submit))
     part = _col(frame, "partition", object, "")[rows]
     qos = _col(frame, "qos", object, "")[rows]
     tier = _col(frame, "tier", object, "")[rows]
     profile = _col(frame, "mig_profile", object, None)[rows]
     job_id = _col(frame, "job_id", object, "")[rows]
-    order2 = np.lexsort((raw[rows], g_submit))
+    order2 = np.lexsort((_col(frame, "job_id_raw", float)[rows], jobs.submit))
 
     def codes(values: np.ndarray) -> tuple[np.ndarray, list[str]]:
         names, inv = np.unique(values.astype(str), return_inverse=True)
@@ -204,7 +259,6 @@ def trace_from_frame(frame: Any, gpu_memory_mib: np.ndarray | None = None) -> Re
     prof = profile[order2]
     profiles = sorted({str(p) for p in prof if isinstance(p, str) and p})
     ppos = {p: k for k, p in enumerate(profiles)}
-    rec_end = end[rows]
     runs = _recorded_runs(frame, keep, start, epoch, partitions)
     # each run's job: its key's position in the trace (the last run of a key is its row)
     position = {k: i for i, k in enumerate(key[rows][order2])}
@@ -216,20 +270,20 @@ def trace_from_frame(frame: Any, gpu_memory_mib: np.ndarray | None = None) -> Re
         partition=p_codes,
         qos=q_codes,
         tier=t_codes,
-        submit_s=(g_submit - epoch)[order2],
-        duration_s=duration[order2],
-        timelimit_s=limit[order2],
-        gpus=gpus[order2].astype(float),
-        kind=kind[order2].astype(np.int8),
+        submit_s=(jobs.submit - epoch)[order2],
+        duration_s=sizes["duration"][order2],
+        timelimit_s=sizes["limit"][order2],
+        gpus=sizes["gpus"][order2].astype(float),
+        kind=sizes["kind"][order2].astype(np.int8),
         mig_profile=np.array(
             [ppos.get(p, -1) if isinstance(p, str) else -1 for p in prof], dtype=np.int32
         ),
-        need_gpu=need_gpu[order2],
-        need_mib=need_mib[order2],
-        gpu_equiv=gpu_equiv[order2],
-        recorded_start_s=(g_first_start - epoch)[order2],
-        recorded_end_s=(rec_end - epoch)[order2],
-        recorded_preemptions=g_preempt[order2],
+        need_gpu=sizes["need_gpu"][order2],
+        need_mib=sizes["need_mib"][order2],
+        gpu_equiv=sizes["gpu_equiv"][order2],
+        recorded_start_s=(jobs.first_start - epoch)[order2],
+        recorded_end_s=(sizes["end"] - epoch)[order2],
+        recorded_preemptions=jobs.preemptions[order2],
         partitions=partitions,
         qos_names=qos_names,
         tier_names=tier_names,

@@ -197,27 +197,8 @@ def check_gres_conf(
         (root / "spool").mkdir()
         text, notes, mapping = _stand_ins(gres_text, root / "dev")
         (root / "gres.conf").write_text(text, encoding="utf-8")
-        (root / "slurm.conf").write_text(
-            "\n".join(
-                [
-                    "ClusterName=slurmgpucheck",
-                    "SlurmctldHost=localhost",
-                    "SlurmdParameters=config_overrides",
-                    f"GresTypes={gres_types}",
-                    f"SlurmdSpoolDir={root / 'spool'}",
-                    f"StateSaveLocation={root / 'spool'}",
-                    f"SlurmdPidFile={root / 'slurmd.pid'}",
-                    "ProctrackType=proctrack/linuxproc",
-                    "TaskPlugin=task/none",
-                    "SelectType=select/cons_tres",
-                    *(_NO_AUTH if newer else ()),
-                    node_line,
-                    f"PartitionName=check Nodes={m.group(1)} Default=YES",
-                    "",
-                ]
-            ),
-            encoding="utf-8",
-        )
+        slurm_conf = _check_slurm_conf(root, gres_types, node_line, m.group(1), newer)
+        (root / "slurm.conf").write_text(slurm_conf, encoding="utf-8")
         if newer:
             (root / "cgroup.conf").write_text("CgroupPlugin=disabled\n", encoding="utf-8")
         proc = run(
@@ -227,15 +208,7 @@ def check_gres_conf(
             check=False,
         )
     output = (proc.stdout or "") + (proc.stderr or "")
-    real_path = {stand_in: path for path, stand_in in mapping.items()}
-    records, errors, parsed = [], [], []
-    for line in output.splitlines():
-        if "Gres Name=" in line:
-            record = line.split("Gres ", 1)[1].strip()
-            records.append(record)
-            parsed.append(parse_record(record, real_path))
-        elif re.search(r"\b(error|fatal):", line) and not any(h.search(line) for h in _HARMLESS):
-            errors.append(line.strip())
+    records, errors, parsed = _slurmd_records(output, mapping)
     if proc.returncode != 0 and not errors:
         errors.append(f"slurmd -G exited {proc.returncode}")
     differences = []
@@ -250,3 +223,40 @@ def check_gres_conf(
         parsed=parsed,
         differences=differences,
     )
+
+
+def _check_slurm_conf(root: Path, gres_types: str, node_line: str, nodes: str, newer: bool) -> str:
+    """The throw-away slurm.conf `slurmd -G` reads: one node, one partition, no daemons."""
+    return "\n".join(
+        [
+            "ClusterName=slurmgpucheck",
+            "SlurmctldHost=localhost",
+            "SlurmdParameters=config_overrides",
+            f"GresTypes={gres_types}",
+            f"SlurmdSpoolDir={root / 'spool'}",
+            f"StateSaveLocation={root / 'spool'}",
+            f"SlurmdPidFile={root / 'slurmd.pid'}",
+            "ProctrackType=proctrack/linuxproc",
+            "TaskPlugin=task/none",
+            "SelectType=select/cons_tres",
+            *(_NO_AUTH if newer else ()),
+            node_line,
+            f"PartitionName=check Nodes={nodes} Default=YES",
+            "",
+        ]
+    )
+
+
+def _slurmd_records(output: str, mapping: dict[str, str]) -> tuple[list, list, list]:
+    """slurmd -G's GRES records (as printed, and parsed with the real device paths) and its
+    error lines (the harmless ones left out)."""
+    real_path = {stand_in: path for path, stand_in in mapping.items()}
+    records, errors, parsed = [], [], []
+    for line in output.splitlines():
+        if "Gres Name=" in line:
+            record = line.split("Gres ", 1)[1].strip()
+            records.append(record)
+            parsed.append(parse_record(record, real_path))
+        elif re.search(r"\b(error|fatal):", line) and not any(h.search(line) for h in _HARMLESS):
+            errors.append(line.strip())
+    return records, errors, parsed

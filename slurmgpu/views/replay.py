@@ -11,7 +11,7 @@ from typing import Any
 
 from slurmgpu import __version__
 from slurmgpu.render.templating import render
-from slurmgpu.views.report import REJECTED_SHOWN, printable
+from slurmgpu.views.report.tables import REJECTED_SHOWN, printable
 from slurmgpu.views.safe_text import neutralise
 
 

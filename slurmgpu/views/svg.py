@@ -9,6 +9,7 @@ from __future__ import annotations
 import html
 import math
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -61,44 +62,81 @@ def timeseries_chart(points: Sequence[TimePoint]) -> str:
     """GPU-hours allocated per interval (filled) against capacity (dashed); "" without data."""
     if not points:
         return ""
-    height, left, right, top, bottom = 260, 56, 16, 28, 44
-    plot_w, plot_h = WIDTH - left - right, height - top - bottom
     alloc = [p.gpu_hours_allocated for p in points]
     cap = [p.capacity_gpu_hours for p in points]
     known = [float(v) for v in alloc + cap if _known(v)]
-    y_max = nice_ceiling(max(known) if known else 1.0)
-    n = len(points)
-
-    def x(i: int) -> float:
-        return left + (plot_w * i / (n - 1) if n > 1 else plot_w / 2)
-
-    def y(v: float) -> float:
-        return top + plot_h - plot_h * float(v) / y_max
-
+    plot = _Plot(n=len(points), y_max=nice_ceiling(max(known) if known else 1.0))
     parts = [
         f'<svg class="chart timeseries" width="{WIDTH}" '
-        f'height="{height}" viewBox="0 0 {WIDTH} {height}" role="img" '
+        f'height="{plot.height}" viewBox="0 0 {WIDTH} {plot.height}" role="img" '
         f'aria-label="GPU-hours allocated over time">'
     ]
-    for k in range(5):
-        v = y_max * k / 4
-        yy = y(v)
+    parts += _time_axes(plot, points)
+    layers = _partition_layers(points)
+    parts += _allocated_areas(plot, alloc, layers)
+    cap_pts = [(plot.x(i), plot.y(v)) for i, v in enumerate(cap) if _known(v)]
+    if cap_pts:
+        line = " ".join(f"{px:.1f},{py:.1f}" for px, py in cap_pts)
         parts.append(
-            f'<line x1="{left}" y1="{yy:.1f}" x2="{WIDTH - right}" y2="{yy:.1f}" '
+            f'<polyline class="capacity" fill="none" stroke="{CAPACITY_COLOUR}" stroke-width="1.5" '
+            f'stroke-dasharray="6 4" points="{line}"/>'
+        )
+    parts += _point_tips(plot, points, alloc, cap)
+    legend = [(PALETTE[k % len(PALETTE)], name) for k, (name, _) in enumerate(layers)]
+    legend += [(CAPACITY_COLOUR, "capacity")] if cap_pts else []
+    parts.append(_legend(legend, plot.left, 14))
+    parts.append("</svg>")
+    return "".join(parts)
+
+
+@dataclass(frozen=True)
+class _Plot:
+    """The time-series plot area: `n` buckets across, 0..`y_max` up."""
+
+    n: int
+    y_max: float
+    height: int = 260
+    left: int = 56
+    right: int = 16
+    top: int = 28
+    bottom: int = 44
+
+    def x(self, i: int) -> float:
+        plot_w = WIDTH - self.left - self.right
+        return self.left + (plot_w * i / (self.n - 1) if self.n > 1 else plot_w / 2)
+
+    def y(self, v: float) -> float:
+        plot_h = self.height - self.top - self.bottom
+        return self.top + plot_h - plot_h * float(v) / self.y_max
+
+
+def _time_axes(plot: _Plot, points: Sequence[TimePoint]) -> list[str]:
+    """Five horizontal grid lines with their values, and about six time labels."""
+    parts = []
+    for k in range(5):
+        v = plot.y_max * k / 4
+        yy = plot.y(v)
+        parts.append(
+            f'<line x1="{plot.left}" y1="{yy:.1f}" x2="{WIDTH - plot.right}" y2="{yy:.1f}" '
             f'stroke="#dddddd" stroke-width="1"/>'
-            f'<text x="{left - 6}" y="{yy + 4:.1f}" text-anchor="end" class="axis">'
+            f'<text x="{plot.left - 6}" y="{yy + 4:.1f}" text-anchor="end" class="axis">'
             f"{_fmt_axis(v)}</text>"
         )
+    n = plot.n
     label_every = max(1, math.ceil(n / 6))
     for i, p in enumerate(points):
         if i % label_every == 0 or i == n - 1:
             parts.append(
-                f'<text x="{x(i):.1f}" y="{height - bottom + 18}" text-anchor="middle" '
-                f'class="axis">{esc(_short_time(p.t))}</text>'
+                f'<text x="{plot.x(i):.1f}" y="{plot.height - plot.bottom + 18}" '
+                f'text-anchor="middle" class="axis">{esc(_short_time(p.t))}</text>'
             )
-    # Allocated, stacked by partition when the analysis splits it (largest at the bottom),
-    # one set of polygons per run of known buckets (an unknown bucket leaves a gap).
-    layers = _partition_layers(points)
+    return parts
+
+
+def _allocated_areas(plot: _Plot, alloc: list[Any], layers: list) -> list[str]:
+    """Allocated, stacked by partition when the analysis splits it (largest at the bottom),
+    one set of polygons per run of known buckets (an unknown bucket leaves a gap)."""
+    parts = []
     runs: list[list[int]] = [[]]
     for i, v in enumerate(alloc):
         if _known(v):
@@ -106,16 +144,16 @@ def timeseries_chart(points: Sequence[TimePoint]) -> str:
         elif runs[-1]:
             runs.append([])
     for run in (r for r in runs if r):
-        xs = [x(i) for i in run]
+        xs = [plot.x(i) for i in run]
         if len(run) == 1:
             xs = [xs[0] - 3, xs[0] + 3]
             run = [run[0], run[0]]
         lower = [0.0] * len(run)
         for k, (_, values) in enumerate(layers):
             upper = [lo + values[i] for lo, i in zip(lower, run, strict=True)]
-            fwd = " ".join(f"{px:.1f},{y(v):.1f}" for px, v in zip(xs, upper, strict=True))
+            fwd = " ".join(f"{px:.1f},{plot.y(v):.1f}" for px, v in zip(xs, upper, strict=True))
             back = " ".join(
-                f"{px:.1f},{y(v):.1f}" for px, v in reversed(list(zip(xs, lower, strict=True)))
+                f"{px:.1f},{plot.y(v):.1f}" for px, v in reversed(list(zip(xs, lower, strict=True)))
             )
             colour = PALETTE[k % len(PALETTE)]
             parts.append(
@@ -124,19 +162,20 @@ def timeseries_chart(points: Sequence[TimePoint]) -> str:
             )
             lower = upper
         total = " ".join(
-            f"{px:.1f},{y(float(alloc[i])):.1f}" for px, i in zip(xs, run, strict=True)
+            f"{px:.1f},{plot.y(float(alloc[i])):.1f}" for px, i in zip(xs, run, strict=True)
         )
         parts.append(
             f'<polyline class="total" fill="none" stroke="{PALETTE[0]}" stroke-width="2" '
             f'points="{total}"/>'
         )
-    cap_pts = [(x(i), y(v)) for i, v in enumerate(cap) if _known(v)]
-    if cap_pts:
-        line = " ".join(f"{px:.1f},{py:.1f}" for px, py in cap_pts)
-        parts.append(
-            f'<polyline class="capacity" fill="none" stroke="{CAPACITY_COLOUR}" stroke-width="1.5" '
-            f'stroke-dasharray="6 4" points="{line}"/>'
-        )
+    return parts
+
+
+def _point_tips(
+    plot: _Plot, points: Sequence[TimePoint], alloc: list[Any], cap: list[Any]
+) -> list[str]:
+    """A dot per known bucket, its tooltip saying allocated, capacity and the ratio."""
+    parts = []
     for i, p in enumerate(points):
         if _known(alloc[i]):
             ratio = p.allocation_ratio
@@ -146,14 +185,10 @@ def timeseries_chart(points: Sequence[TimePoint]) -> str:
             if _known(ratio):
                 tip += f" ({float(ratio) * 100:.1f}%)"
             parts.append(
-                f'<circle cx="{x(i):.1f}" cy="{y(alloc[i]):.1f}" r="3" fill="{PALETTE[0]}">'
-                f"<title>{esc(tip)}</title></circle>"
+                f'<circle cx="{plot.x(i):.1f}" cy="{plot.y(alloc[i]):.1f}" r="3" '
+                f'fill="{PALETTE[0]}"><title>{esc(tip)}</title></circle>'
             )
-    legend = [(PALETTE[k % len(PALETTE)], name) for k, (name, _) in enumerate(layers)]
-    legend += [(CAPACITY_COLOUR, "capacity")] if cap_pts else []
-    parts.append(_legend(legend, left, 14))
-    parts.append("</svg>")
-    return "".join(parts)
+    return parts
 
 
 MAX_LAYERS = 5

@@ -282,8 +282,12 @@ def pcie_8gpu() -> dict:
 
 
 def _vendor_machines() -> dict:
-    sys.path.insert(0, str(Path(__file__).resolve().parent))
-    import vendor_machines as vm  # tests/doubles, run as a script or imported
+    here = str(Path(__file__).resolve().parent)
+    sys.path.insert(0, here)
+    try:
+        import vendor_machines as vm  # tests/doubles, run as a script or imported
+    finally:  # tests/doubles must not stay on sys.path: its pynvml would shadow the real one
+        sys.path.remove(here)
 
     return {
         "mi300x-8gpu": vm.mi300x_8gpu,

@@ -201,7 +201,8 @@ def test_load_rejects_missing_keys_and_schema(tmp_path: Path) -> None:
 def test_importing_does_not_parse_the_file() -> None:
     # `slurmgpu submit` imports the catalogue through model.policy; parsing is deferred
     code = (
-        "import slurmgpu.cli.submit, slurmgpu.render.sbatch, slurmgpu.model.policy\n"
+        "import slurmgpu.cli.submit, slurmgpu.configure.submit, slurmgpu.render.sbatch\n"
+        "import slurmgpu.model.policy\n"
         "from slurmgpu.model import catalog\n"
         "assert catalog._models.cache_info().currsize == 0\n"
         "assert 'tomllib' not in __import__('sys').modules\n"

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from slurmgpu.cli.submit import split_args
+from slurmgpu.configure.submit import split_args
 from slurmgpu.errors import UsageError
 from slurmgpu.model.slicing import candidates, largest
 from slurmgpu.render.sbatch import Additions, build_argv, scan_options, script_directives
