@@ -133,59 +133,31 @@ def qos_apply(policy_path: str | None, prune: bool) -> None:
     default="-",
     show_default=True,
     metavar="PATH|-",
-    help="Where to write job_submit.lua (it must sit next to slurm.conf).",
+    help="Where to write job_submit.lua (it must sit next to slurm.conf), or with --module "
+    "slurmgpu_tiers.lua (next to the site's job_submit.lua).",
 )
-@click.option("--check", is_flag=True, help="Compile (luac5.1 -p) and dry-run it in Lua first.")
+@click.option(
+    "--module",
+    "as_module",
+    is_flag=True,
+    help="Render a Lua module (slurmgpu_tiers) for the site's own job_submit.lua to require "
+    "and call (docs/policy.md).",
+)
+@click.option(
+    "--check", is_flag=True, help="Compile (luac5.1 -p) and dry-run it in Lua (lupa or lua5.1)."
+)
 @click.option("--slurm-version", help="Target Slurm release, e.g. 24.11 (default: installed).")
 def gen_job_submit(
-    policy_path: str | None, output: str, check: bool, slurm_version: str | None
+    policy_path: str | None, output: str, as_module: bool, check: bool, slurm_version: str | None
 ) -> None:
-    """Render job_submit.lua from the policy (checked and installed atomically with -o)."""
-    from pathlib import Path
+    """Render job_submit.lua (or a module of it) from the policy; checked and installed
+    atomically with -o."""
+    from slurmgpu.tiers.job_submit import gen_job_submit as generate
 
-    from slurmgpu.render.job_submit import render_job_submit
-    from slurmgpu.sources import lua_check
-    from slurmgpu.sources.slurm import target_slurm_version
-    from slurmgpu.sources.users import uids_for
-    from slurmgpu.util.atomic import write_atomic
-
-    pol = _load(policy_path)
-    uid_of, missing = uids_for(u for t in pol.tiers for u in t.users)
-    for name in missing:
-        click.secho(
-            f"slurmgpu: warning: user {name} is not in the passwd database here; "
-            "job_desc.user_name still matches it",
-            err=True,
-            fg="yellow",
-        )
-    version, _ = target_slurm_version(slurm_version)
-    text = render_job_submit(pol, uid_of, version)
-    samples = ["", *(f"tier={t.name}" for t in pol.tiers), *(f"kind={k.name}" for k in pol.kinds)]
-
-    def validate(path: Path) -> None:
-        if lua_check.luac_available() is None:
-            click.secho("slurmgpu: warning: no luac5.1: compile check skipped", err=True)
-        lua_check.luac_check(path)
-        runtimes = [r for r in ("lua51", "lua54") if lua_check.lupa_available(r)]
-        if not runtimes:
-            click.secho("slurmgpu: warning: lupa not installed: dry run skipped", err=True)
-        for runtime in runtimes:
-            lua_check.dry_run(path.read_text(encoding="utf-8"), samples, runtime)
-
-    if output == "-":
-        if check:
-            import tempfile
-
-            with tempfile.TemporaryDirectory() as tmp:
-                probe = Path(tmp) / "job_submit.lua"
-                probe.write_text(text, encoding="utf-8")
-                validate(probe)
-        click.echo(text, nl=False)
-        return
-    try:
-        write_atomic(output, text, mode=0o644, validate=validate if check else None)
-    except OSError as exc:
-        from slurmgpu.errors import SlurmgpuError
-
-        raise SlurmgpuError(f"cannot write {output}: {exc.strerror}") from exc
-    click.echo(f"wrote {output}" + (" (checked)" if check else ""), err=True)
+    result = generate(
+        _load(policy_path), output, module=as_module, check=check, slurm_version=slurm_version
+    )
+    for line in result.notes:
+        click.secho(line, err=True, fg="yellow" if line.startswith("slurmgpu: warning") else None)
+    if result.written is None:
+        click.echo(result.text, nl=False)
