@@ -31,6 +31,7 @@ LAZY_COMMANDS: dict[str, str] = {
     "rebalance": "slurmgpu.cli.fleet:rebalance",
     "replay": "slurmgpu.cli.replay:replay",
     "replay-task": "slurmgpu.cli.replay:replay_task",  # hidden: a task of replay --via-slurm
+    "install-units": "slurmgpu.cli.ops:install_units",
 }
 
 
