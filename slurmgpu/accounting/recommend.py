@@ -579,12 +579,18 @@ def _tiers(
                         if lost > saved
                         else f"Preemption loses {share:.0%} of allocated GPU-hours"
                     )
-                    + ": add GraceTime or checkpointing, or stop preempting "
+                    + f": give the preempted tiers a {_dur(SUGGESTED_GRACE_S)} grace to "
+                    "checkpoint before they are requeued, or stop preempting "
                     + ", ".join(map(str, tiers_hit)),
                     detail=(
                         f"{int(pre.sum())} preempted runs lost {lost:.1f} GPU-hours "
                         f"({share:.1%} of allocated); the waits they saved are estimated at "
-                        f"{saved:.1f} GPU-hours."
+                        f"{saved:.1f} GPU-hours. In the site policy: preempt_mode = "
+                        f'"requeue" and grace_time_s = {SUGGESTED_GRACE_S} on the preempting '
+                        "tier (slurmgpu renders the victims' QOS GraceTime=0 and "
+                        f"KillWait={SUGGESTED_GRACE_S}: requeued at once, SIGTERM, "
+                        f"{SUGGESTED_GRACE_S} s to save a checkpoint; docs/policy.md), and jobs "
+                        "that resume from their checkpoint."
                     ),
                     evidence=PreemptionEvidence(
                         preemptions=int(pre.sum()),
