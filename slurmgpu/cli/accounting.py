@@ -30,11 +30,11 @@ def analyze(
     """GPU-hours, utilization, waits, preemption losses and partition recommendations."""
     from datetime import datetime
 
-    from slurmgpu.accounting import analyze as run_analysis
     from slurmgpu.accounting.when import parse_when
+    from slurmgpu.advice import analyze as run_analysis
     from slurmgpu.cli.progress import LoadProgress
-    from slurmgpu.render.report import render_report
     from slurmgpu.util.atomic import write_atomic
+    from slurmgpu.views.report import render_report
 
     now = datetime.now(UTC).replace(microsecond=0)
     t_since = parse_when(since, now=now, option="--since") if since else None
