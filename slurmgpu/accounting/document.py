@@ -375,6 +375,12 @@ class TimePoint:
     capacity_gpu_hours: float | None  # cluster GPUs x bucket hours
     allocation_ratio: float | None
     by_partition: Mapping[str, float]  # allocated GPU-hours per partition (sorted by name)
+    # the bucket's length (the first and last may be cut by the window: charts scale them)
+    hours: float | None = None
+    # measured use: GPU-hours x utilization of the runs with a measurement, and the allocated
+    # GPU-hours of those runs (None: no run in the bucket was measured)
+    gpu_hours_used: float | None = None
+    util_known_gpu_hours: float | None = None
 
     def to_json(self) -> dict[str, Json]:
         return {
@@ -383,6 +389,9 @@ class TimePoint:
             "capacity_gpu_hours": self.capacity_gpu_hours,
             "allocation_ratio": self.allocation_ratio,
             "by_partition": dict(self.by_partition),
+            "hours": self.hours,
+            "gpu_hours_used": self.gpu_hours_used,
+            "util_known_gpu_hours": self.util_known_gpu_hours,
         }
 
     @classmethod
@@ -393,7 +402,17 @@ class TimePoint:
             capacity_gpu_hours=_opt_float(data["capacity_gpu_hours"]),
             allocation_ratio=_opt_float(data["allocation_ratio"]),
             by_partition={str(k): float(v) for k, v in data["by_partition"].items()},
+            hours=_opt_float(data.get("hours")),
+            gpu_hours_used=_opt_float(data.get("gpu_hours_used")),
+            util_known_gpu_hours=_opt_float(data.get("util_known_gpu_hours")),
         )
+
+    def per_full_bucket(self, value: float | None, full_hours: float) -> float | None:
+        """`value` scaled to a whole bucket: a bucket the window cuts short (the last one,
+        often) would otherwise draw as a drop in both allocation and capacity."""
+        if value is None or not self.hours:
+            return value
+        return value * full_hours / self.hours
 
 
 @dataclass(frozen=True)

@@ -230,11 +230,11 @@ def timeseries(
     g = work["gpus"].to_numpy()
     ok = ~np.isnat(s) & ~np.isnat(e) & (e > s) & (g > 0)
 
-    def integral(mask: np.ndarray) -> np.ndarray:
+    def integral(mask: np.ndarray, weight: np.ndarray | None = None) -> np.ndarray:
         origin = window.since.astype("int64")  # small numbers keep the sums exact
         ss = (s[mask].astype("int64") - origin).astype(float)
         ee = (e[mask].astype("int64") - origin).astype(float)
-        gg = g[mask]
+        gg = g[mask] if weight is None else (g * weight)[mask]
         t = (edges.astype("int64") - origin).astype(float)
 
         def ramp(points: np.ndarray) -> np.ndarray:  # sum_j g_j * max(0, t - p_j)
@@ -249,6 +249,12 @@ def timeseries(
         return np.diff(big) / 3600.0
 
     total = integral(ok)
+    # measured use: runs with a utilization (clipped to 0..100), weighted by it
+    util = work["util"].to_numpy(dtype=float) if "util" in work else np.full(len(work), np.nan)
+    measured = ok & ~np.isnan(util)
+    used = integral(measured, np.clip(np.nan_to_num(util), 0.0, 100.0) / 100.0)
+    measured_h = integral(measured)
+    has_measure = measured.any()
     per_part: dict[str, np.ndarray] = {}
     if partitions is not None:
         for p in pd.unique(partitions[ok]):
@@ -266,6 +272,9 @@ def timeseries(
                 capacity_gpu_hours=cap,
                 allocation_ratio=alloc / cap if cap else None,
                 by_partition={p: float(v[i]) for p, v in sorted(per_part.items())},
+                hours=float(bucket_h[i]),
+                gpu_hours_used=float(used[i]) if has_measure and measured_h[i] > 0 else None,
+                util_known_gpu_hours=float(measured_h[i]) if has_measure else None,
             )
         )
     return Timeseries(freq, tuple(points))

@@ -57,10 +57,20 @@ def _fmt_axis(value: float) -> str:
     return f"{value:g}"
 
 
-def timeseries_chart(points: Sequence[TimePoint]) -> str:
-    """GPU-hours allocated per interval (filled) against capacity (dashed); "" without data."""
+def full_bucket_hours(freq: str) -> float:
+    """Hours of one whole bucket of the series (`1h` or `1D`)."""
+    return 24.0 if str(freq).upper().endswith("D") else 1.0
+
+
+def timeseries_chart(points: Sequence[TimePoint], freq: str = "1h") -> str:
+    """GPU-hours allocated per interval (filled) against capacity (dashed); "" without data.
+
+    A bucket the window cuts short (the first or last) is drawn scaled to a whole bucket
+    (`TimePoint.per_full_bucket`), so neither line drops at the window's edge."""
     if not points:
         return ""
+    full = full_bucket_hours(freq)
+    points = [_scaled(p, full) for p in points]
     height, left, right, top, bottom = 260, 56, 16, 28, 44
     plot_w, plot_h = WIDTH - left - right, height - top - bottom
     alloc = [p.gpu_hours_allocated for p in points]
@@ -151,6 +161,101 @@ def timeseries_chart(points: Sequence[TimePoint]) -> str:
             )
     legend = [(PALETTE[k % len(PALETTE)], name) for k, (name, _) in enumerate(layers)]
     legend += [(CAPACITY_COLOUR, "capacity")] if cap_pts else []
+    parts.append(_legend(legend, left, 14))
+    parts.append("</svg>")
+    return "".join(parts)
+
+
+def _scaled(p: TimePoint, full: float) -> TimePoint:
+    import dataclasses
+
+    if not p.hours or abs(p.hours - full) < 1e-9:
+        return p
+    return dataclasses.replace(
+        p,
+        gpu_hours_allocated=p.per_full_bucket(p.gpu_hours_allocated, full),
+        capacity_gpu_hours=p.per_full_bucket(p.capacity_gpu_hours, full),
+        by_partition={k: p.per_full_bucket(v, full) for k, v in p.by_partition.items()},
+    )
+
+
+USED_COLOUR = PALETTE[2]
+
+
+def use_chart(points: Sequence[TimePoint]) -> str:
+    """The headline plot: allocation and measured use as % of capacity over time (ratios,
+    so a bucket the window cuts short needs no scaling); "" without capacity or data.
+
+    Measured use counts only runs with a measurement (jobstats, Prometheus, the collector,
+    gres/gpuutil); a bucket where none was measured leaves a gap in that line."""
+    rows = [p for p in points if _known(p.capacity_gpu_hours) and p.capacity_gpu_hours]
+    if not rows:
+        return ""
+    height, left, right, top, bottom = 240, 56, 16, 28, 44
+    plot_w, plot_h = WIDTH - left - right, height - top - bottom
+    alloc = [100.0 * p.gpu_hours_allocated / p.capacity_gpu_hours for p in rows]
+    used = [
+        100.0 * p.gpu_hours_used / p.capacity_gpu_hours if _known(p.gpu_hours_used) else None
+        for p in rows
+    ]
+    y_max = max(100.0, nice_ceiling(max(alloc)))
+    n = len(rows)
+
+    def x(i: int) -> float:
+        return left + (plot_w * i / (n - 1) if n > 1 else plot_w / 2)
+
+    def y(v: float) -> float:
+        return top + plot_h - plot_h * float(v) / y_max
+
+    parts = [
+        f'<svg class="chart use" width="{WIDTH}" height="{height}" '
+        f'viewBox="0 0 {WIDTH} {height}" role="img" '
+        f'aria-label="GPU allocation and measured use, percent of capacity, over time">'
+    ]
+    for k in range(5):
+        v = y_max * k / 4
+        parts.append(
+            f'<line x1="{left}" y1="{y(v):.1f}" x2="{WIDTH - right}" y2="{y(v):.1f}" '
+            f'stroke="#dddddd" stroke-width="1"/>'
+            f'<text x="{left - 6}" y="{y(v) + 4:.1f}" text-anchor="end" class="axis">'
+            f"{v:g}%</text>"
+        )
+    label_every = max(1, math.ceil(n / 6))
+    for i, p in enumerate(rows):
+        if i % label_every == 0 or i == n - 1:
+            parts.append(
+                f'<text x="{x(i):.1f}" y="{height - bottom + 18}" text-anchor="middle" '
+                f'class="axis">{esc(_short_time(p.t))}</text>'
+            )
+    for name, values, colour in (("allocated", alloc, PALETTE[0]), ("used", used, USED_COLOUR)):
+        segment: list[str] = []
+        segments = [segment]
+        for i, v in enumerate(values):
+            if v is None:
+                segment = []
+                segments.append(segment)
+            else:
+                segment.append(f"{x(i):.1f},{y(v):.1f}")
+        for seg in (s for s in segments if s):
+            if len(seg) == 1:
+                px, py = seg[0].split(",")
+                parts.append(f'<circle class="{name}" cx="{px}" cy="{py}" r="3" fill="{colour}"/>')
+            else:
+                parts.append(
+                    f'<polyline class="{name}" fill="none" stroke="{colour}" stroke-width="2" '
+                    f'points="{" ".join(seg)}"/>'
+                )
+    for i, p in enumerate(rows):
+        tip = f"{p.t}: {alloc[i]:.1f}% allocated"
+        if used[i] is not None:
+            tip += f", {used[i]:.1f}% used (measured runs)"
+        parts.append(
+            f'<circle cx="{x(i):.1f}" cy="{y(alloc[i]):.1f}" r="2" fill="{PALETTE[0]}">'
+            f"<title>{esc(tip)}</title></circle>"
+        )
+    legend = [(PALETTE[0], "allocated % of capacity")]
+    if any(v is not None for v in used):
+        legend.append((USED_COLOUR, "measured use % of capacity"))
     parts.append(_legend(legend, left, 14))
     parts.append("</svg>")
     return "".join(parts)

@@ -241,7 +241,12 @@ def test_html_shows_totals_and_plots(analysis):
     page = render_html(doc(analysis))
     text = " ".join(_parse(page).text)
     assert "7,312.0 of 10,752.0 capacity (68.0%)" in text
-    assert page.count("<svg ") == 6
+    assert page.count("<svg ") == 7
+    # the headline plot: allocation and measured use, % of capacity, over time
+    assert 'class="chart use"' in page
+    assert page.count('<polyline class="allocated"') == 1
+    assert page.count('<polyline class="used"') == 1
+    assert "Allocation and measured use, % of capacity, per day" in text
     # known values only: partitions, QOS, fit slices, waits (all + 2 partitions), tier waits
     assert page.count('class="bar s0"') == 3 + 3 + 3 + 3 + 3
     assert 'class="capacity"' in page
@@ -351,3 +356,25 @@ def test_docs_list_exactly_the_exported_metrics(analysis):
     for metric in per_group - {m for m in per_group if m.startswith("slurmgpu_")}:
         named |= {f"slurmgpu_{metric}", f"slurmgpu_partition_{metric}", f"slurmgpu_qos_{metric}"}
     assert exported == named
+
+
+def test_a_bucket_the_window_cuts_short_is_scaled_not_a_drop():
+    """The last bucket of a window ending at 00:30 holds half an hour: its capacity and
+    allocation are drawn per whole hour, so the capacity line stays flat."""
+    from slurmgpu.accounting.document import TimePoint
+    from slurmgpu.views import svg
+
+    full = TimePoint("2026-12-01T22:00:00Z", 8.0, 16.0, 0.5, {}, hours=1.0)
+    half = TimePoint("2026-12-01T23:00:00Z", 4.0, 8.0, 0.5, {}, hours=0.5)
+    tiny = TimePoint("2026-12-02T00:00:00Z", 0.004, 0.008, 0.5, {}, hours=0.0005)
+    chart = svg.timeseries_chart([full, half, tiny], "1h")
+    line = re.search(r'class="capacity"[^>]*points="([^"]+)"', chart).group(1)
+    ys = {pt.split(",")[1] for pt in line.split()}
+    assert len(ys) == 1, line  # one height: no drop at the end
+    totals = re.search(r'class="total"[^>]*points="([^"]+)"', chart).group(1)
+    assert len({pt.split(",")[1] for pt in totals.split()}) == 1
+    # the use chart draws ratios: the same 50 % in every bucket
+    use = svg.use_chart([full, half, tiny])
+    allocated = re.search(r'class="allocated"[^>]*points="([^"]+)"', use).group(1)
+    assert len({pt.split(",")[1] for pt in allocated.split()}) == 1
+    assert 'class="used"' not in use  # nothing measured: no line, never a zero line
