@@ -216,23 +216,10 @@ def _effect_text(effect: Any) -> str:
 
 
 def _evidence_items(evidence: Any) -> list[str]:
-    if isinstance(evidence, Mapping):
-        return [f"{k}={_evidence_value(v)}" for k, v in evidence.items()]
-    if isinstance(evidence, list | tuple):
-        return [_evidence_value(v) for v in evidence]
-    if evidence is None:
-        return []
-    return [str(evidence)]
+    """Evidence and effects in human units (`views/evidence.py`); JSON keeps the numbers."""
+    from slurmgpu.views.evidence import evidence_items
 
-
-def _evidence_value(value: Any) -> str:
-    if isinstance(value, float):
-        return f"{value:.4g}" if is_known(value) else "unknown"
-    if value is None:
-        return "unknown"
-    if isinstance(value, Mapping | list | tuple):
-        return json.dumps(value, sort_keys=True, default=str)
-    return str(value)
+    return evidence_items(evidence)
 
 
 def _source_line(source: Source) -> str:

@@ -105,11 +105,18 @@ def test_text_totals(analysis):
     assert "2,400.0 of the 3,000.0 GPU-hours with gres/gpuutil (mean utilization 80.0%" in text
     assert "note: 8 allocation rows fall outside the window" in text
     assert "by reason: bad ElapsedRaw 1, wrong column count 1" in text
+    # evidence and effects in human units (the JSON keeps the numbers)
     assert (
-        "estimated effect: gpus_carved=4, whole_gpus_freed_p50=2.5, hours_slices_short=3, "
-        "hours=168" in text
+        "estimated effect: GPUs carved: 4, whole GPUs freed p50: 2.5, hours slices short: 3 h, "
+        "hours: 168 h" in text
     )
-    assert "evidence: preemptions=14, gpu_hours_lost_to_preemption=35.5," in text
+    assert (
+        "evidence: preemptions: 14, GPU-hours lost to preemption: 35.5 GPU-h, GPU-hours wait "
+        "saved estimate: 20 GPU-h, share of allocated: 0.5 %, preempted tiers: P2" in text
+    )
+    assert "layouts: 1 GPU as 7 x 1g.10gb + 3 GPUs as 2 x 3g.40gb" in text
+    assert "share fitting half GPU: 41 %" in text
+    assert "=0.0049" not in text and '{"' not in text  # no raw JSON floats or objects
 
 
 def test_text_partition_table_columns_line_up(analysis):
@@ -378,3 +385,24 @@ def test_a_bucket_the_window_cuts_short_is_scaled_not_a_drop():
     allocated = re.search(r'class="allocated"[^>]*points="([^"]+)"', use).group(1)
     assert len({pt.split(",")[1] for pt in allocated.split()}) == 1
     assert 'class="used"' not in use  # nothing measured: no line, never a zero line
+
+
+@pytest.mark.parametrize(
+    ("key", "value", "text"),
+    [
+        ("gpu_hours_lost", 1234.5678, "1,234.6 GPU-h"),
+        ("share_of_allocated", 0.0049, "0.5 %"),
+        ("allocation_ratio", 0.8512, "85 %"),
+        ("wait_s", {"p50": 720.0, "p95": 7560.0, "max": None},
+         "p50 12 min, p95 2.1 h, max unknown"),
+        ("hours", 168, "168 h"),
+        ("idle_s", 5400, "1.5 h"),
+        ("tiers", ["P1", "P2"], "P1; P2"),
+        ("count", 3.0, "3"),
+        ("flag", True, "yes"),
+    ],
+)  # fmt: skip
+def test_evidence_values_in_human_units(key, value, text):
+    from slurmgpu.views.evidence import value_text
+
+    assert value_text(key, value) == text
