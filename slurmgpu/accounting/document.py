@@ -339,6 +339,10 @@ class Totals(GroupStats):
     rejected_reasons: Mapping[str, int] = field(default_factory=dict)  # reason -> rows
     shard_runs_unknown_fraction: int = 0  # gres/shard runs counted as 0 GPU-hours
     steps_gpu_usage_over_100: int = 0  # steps with gpuutil > 100 (a 24.05+ dump's sums)
+    # allocated GPU-hours in partitions whose capacity is unknown: left out of
+    # allocation_ratio and idle_gpu_hours (which compare known partitions with their capacity)
+    gpu_hours_capacity_unknown: float = 0.0
+    partitions_capacity_unknown: tuple[str, ...] = ()
 
     ROW_COUNTS = (
         "rows_read", "rows_analyzed", "rows_rejected", "step_rows", "allocation_rows",
@@ -352,6 +356,8 @@ class Totals(GroupStats):
             rejected_reasons=dict(self.rejected_reasons),
             shard_runs_unknown_fraction=self.shard_runs_unknown_fraction,
             steps_gpu_usage_over_100=self.steps_gpu_usage_over_100,
+            gpu_hours_capacity_unknown=self.gpu_hours_capacity_unknown,
+            partitions_capacity_unknown=list(self.partitions_capacity_unknown),
         )
         return out
 
@@ -363,6 +369,10 @@ class Totals(GroupStats):
             rejected_reasons={str(k): int(v) for k, v in data["rejected_reasons"].items()},
             shard_runs_unknown_fraction=int(data["shard_runs_unknown_fraction"]),
             steps_gpu_usage_over_100=int(data["steps_gpu_usage_over_100"]),
+            gpu_hours_capacity_unknown=float(data.get("gpu_hours_capacity_unknown", 0.0)),
+            partitions_capacity_unknown=tuple(
+                str(p) for p in data.get("partitions_capacity_unknown", ())
+            ),
         )
 
 

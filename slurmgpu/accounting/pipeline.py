@@ -94,8 +94,16 @@ def analyze(options: AnalysisOptions) -> AnalysisResult:
 
     if loaded.rows_read != loaded.rows_analyzed + loaded.rows_rejected:
         raise SacctParseError("internal: row accounting does not reconcile")
+    headline = metrics.over_known_capacity(
+        metrics.summarize(work, total_gpus, win),
+        work,
+        frame["partition"].to_numpy(dtype=object, na_value=""),
+        part_gpus,
+    )
     totals = doc_mod.Totals(
-        **metrics.summarize(work, total_gpus, win).as_fields(),
+        **headline.stats.as_fields(),
+        gpu_hours_capacity_unknown=headline.gpu_hours_unknown,
+        partitions_capacity_unknown=headline.partitions_unknown,
         rows_read=loaded.rows_read,
         rows_analyzed=loaded.rows_analyzed,
         rows_rejected=loaded.rows_rejected,
@@ -162,6 +170,7 @@ def analyze(options: AnalysisOptions) -> AnalysisResult:
             total_gpus,
             opts.freq,
             partitions=frame["partition"].to_numpy(dtype=object, na_value=""),
+            known_partitions=part_gpus,
         ),
         rejected=tuple(
             doc_mod.Rejected(str(x.file), int(x.line), str(x.reason)) for x in loaded.rejected

@@ -286,7 +286,17 @@ def _totals_lines(t: Totals) -> list[tuple[str, str]]:
     alloc_line = fmt_gpu_hours(t.gpu_hours_allocated, "unknown")
     if is_known(capacity):
         alloc_line += f" of {fmt_gpu_hours(capacity)} capacity"
-        alloc_line += f" ({fmt_ratio(t.allocation_ratio, 'ratio unknown')})"
+        alloc_line += f" ({fmt_ratio(t.allocation_ratio, 'ratio unknown')}"
+        if t.gpu_hours_capacity_unknown:
+            # the ratio compares known partitions with their capacity (Totals)
+            names = ", ".join(printable(p) for p in t.partitions_capacity_unknown[:3])
+            more = ", …" if len(t.partitions_capacity_unknown) > 3 else ""
+            alloc_line += (
+                f" over partitions of known capacity; "
+                f"{fmt_gpu_hours(t.gpu_hours_capacity_unknown)} in {names}{more} left out: "
+                "capacity unknown"
+            )
+        alloc_line += ")"
     else:
         alloc_line += " (capacity unknown)"
     used = t.gpu_hours_used

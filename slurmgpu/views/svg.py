@@ -193,7 +193,8 @@ def use_chart(points: Sequence[TimePoint]) -> str:
         return ""
     height, left, right, top, bottom = 240, 56, 16, 28, 44
     plot_w, plot_h = WIDTH - left - right, height - top - bottom
-    alloc = [100.0 * p.gpu_hours_allocated / p.capacity_gpu_hours for p in rows]
+    # the ratio counts the partitions of known capacity only (accounting/metrics.py)
+    alloc = [100.0 * (p.allocation_ratio if _known(p.allocation_ratio) else 0.0) for p in rows]
     used = [
         100.0 * p.gpu_hours_used / p.capacity_gpu_hours if _known(p.gpu_hours_used) else None
         for p in rows
