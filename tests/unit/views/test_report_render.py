@@ -9,6 +9,8 @@ import copy
 import json
 import math
 import re
+import shutil
+import subprocess
 from html.parser import HTMLParser
 from pathlib import Path
 
@@ -302,9 +304,9 @@ def test_prom_format_is_valid_and_families_are_declared_once(analysis):
 
 def test_prom_values(analysis):
     samples = _samples(render_prom(doc(analysis)))
-    assert samples["slurmgpu_gpu_hours_allocated"] == "7312"
+    assert samples["slurmgpu_gpu_allocated_seconds"] == str(7312 * 3600)  # GPU-seconds
     assert samples["slurmgpu_allocation_ratio"] == "0.68"
-    assert samples['slurmgpu_partition_gpu_hours_allocated{partition="gpu"}'] == "6100"
+    assert samples['slurmgpu_partition_gpu_allocated_seconds{partition="gpu"}'] == str(6100 * 3600)
     assert samples['slurmgpu_qos_wait_p95_seconds{qos="p2",tier="P2"}'] == "20000"
     assert samples['slurmgpu_fit_fraction_jobs_ratio{slice="1/2"}'] == "0.41"
     assert samples["slurmgpu_report_window_end_timestamp_seconds"] == "1796083200"
@@ -315,12 +317,12 @@ def test_prom_values(analysis):
 def test_prom_omits_unknowns(analysis):
     analysis["totals"]["gpu_hours_used"] = None
     text = render_prom(doc(analysis))
-    assert "slurmgpu_gpu_hours_used " not in text  # null in totals: no sample, no family
-    assert "# TYPE slurmgpu_gpu_hours_used gauge" not in text
+    assert "slurmgpu_gpu_used_seconds " not in text  # null in totals: no sample, no family
+    assert "# TYPE slurmgpu_gpu_used_seconds gauge" not in text
     samples = _samples(text)
     assert samples['slurmgpu_partition_gpu_util_mean_ratio{partition="gpu"}'] == "0.8"  # 80%
     assert 'slurmgpu_partition_gpu_util_mean_ratio{partition="mig"}' not in samples
-    assert 'slurmgpu_partition_capacity_gpu_hours{partition="<b>lab</b>"}' not in samples
+    assert 'slurmgpu_partition_gpu_capacity_seconds{partition="<b>lab</b>"}' not in samples
     assert 'slurmgpu_partition_wait_p50_seconds{partition="<b>lab</b>"}' not in samples
     assert 'slurmgpu_partition_jobs{partition="<b>lab</b>"}' in samples
 
@@ -406,3 +408,20 @@ def test_evidence_values_in_human_units(key, value, text):
     from slurmgpu.views.evidence import value_text
 
     assert value_text(key, value) == text
+
+
+@pytest.mark.skipif(not shutil.which("promtool"), reason="promtool: Debian package prometheus")
+def test_prom_passes_promtool_check_metrics(analysis):
+    """Prometheus' own linter (base units, _ratio, help and type) accepts every family."""
+    text = render_prom(doc(analysis))
+    proc = subprocess.run(
+        ["promtool", "check", "metrics"], input=text, capture_output=True, text=True, timeout=60
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert proc.stdout == proc.stderr == ""  # not even a lint warning
+    # and the linter does catch what the names used to be
+    bad = "# HELP x_gpu_hours x\n# TYPE x_gpu_hours gauge\nx_gpu_hours 1\n"
+    proc = subprocess.run(
+        ["promtool", "check", "metrics"], input=bad, capture_output=True, text=True, timeout=60
+    )
+    assert 'use base unit "seconds" instead of "hours"' in proc.stdout + proc.stderr

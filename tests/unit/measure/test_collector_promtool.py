@@ -1,0 +1,27 @@
+"""The collector's node_exporter textfile passes `promtool check metrics`."""
+
+from __future__ import annotations
+
+import shutil
+
+import pytest
+
+from tests.unit.measure.test_collector import (  # noqa: F401  (nvml: the fixture)
+    collect,
+    load_h100,
+    nvml,
+    options,
+    serve,
+)
+from tests.unit.views.test_promtool import promtool
+
+pytestmark = pytest.mark.skipif(not shutil.which("promtool"), reason="needs promtool")
+
+
+def test_collector_textfile(nvml, tmp_path):  # noqa: F811  (the imported fixture)
+    serve(nvml, tmp_path, "dgx-h100", lambda d: load_h100(d, [80]))
+    textfile = tmp_path / "slurmgpu.prom"
+    collect(options(tmp_path, textfile=textfile))
+    text = textfile.read_text()
+    assert "slurmgpu_" in text
+    assert promtool(text) == ""
