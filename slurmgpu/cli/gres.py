@@ -19,13 +19,13 @@ def _warn(message: str, *, loud: bool = False) -> None:
 
 
 def _read_inventory(snapshot_path: str | None, host_root: str | None, allow_partial: bool):
-    from slurmgpu.sources import nvml, snapshot
+    from slurmgpu.sources import accelerators, snapshot
 
     if snapshot_path and host_root is not None:
         raise UsageError("--host-root and --snapshot exclude each other: a snapshot is read as is")
     if snapshot_path:
         return snapshot.load(snapshot_path)
-    return nvml.read_inventory(host_root or "/", allow_partial=allow_partial)
+    return accelerators.read_inventory(host_root or "/", allow_partial=allow_partial)
 
 
 @click.command()
@@ -42,6 +42,13 @@ def _read_inventory(snapshot_path: str | None, host_root: str | None, allow_part
 @click.option(
     "--allow-partial", is_flag=True, help="Record the healthy GPUs when some GPU fails (loudly)."
 )
+@click.option(
+    "--vendor",
+    "vendor",
+    default="auto",
+    show_default=True,
+    help="auto (every vendor present), or a list of nvidia, amd, ascend (docs/vendors.md).",
+)
 @click.option("--nodes", help="Inventory these nodes (hostlist) through srun (docs/fleet.md).")
 @click.option(
     "--output-dir", type=click.Path(file_okay=False), help="With --nodes: NODE.json here."
@@ -57,13 +64,15 @@ def inventory(
     host_root: str,
     output: str,
     allow_partial: bool,
+    vendor: str,
     nodes: str | None,
     output_dir: str | None,
     remote_command: str,
     srun_args: tuple[str, ...],
 ) -> None:
-    """Read NVML and the host into a versioned JSON snapshot (see docs/snapshot.md)."""
-    from slurmgpu.sources import nvml, snapshot
+    """Read the accelerators (NVML, amdsmi, DCMI/npu-smi) and the host into a versioned JSON
+    snapshot (see docs/snapshot.md, docs/vendors.md)."""
+    from slurmgpu.sources import accelerators, snapshot
     from slurmgpu.util.atomic import write_atomic
 
     if nodes or output_dir:
@@ -72,7 +81,9 @@ def inventory(
         inventory_nodes(nodes, output_dir, host_root, remote_command, srun_args)
         return
 
-    inv = nvml.read_inventory(host_root, allow_partial=allow_partial)
+    inv = accelerators.read_inventory(
+        host_root, allow_partial=allow_partial, vendors=accelerators.parse_vendors(vendor)
+    )
     for warning in inv.warnings:
         _warn(warning, loud=warning.startswith("left out") or "caps minor" in warning)
     if inv.partial:
@@ -82,7 +93,15 @@ def inventory(
         click.echo(text, nl=False)
     else:
         write_atomic(output, text)
-        click.echo(f"wrote {output} ({len(inv.gpus)} GPUs)", err=True)
+        click.echo(f"wrote {output} ({len(inv.gpus)} devices)", err=True)
+
+
+def _write_task_prolog(path: str, inventories, opts) -> None:
+    from slurmgpu.render import gres
+    from slurmgpu.util.atomic import write_atomic
+
+    write_atomic(path, gres.render_task_prolog(list(inventories), opts), mode=0o755)
+    click.echo(f"wrote {path} (TaskProlog: ASCEND_RT_VISIBLE_DEVICES)", err=True)
 
 
 def _slurm_version(text: str | None):
@@ -177,6 +196,13 @@ def _slurm_version(text: str | None):
     is_flag=True,
     help="Generate for the healthy GPUs when some are missing (loudly).",
 )
+@click.option(
+    "--task-prolog",
+    "task_prolog",
+    default=None,
+    type=click.Path(dir_okay=False),
+    help="Also write the TaskProlog that sets ASCEND_RT_VISIBLE_DEVICES (Ascend NPUs).",
+)
 def gen_gres(
     snapshot_paths: tuple[str, ...],
     snapshot_dir: str | None,
@@ -192,6 +218,7 @@ def gen_gres(
     node_name: str | None,
     numa_as_socket: bool,
     allow_partial: bool,
+    task_prolog: str | None,
 ) -> None:
     """Generate gres.conf (and with --node-line the slurm.conf node definition).
 
@@ -225,9 +252,13 @@ def gen_gres(
                 "--host-root and --snapshot exclude each other: a snapshot is read as is"
             )
 
+        if task_prolog:
+            _write_task_prolog(task_prolog, snapshot.load_many(snapshot_paths, snapshot_dir), opts)
         gen_cluster_gres(snapshot_paths, snapshot_dir, opts, output, check, show_diff, node_line)
         return
     inv = _read_inventory(snapshot_paths[0] if snapshot_paths else None, host_root, allow_partial)
+    if task_prolog:
+        _write_task_prolog(task_prolog, [inv], opts)
     sha = snapshot.inventory_sha256(inv)
     gres_text = gres.render_gres_conf(inv, opts, inventory_sha256=sha)
     node_text = gres.render_node_conf(inv, opts, inventory_sha256=sha)
@@ -238,7 +269,7 @@ def gen_gres(
         result = slurmd.check_gres_conf(
             text,
             gres.node_line(inv, opts),
-            gres_types=gres.gres_types(opts),
+            gres_types=gres.gres_types(opts, inv),
             expected=gres.expected_records(inv, opts),
         )
         for note in result.notes:

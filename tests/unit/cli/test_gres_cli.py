@@ -39,7 +39,7 @@ def test_inventory_to_file(nvml, tmp_path):
     out = tmp_path / "node.json"
     result = invoke("inventory", "--host-root", root, "--output", out)
     assert result.exit_code == 0 and result.stdout == ""
-    assert json.loads(out.read_text())["schema_version"] == 1
+    assert json.loads(out.read_text())["schema_version"] == 2
     assert "wrote" in result.stderr
 
 
@@ -78,6 +78,14 @@ def test_inventory_nvml_init_failure(nvml, tmp_path):
 
     root = setup_machine(nvml, tmp_path, "dgx-h100", change=broken)
     result = invoke("inventory", "--host-root", root)
+    assert result.exit_code == 1
+    # --vendor auto: no vendor readable; the line says why NVIDIA was not
+    assert result.stderr.startswith(
+        "slurmgpu: error: no accelerator found: NVIDIA: NVML failed to initialise: "
+        "Driver Not Loaded; "
+    )
+    assert result.stderr.count("\n") == 1
+    result = invoke("inventory", "--host-root", root, "--vendor", "nvidia")
     assert result.exit_code == 1
     assert result.stderr == "slurmgpu: error: NVML failed to initialise: Driver Not Loaded\n"
 
