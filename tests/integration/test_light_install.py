@@ -1,7 +1,8 @@
 """The light install: `pip install .` without extras into a fresh venv pulls neither pandas,
 pyarrow nor numpy; the node-side commands work from it (submit --dry-run, collect and
 inventory against the NVML double, gen-gres --check through the real `slurmd -G`, check
---local against the real test cluster) and `analyze` says which extra it needs.
+--local against the real test cluster, install-units from the wheel's kit) and `analyze`
+says which extra it needs.
 
 pip may use its cache and the machine's configured indexes (a few seconds here)."""
 
@@ -101,6 +102,17 @@ def test_node_commands_work_without_the_extra(light_venv, tmp_path, slurm_cluste
                 "--host-root", str(host), env=slurm_cluster.env)  # fmt: skip
     assert "internal error" not in out.stderr and "extra" not in out.stderr, out.stderr
     assert out.returncode in (0, 1) and out.stdout.strip(), (out.stdout, out.stderr)
+
+
+def test_install_units_from_the_wheel_names_the_venvs_command(light_venv, tmp_path):
+    """The kit travels in the wheel (slurmgpu/etc) and ExecStart is this venv's command."""
+    out = light(light_venv, "install-units", "--prefix", str(tmp_path / "stage"))
+    assert out.returncode == 0, out.stderr
+    unit = tmp_path / "stage" / "etc" / "systemd" / "system" / "slurmgpu-collect.service"
+    exe = light_venv / "bin" / "slurmgpu"
+    assert f"ExecStart={exe} collect --state" in unit.read_text()
+    wrapper = tmp_path / "stage" / "usr" / "local" / "sbin" / "slurmgpu-health"
+    assert f"exec {exe} check --health-check" in wrapper.read_text()
 
 
 def test_analyze_names_the_extra(light_venv):
