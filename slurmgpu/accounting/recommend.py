@@ -627,7 +627,9 @@ def _tiers(
                     title=f"{top} jobs wait too long: let {top} preempt more tiers or "
                     "reserve GPUs for it",
                     detail=f"{top} p95 wait {p95 / 60:.0f} min over {entry.jobs} jobs "
-                    f"(target {TOP_TIER_WAIT_P95_S / 60:.0f} min).",
+                    f"(target {TOP_TIER_WAIT_P95_S / 60:.0f} min). In the site policy: add the "
+                    f"lower tiers to tiers.{top}.preempts (requeued, with a grace to "
+                    "checkpoint: docs/policy.md) and run `slurmgpu qos apply`.",
                     evidence=TopTierEvidence(tier=top, wait_s=entry.wait_s, jobs=entry.jobs),
                     estimated_effect=TopTierEffect(target_wait_p95_s=TOP_TIER_WAIT_P95_S),
                     **_preempt_all_changes(frame, top),

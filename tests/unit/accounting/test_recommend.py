@@ -193,6 +193,8 @@ def test_top_tier_waiting_too_long(tmp_path):
     doc = run(tmp_path, rows, tiers={"p0": "P0"})
     rec = next(r for r in doc["recommendations"] if r["kind"] == "tier_adjust")
     assert rec["evidence"]["tier"] == "P0" and rec["evidence"]["wait_s"]["p95"] == 3600
+    assert "add the lower tiers to tiers.P0.preempts" in rec["detail"]
+    assert "`slurmgpu qos apply`" in rec["detail"]
 
 
 def _starved_a_idle_donors(a_alloc, donors):
