@@ -284,7 +284,7 @@ def read_dcgm(source: str, timeout_s: float = 5.0, max_bytes: int = 16 * 1024 * 
             while True:
                 if time.monotonic() > deadline:
                     raise TimeoutError(f"no complete answer within {timeout_s:g} s")
-                chunk = resp.read(65536)
+                chunk = resp.read1(65536)  # what has arrived: a trickle cannot outlast the deadline
                 if not chunk:
                     break
                 size += len(chunk)

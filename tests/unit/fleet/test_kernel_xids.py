@@ -178,3 +178,42 @@ def test_nvml_and_the_log_report_one_xid_once():
     assert xid_problems("n", read, health, CRITICAL_XIDS) == []
     unknown = xid_problems("n", read, [], CRITICAL_XIDS)
     assert unknown[0].message.startswith("the GPU at 00000000:18:00.0 reported Xid 48")
+
+
+def test_dcgm_over_http_and_a_server_that_trickles(tmp_path):
+    """dcgm-exporter's /metrics over real HTTP; a server sending a byte every 0.2 s is cut at
+    the whole-request deadline (a warning), never a hang."""
+    import http.server
+    import threading
+    import time
+
+    body = (DATA / "dcgm-metrics.txt").read_bytes()
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):
+            self.send_response(200)
+            self.send_header("Content-Type", "text/plain")
+            self.end_headers()
+            if self.path == "/slow":
+                for byte in body[:200]:
+                    self.wfile.write(bytes([byte]))
+                    self.wfile.flush()
+                    time.sleep(0.2)
+            else:
+                self.wfile.write(body)
+
+        def log_message(self, *args):
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    server.daemon_threads = True
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        url = f"http://127.0.0.1:{server.server_address[1]}"
+        assert kx.parse_dcgm_metrics(kx.read_dcgm(url + "/metrics"))["00000000:9A:00.0"] == 74
+        started = time.monotonic()
+        with pytest.raises(TimeoutError, match="no complete answer within 1 s"):
+            kx.read_dcgm(url + "/slow", timeout_s=1.0)
+        assert time.monotonic() - started < 3
+    finally:
+        server.shutdown()
