@@ -2,10 +2,6 @@
 
 from __future__ import annotations
 
-import shutil
-
-import pytest
-
 from tests.unit.measure.test_collector import (  # noqa: F401  (nvml: the fixture)
     collect,
     load_h100,
@@ -14,8 +10,6 @@ from tests.unit.measure.test_collector import (  # noqa: F401  (nvml: the fixtur
     serve,
 )
 from tests.unit.views.test_promtool import promtool
-
-pytestmark = pytest.mark.skipif(not shutil.which("promtool"), reason="needs promtool")
 
 
 def test_collector_textfile(nvml, tmp_path):  # noqa: F811  (the imported fixture)

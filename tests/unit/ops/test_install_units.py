@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import os
 import shlex
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -16,6 +15,7 @@ from click.testing import CliRunner
 
 from slurmgpu.cli import main
 from slurmgpu.ops.install import KIT, PLACEHOLDER, install_units, installed_executable
+from tests.unit.tools import need
 
 ROOT = Path(__file__).resolve().parents[3]
 EXE = Path(sys.executable).parent / "slurmgpu"  # the test venv's own command
@@ -49,8 +49,8 @@ def test_every_kit_file_is_installed_with_the_real_command(staged):
         assert execs and all(ln.startswith(f"ExecStart={EXE} ") for ln in execs), unit
 
 
-@pytest.mark.skipif(not shutil.which("systemd-analyze"), reason="needs systemd-analyze")
 def test_systemd_accepts_the_installed_units(staged):
+    need("systemd-analyze")
     units = sorted(str(p) for p in (staged / "etc/systemd/system").iterdir())
     proc = subprocess.run(
         ["systemd-analyze", "verify", *units], capture_output=True, text=True, timeout=60
@@ -102,8 +102,8 @@ def test_health_wrapper_is_valid_sh(staged):
     assert _commands(wrapper) == [["check", "--health-check"]]
 
 
-@pytest.mark.skipif(not shutil.which("logrotate"), reason="needs logrotate (scripts/run-tests)")
 def test_logrotate_rotates_the_logs(staged, tmp_path):
+    need("logrotate")
     conf = (staged / "etc/logrotate.d/slurmgpu").read_text()
     logs = tmp_path / "log"
     (logs / "slurmgpu").mkdir(parents=True)

@@ -4,19 +4,16 @@ the collector's in measure/test_collector_promtool.py."""
 
 from __future__ import annotations
 
-import shutil
 import subprocess
-
-import pytest
 
 from slurmgpu.fleet.check import CheckReport, HealthAction
 from slurmgpu.model.fleet import WARNING, Problem
 from slurmgpu.views.fleet_check import render_prometheus
-
-pytestmark = pytest.mark.skipif(not shutil.which("promtool"), reason="needs promtool")
+from tests.unit.tools import need
 
 
 def promtool(text: str) -> str:
+    need("promtool")
     proc = subprocess.run(
         ["promtool", "check", "metrics"], input=text, capture_output=True, text=True, timeout=60
     )

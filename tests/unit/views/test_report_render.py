@@ -9,7 +9,6 @@ import copy
 import json
 import math
 import re
-import shutil
 import subprocess
 from html.parser import HTMLParser
 from pathlib import Path
@@ -29,6 +28,7 @@ from slurmgpu.views.report import (
     render_text,
     text_table,
 )
+from tests.unit.tools import need
 
 DATA = Path(__file__).resolve().parents[2] / "data" / "reports"
 EVIL_USER = "<script>alert('x')</script>"
@@ -410,8 +410,8 @@ def test_evidence_values_in_human_units(key, value, text):
     assert value_text(key, value) == text
 
 
-@pytest.mark.skipif(not shutil.which("promtool"), reason="promtool: Debian package prometheus")
 def test_prom_passes_promtool_check_metrics(analysis):
+    need("promtool")
     """Prometheus' own linter (base units, _ratio, help and type) accepts every family."""
     text = render_prom(doc(analysis))
     proc = subprocess.run(
