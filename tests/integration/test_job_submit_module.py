@@ -141,3 +141,23 @@ def test_no_lower_tier_job_through_a_higher_priority_tier_partition(site_cluster
     cluster.wait_job_state(waiting, "RUNNING", timeout=60)
     assert cluster.job_state(p2) == "PENDING"
     cluster.scancel_all()
+
+
+def test_without_the_rule_slurm_starts_the_lower_tier_first(site_cluster):
+    """Why the rule exists, shown on the same cluster without job_submit.lua: P1 waits in gpu
+    (PriorityTier 1), a P2 job in urgent (PriorityTier 10) arrives later, and when the node
+    frees Slurm starts the P2 job, although the P1 job's QOS priority is higher."""
+    cluster = site_cluster
+    cluster.reconfigure(
+        node_line=NODE_LINE, gres_conf=GRES_CONF, extra_conf=EXTRA_CONF, partitions=PARTITIONS
+    )
+    blocker = cluster.sbatch("--gres=gpu:8", "--qos=tier_p1", "-A", "rnd",
+                             script="#!/bin/sh\nsleep 5\n", user=RND)  # fmt: skip
+    cluster.wait_job_state(blocker, "RUNNING", timeout=60)
+    waiting = cluster.sbatch("--gres=gpu:8", "--qos=tier_p1", "-A", "rnd", "-p", "gpu",
+                             script="#!/bin/sh\nsleep 30\n", user=RND)  # fmt: skip
+    late = cluster.sbatch("--gres=gpu:8", "--qos=tier_p2", "-p", "urgent",
+                          script="#!/bin/sh\nsleep 30\n", user=USER)  # fmt: skip
+    cluster.wait_job_state(late, "RUNNING", timeout=60)
+    assert cluster.job_state(waiting) == "PENDING"
+    cluster.scancel_all()
