@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import pytest
 
+from tests.harness.cluster import CommandFailed
 from tests.integration.test_tiers import (
     EXTRA_CONF,
     GRES_CONF,
@@ -18,7 +19,6 @@ from tests.integration.test_tiers import (
     USER,
     job_record,
     slurmgpu,
-    tiers_cluster,  # noqa: F401  (the fixture, found by name)
     update,
 )
 
@@ -31,11 +31,26 @@ PARTITIONS = [
 ]
 
 
+def add_user(cluster, name: str, account: str | None = None) -> None:
+    """`SlurmCluster.add_user`, also when test_tiers.py (same session) added the user."""
+    try:
+        cluster.add_user(name, account=account)
+    except CommandFailed as exc:
+        if "Nothing new added" not in str(exc):
+            raise
+
+
 @pytest.fixture(scope="module")
-def site_cluster(tiers_cluster):  # noqa: F811
-    cluster = tiers_cluster
-    # sgt-site has the harness account as default and may charge rnd (the site's rule does)
-    cluster.add_user(SITE_USER)
+def site_cluster(slurm_cluster):
+    """test_tiers.py's accounts and users (prod, rnd, the harness account), and sgt-site,
+    whose default is the harness account and who may charge rnd (the site's rule does)."""
+    cluster = slurm_cluster
+    cluster.sacctmgr("add", "account", "prod,rnd", "Description=tier tests", check=False)
+    cluster.sacctmgr("add", "user", "root", "account=prod,rnd", check=False)
+    add_user(cluster, PROD, "prod")
+    add_user(cluster, RND, "rnd")
+    add_user(cluster, USER)
+    add_user(cluster, SITE_USER)
     cluster.sacctmgr("add", "user", SITE_USER, "account=rnd", check=False)
     slurmgpu(cluster, "qos", "apply", "--policy", str(POLICY))
     module = cluster.conf_dir / "slurmgpu_tiers.lua"
@@ -56,6 +71,7 @@ def site_cluster(tiers_cluster):  # noqa: F811
     finally:
         cluster.scancel_all()
         module.unlink(missing_ok=True)
+        cluster.reset()
 
 
 def sbatch(cluster, user, *args):
