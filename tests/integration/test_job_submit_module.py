@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import pytest
 
-from tests.harness.cluster import CommandFailed
 from tests.integration.test_tiers import (
     EXTRA_CONF,
     GRES_CONF,
@@ -32,12 +31,15 @@ PARTITIONS = [
 
 
 def add_user(cluster, name: str, account: str | None = None) -> None:
-    """`SlurmCluster.add_user`, also when test_tiers.py (same session) added the user."""
-    try:
+    """`SlurmCluster.add_user` unless test_tiers.py (same session) added the user already
+    (sacctmgr refuses a second add: "Nothing new added" on 22.05, "Nothing added" on 24.11)."""
+    account = account or cluster.account
+    known = cluster.sacctmgr(
+        "show", "assoc", "--parsable2", "--noheader", "where", f"user={name}",
+        f"account={account}", f"cluster={cluster.cluster_name}", "format=User",
+    )  # fmt: skip
+    if name not in known.split():
         cluster.add_user(name, account=account)
-    except CommandFailed as exc:
-        if "Nothing new added" not in str(exc):
-            raise
 
 
 @pytest.fixture(scope="module")
