@@ -30,18 +30,6 @@ PARTITIONS = [
 ]
 
 
-def add_user(cluster, name: str, account: str | None = None) -> None:
-    """`SlurmCluster.add_user` unless test_tiers.py (same session) added the user already
-    (sacctmgr refuses a second add: "Nothing new added" on 22.05, "Nothing added" on 24.11)."""
-    account = account or cluster.account
-    known = cluster.sacctmgr(
-        "show", "assoc", "--parsable2", "--noheader", "where", f"user={name}",
-        f"account={account}", f"cluster={cluster.cluster_name}", "format=User",
-    )  # fmt: skip
-    if name not in known.split():
-        cluster.add_user(name, account=account)
-
-
 @pytest.fixture(scope="module")
 def site_cluster(slurm_cluster):
     """test_tiers.py's accounts and users (prod, rnd, the harness account), and sgt-site,
@@ -49,10 +37,10 @@ def site_cluster(slurm_cluster):
     cluster = slurm_cluster
     cluster.sacctmgr("add", "account", "prod,rnd", "Description=tier tests", check=False)
     cluster.sacctmgr("add", "user", "root", "account=prod,rnd", check=False)
-    add_user(cluster, PROD, "prod")
-    add_user(cluster, RND, "rnd")
-    add_user(cluster, USER)
-    add_user(cluster, SITE_USER)
+    cluster.add_user(PROD, account="prod")  # idempotent: test_tiers.py adds them too
+    cluster.add_user(RND, account="rnd")
+    cluster.add_user(USER)
+    cluster.add_user(SITE_USER)
     cluster.sacctmgr("add", "user", SITE_USER, "account=rnd", check=False)
     slurmgpu(cluster, "qos", "apply", "--policy", str(POLICY))
     module = cluster.conf_dir / "slurmgpu_tiers.lua"
@@ -74,6 +62,8 @@ def site_cluster(slurm_cluster):
         cluster.scancel_all()
         module.unlink(missing_ok=True)
         cluster.reset()
+        # test_tiers.py starts from no tier QOS (its first test creates them)
+        cluster.sacctmgr("delete", "qos", "tier_p0,tier_p1,tier_p2", check=False)
 
 
 def sbatch(cluster, user, *args):
