@@ -6,10 +6,9 @@ inside the commands.
 
 from __future__ import annotations
 
-import sys
-
 import click
 
+from slurmgpu.cli.emit_options import emit_options, exit_with
 from slurmgpu.errors import ConfigCheckError, UsageError
 
 
@@ -98,10 +97,10 @@ def inventory(
 
 def _write_task_prolog(path: str, inventories, opts) -> None:
     from slurmgpu.render import gres
-    from slurmgpu.util.atomic import write_atomic
+    from slurmgpu.util.emit import emit
 
-    write_atomic(path, gres.render_task_prolog(list(inventories), opts), mode=0o755)
-    click.echo(f"wrote {path} (TaskProlog: ASCEND_RT_VISIBLE_DEVICES)", err=True)
+    # the TaskProlog that sets ASCEND_RT_VISIBLE_DEVICES; `wrote PATH` or `PATH: unchanged`
+    emit(gres.render_task_prolog(list(inventories), opts), path, mode=0o755)
 
 
 def _slurm_version(text: str | None):
@@ -147,12 +146,7 @@ def _slurm_version(text: str | None):
 @click.option(
     "--check", is_flag=True, help="Validate with Slurm's own parser (slurmd -G) before installing."
 )
-@click.option(
-    "--diff",
-    "show_diff",
-    is_flag=True,
-    help="Show a unified diff against --output and write nothing.",
-)
+@emit_options
 @click.option(
     "--slurm-version",
     default=None,
@@ -210,6 +204,8 @@ def gen_gres(
     output: str,
     check: bool,
     show_diff: bool,
+    dry_run: bool,
+    emit_dir: str | None,
     slurm_version: str | None,
     shards_per_gpu: int | None,
     gpu_types: str,
@@ -227,14 +223,13 @@ def gen_gres(
     (old file kept as PATH.bak) and the node definition goes to stdout.
     """
 
-    from pathlib import Path
-
     from slurmgpu.render import gres
     from slurmgpu.sources import slurmd, snapshot
-    from slurmgpu.util.atomic import diff_against_file, write_atomic
+    from slurmgpu.util.emit import emit
 
-    if show_diff and output == "-":
-        raise UsageError("--diff needs --output PATH (the file to compare with)")
+    if (show_diff or dry_run or emit_dir) and output == "-":
+        raise UsageError("--diff, --dry-run and --emit need --output PATH (the live file)")
+    writing = {"diff": show_diff, "dry_run": dry_run, "emit_dir": emit_dir}
     opts = gres.GresOptions(
         slurm_version=_slurm_version(slurm_version),
         gpu_types=gpu_types,
@@ -254,7 +249,7 @@ def gen_gres(
 
         if task_prolog:
             _write_task_prolog(task_prolog, snapshot.load_many(snapshot_paths, snapshot_dir), opts)
-        gen_cluster_gres(snapshot_paths, snapshot_dir, opts, output, check, show_diff, node_line)
+        gen_cluster_gres(snapshot_paths, snapshot_dir, opts, output, check, writing, node_line)
         return
     inv = _read_inventory(snapshot_paths[0] if snapshot_paths else None, host_root, allow_partial)
     if task_prolog:
@@ -291,12 +286,6 @@ def gen_gres(
             err=True,
         )
 
-    if show_diff:
-        sys.stdout.write(diff_against_file(output, gres_text))
-        if check:
-            validate(gres_text)
-        return
-
     if output == "-":
         if check:
             validate(gres_text)
@@ -304,12 +293,7 @@ def gen_gres(
             click.echo(node_text)
         click.echo(gres_text, nl=False)
         return
-
-    backup = write_atomic(
-        output,
-        gres_text,
-        validate=(lambda tmp: validate(Path(tmp).read_text(encoding="utf-8"))) if check else None,
-    )
-    click.echo(f"wrote {output}" + (f" (previous kept as {backup})" if backup else ""), err=True)
-    if node_line:
+    status = emit(gres_text, output, check=validate if check else None, **writing)
+    if node_line and not show_diff:
         click.echo(node_text, nl=False)
+    exit_with(status)

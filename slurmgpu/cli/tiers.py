@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import click
 
+from slurmgpu.cli.emit_options import emit_options, exit_with
+
 POLICY_OPTION = click.option(
     "--policy",
     "policy_path",
@@ -58,16 +60,9 @@ def qos() -> None:
 
 
 def _plan(policy_path: str | None, prune: bool):
-    from slurmgpu.render.qos import build_plan
-    from slurmgpu.sources import sacctmgr
-    from slurmgpu.sources.slurm import scontrol_show_config
+    from slurmgpu.fleet.qos import plan
 
-    pol = _load(policy_path)
-    config = scontrol_show_config()
-    live = sacctmgr.show_qos()
-    assocs = sacctmgr.show_associations(config.get("ClusterName", ""))
-    in_use = sacctmgr.qos_in_use([q.name for q in live])
-    return build_plan(pol, live, assocs, config, in_use=in_use, prune=prune)
+    return plan(_load(policy_path), prune)
 
 
 def _print_plan(plan) -> None:
@@ -99,30 +94,55 @@ def qos_plan(policy_path: str | None, prune: bool) -> None:
 @qos.command("apply")
 @POLICY_OPTION
 @click.option("--prune", is_flag=True, help="Also delete slurmgpu's stale QOS that jobs still use.")
-def qos_apply(policy_path: str | None, prune: bool) -> None:
+@click.option("--dry-run", is_flag=True, help="Print the plan; run nothing.")
+@click.option(
+    "--emit",
+    "emit_dir",
+    type=click.Path(file_okay=False),
+    help="Write the plan's sacctmgr commands as qos-apply.sh (and the steps) into this "
+    "directory; run nothing.",
+)
+@click.option(
+    "--log",
+    "log_path",
+    default="/var/lib/slurmgpu/qos.jsonl",
+    show_default=True,
+    help="Change log (JSON lines): each round's commands and the QOS before it.",
+)
+@click.option("--undo", is_flag=True, help="Put the QOS and associations of the last apply back.")
+def qos_apply(
+    policy_path: str | None,
+    prune: bool,
+    dry_run: bool,
+    emit_dir: str | None,
+    log_path: str,
+    undo: bool,
+) -> None:
     """Run the plan's sacctmgr commands (with -i), then check that nothing is left to do."""
-    from slurmgpu.errors import SlurmgpuError
-    from slurmgpu.render.qos import format_command
-    from slurmgpu.sources.sacctmgr import run_sacctmgr
+    from pathlib import Path
 
-    plan = _plan(policy_path, prune)
-    _print_plan(plan)
-    total = 0
-    # Association QOS lists inherit: an account's qos-= also reaches its users, so a user
-    # the policy names may need a second round. Three rounds always settle a valid policy.
-    for _ in range(3):
-        if plan.nothing_to_do:
-            break
-        for cmd in plan.commands:
-            run_sacctmgr(cmd)
-            click.echo(f"ran: {format_command(cmd)}")
-        total += len(plan.commands)
-        plan = _plan(policy_path, prune)
-    if not plan.nothing_to_do:
-        left = "; ".join(format_command(c) for c in plan.commands)
-        raise SlurmgpuError(f"after apply, slurmdbd still differs from the policy: {left}")
-    if total:
-        click.echo(f"applied {total} command(s); slurmdbd matches the policy")
+    from slurmgpu.fleet.qos import qos_apply as apply
+    from slurmgpu.fleet.qos import qos_undo
+    from slurmgpu.render.qos import format_command
+
+    if undo:
+        ran = qos_undo(Path(log_path), on_run=lambda c: click.echo(f"ran: {format_command(c)}"))
+        click.echo(f"undone with {len(ran)} command(s); slurmdbd is as before the last apply")
+        return
+
+    result = apply(
+        _load(policy_path),
+        prune=prune,
+        log=Path(log_path),
+        dry_run=dry_run,
+        emit_dir=Path(emit_dir) if emit_dir else None,
+        on_plan=_print_plan,
+        on_run=lambda cmd: click.echo(f"ran: {format_command(cmd)}"),
+    )
+    if result.ran:
+        click.echo(f"applied {len(result.ran)} command(s); slurmdbd matches the policy")
+    elif dry_run and not result.first.nothing_to_do:
+        click.echo("# dry run: nothing run")
 
 
 @click.command("gen-job-submit")
@@ -147,17 +167,31 @@ def qos_apply(policy_path: str | None, prune: bool) -> None:
     "--check", is_flag=True, help="Compile (luac5.1 -p) and dry-run it in Lua (lupa or lua5.1)."
 )
 @click.option("--slurm-version", help="Target Slurm release, e.g. 24.11 (default: installed).")
+@emit_options
 def gen_job_submit(
-    policy_path: str | None, output: str, as_module: bool, check: bool, slurm_version: str | None
+    policy_path: str | None,
+    output: str,
+    as_module: bool,
+    check: bool,
+    slurm_version: str | None,
+    show_diff: bool,
+    dry_run: bool,
+    emit_dir: str | None,
 ) -> None:
     """Render job_submit.lua (or a module of it) from the policy; checked and installed
     atomically with -o."""
     from slurmgpu.tiers.job_submit import gen_job_submit as generate
 
     result = generate(
-        _load(policy_path), output, module=as_module, check=check, slurm_version=slurm_version
+        _load(policy_path),
+        output,
+        module=as_module,
+        check=check,
+        slurm_version=slurm_version,
+        diff=show_diff,
+        dry_run=dry_run,
+        emit_dir=emit_dir,
     )
     for line in result.notes:
         click.secho(line, err=True, fg="yellow" if line.startswith("slurmgpu: warning") else None)
-    if result.written is None:
-        click.echo(result.text, nl=False)
+    exit_with(result.status)

@@ -1,27 +1,27 @@
 """`gen-job-submit`: render job_submit.lua (or the `slurmgpu_tiers` module), check it in Lua,
-install it atomically."""
+and hand it to `util.emit` (install atomically, or --diff / --dry-run / --emit DIR)."""
 
 from __future__ import annotations
 
 import tempfile
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from slurmgpu.errors import SlurmgpuError
 from slurmgpu.model.policy import Policy
-from slurmgpu.render.job_submit import render_job_submit
+from slurmgpu.render.job_submit import MODULE_NAME, render_job_submit
 from slurmgpu.sources import lua_check
 from slurmgpu.sources.slurm import target_slurm_version
 from slurmgpu.sources.users import uids_for
-from slurmgpu.util.atomic import write_atomic
+from slurmgpu.util.emit import emit
 
 
 @dataclass(frozen=True)
 class JobSubmitResult:
-    """The rendered text, where it went (`None`: stdout) and the lines for stderr."""
+    """The exit status `emit` gave (1: --diff found a difference) and the lines for stderr
+    (warnings, then what the check ran)."""
 
-    text: str
-    written: Path | None
+    status: int
     notes: tuple[str, ...]
 
 
@@ -31,6 +31,21 @@ def sample_comments(policy: Policy) -> list[str]:
     return ["", *tiers, *(f"kind={k.name}" for k in policy.kinds)]
 
 
+def script_checker(
+    samples: list[str], *, module: bool, done: list[lua_check.ScriptCheck]
+) -> Callable[[str], None]:
+    """`emit`'s check: compile and dry-run the text in a temp file (`check_script`), raising
+    on the first failure; what ran is appended to `done`."""
+
+    def check(text: str) -> None:
+        with tempfile.TemporaryDirectory(prefix="slurmgpu-lua-") as tmp:
+            probe = Path(tmp) / (f"{MODULE_NAME}.lua" if module else "job_submit.lua")
+            probe.write_text(text, encoding="utf-8")
+            done.append(lua_check.check_script(probe, samples, module=module))
+
+    return check
+
+
 def gen_job_submit(
     policy: Policy,
     output: str = "-",
@@ -38,10 +53,12 @@ def gen_job_submit(
     module: bool = False,
     check: bool = False,
     slurm_version: str | None = None,
+    diff: bool = False,
+    dry_run: bool = False,
+    emit_dir: str | None = None,
 ) -> JobSubmitResult:
-    """Render the script (or module) for `policy`; with `check`, compile and dry-run it
-    first (and say exactly which checks ran); with an `output` path, install it atomically
-    (temp file, check, `.bak`, rename)."""
+    """Render the script (or module) for `policy` and emit it; with `check`, compile and
+    dry-run it first and say exactly which checks ran (never "checked" when none could)."""
     notes: list[str] = []
     uid_of, missing = uids_for(u for t in policy.tiers for u in t.users)
     notes.extend(
@@ -51,29 +68,25 @@ def gen_job_submit(
     )
     version, _ = target_slurm_version(slurm_version)
     text = render_job_submit(policy, uid_of, version, module=module)
-    samples = sample_comments(policy)
     done: list[lua_check.ScriptCheck] = []
-
-    def validate(path: Path) -> None:
-        done.append(lua_check.check_script(path, samples, module=module))
-
-    if output == "-":
-        if check:
-            with tempfile.TemporaryDirectory() as tmp:
-                probe = Path(tmp) / ("slurmgpu_tiers.lua" if module else "job_submit.lua")
-                probe.write_text(text, encoding="utf-8")
-                validate(probe)
-            notes.append(f"slurmgpu: {done[0].describe()}")
-        return JobSubmitResult(text, None, tuple(notes))
-    try:
-        write_atomic(output, text, mode=0o644, validate=validate if check else None)
-    except OSError as exc:
-        raise SlurmgpuError(f"cannot write {output}: {exc.strerror}") from exc
-    how = f" ({done[0].describe()})" if done else " (not checked: no --check)"
-    notes.append(f"wrote {output}{how}")
-    if module:
+    checker = script_checker(sample_comments(policy), module=module, done=done) if check else None
+    status = emit(
+        text,
+        output,
+        check=checker,
+        mode=0o644,
+        diff=diff,
+        dry_run=dry_run,
+        emit_dir=emit_dir,
+    )
+    if done:
+        what = output if output != "-" else ("the module" if module else "the script")
+        notes.append(f"slurmgpu: {what}: {done[0].describe()}")
+    elif output != "-" and not (diff or dry_run or emit_dir):
+        notes.append(f"slurmgpu: {output}: not checked (no --check)")
+    if module and output != "-" and not (diff or dry_run or emit_dir):
         notes.append(
-            "slurmctld reloads job_submit.lua only when it changes: touch the site's "
+            "slurmgpu: slurmctld reloads job_submit.lua only when it changes: touch the site's "
             "job_submit.lua to load the new module"
         )
-    return JobSubmitResult(text, Path(output), tuple(notes))
+    return JobSubmitResult(status, tuple(notes))

@@ -60,7 +60,7 @@ def mi300x_8gpu(compute: str = "SPX", memory: str = "NPS1") -> dict:
         },
         "gpus": gpus,
         "host": {
-            "hostname": "mi300x",
+            "hostname": "mi300x" if compute == "SPX" else f"mi300x{compute.lower()}",
             "memtotal_kib": 2376530652,
             "sockets": 2,
             "cores_per_socket": 96,

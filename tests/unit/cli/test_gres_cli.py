@@ -120,13 +120,28 @@ def test_gen_gres_writes_atomically_with_backup_and_diff_writes_nothing(tmp_path
     diff = invoke(
         "gen-gres", "--snapshot", snap, "--output", target, "--diff", "--slurm-version", "24.05.5"
     )
-    assert diff.exit_code == 0
+    assert diff.exit_code == 1  # like diff(1): they differ
     assert "-Name=gpu Type=a100 File=/dev/nvidia3 Cores=16-31" in diff.stdout
     assert "+Name=gpu Type=a100 File=/dev/nvidia3 Cores=0-63" in diff.stdout
     assert target.read_text() == before and not (tmp_path / "gres.conf.bak").exists()
     again = invoke("gen-gres", "--snapshot", snap, "--output", target, "--slurm-version", "24.05.5")
     assert again.exit_code == 0
     assert (tmp_path / "gres.conf.bak").read_text() == before
+    assert "Cores=0-63" in target.read_text()
+    same = [*("gen-gres", "--snapshot", snap, "--output", target, "--slurm-version", "24.05.5")]
+    equal = invoke(*same, "--diff")
+    assert equal.exit_code == 0 and equal.stdout == ""
+    assert f"{target}: unchanged" in equal.stderr
+    unchanged = invoke(*same)  # the same text again: not rewritten, the backup kept
+    assert unchanged.exit_code == 0 and f"{target}: unchanged" in unchanged.stderr
+    assert (tmp_path / "gres.conf.bak").read_text() == before
+    dry = invoke(*same[:-1], "22.05", "--dry-run")
+    assert dry.exit_code == 0 and "would write" in dry.stderr and "+Name=gpu" in dry.stdout
+    assert "Cores=0-63" in target.read_text()
+    emitted = invoke(*same[:-1], "22.05", "--emit", tmp_path / "emit")
+    assert emitted.exit_code == 0, emitted.stderr
+    assert (tmp_path / "emit" / "gres.conf").read_text() == before
+    assert f"--- {target}" in (tmp_path / "emit" / "changes.diff").read_text()
     assert "Cores=0-63" in target.read_text()
 
 

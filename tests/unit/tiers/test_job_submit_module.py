@@ -151,10 +151,14 @@ def test_check_says_exactly_what_ran(tmp_path, monkeypatch):
     out = tmp_path / "job_submit.lua"
     res = _gen(["--check", "-o", str(out)], monkeypatch, lupa=True, lua51=True)
     assert res.exit_code == 0, res.output
-    assert "checked: luac5.1 -p, dry run in lua51 (lupa), dry run in lua54 (lupa)" in res.output
+    assert f"wrote {out}\n" in res.stderr
+    assert (
+        f"slurmgpu: {out}: checked: luac5.1 -p, dry run in lua51 (lupa), dry run in lua54 (lupa)"
+        in res.stderr
+    )
     res = _gen(["--module", "--check", "-o", str(out)], monkeypatch, lupa=False, lua51=True)
     assert res.exit_code == 0, res.output
-    assert f"wrote {out} (checked: luac5.1 -p, dry run in lua5.1)" in res.output
+    assert f"slurmgpu: {out}: checked: luac5.1 -p, dry run in lua5.1\n" in res.stderr
     assert "touch the site's job_submit.lua" in res.output
     assert out.read_text().rstrip().endswith("return M")
 
@@ -165,16 +169,17 @@ def test_check_never_says_checked_when_nothing_ran(tmp_path, monkeypatch):
     res = _gen(["--check", "-o", str(out)], monkeypatch, lupa=False, lua51=False)
     assert res.exit_code == 0, res.output
     assert (
-        f"wrote {out} (NOT checked: no luac5.1 for the compile check; neither lupa nor lua5.1 "
-        "for the dry run)"
-    ) in res.output
-    assert "(checked" not in res.output
+        f"slurmgpu: {out}: NOT checked: no luac5.1 for the compile check; neither lupa nor "
+        "lua5.1 for the dry run"
+    ) in res.stderr
+    assert ": checked" not in res.stderr
+    out.write_text("-- changed\n")
     res = _gen(["-o", str(out)], monkeypatch, lupa=True, lua51=True)
-    assert f"wrote {out} (not checked: no --check)" in res.output
+    assert f"slurmgpu: {out}: not checked (no --check)" in res.stderr
 
 
 def test_check_to_stdout_reports_on_stderr(monkeypatch):
     res = _gen(["--module", "--check"], monkeypatch, lupa=False, lua51=True)
     assert res.exit_code == 0
-    assert "slurmgpu: checked: luac5.1 -p, dry run in lua5.1" in res.stderr
+    assert "slurmgpu: the module: checked: luac5.1 -p, dry run in lua5.1" in res.stderr
     assert res.stdout.rstrip().endswith("return M")
