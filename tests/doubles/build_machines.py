@@ -282,8 +282,17 @@ def pcie_8gpu() -> dict:
 
 
 def _vendor_machines() -> dict:
-    sys.path.insert(0, str(Path(__file__).resolve().parent))
-    import vendor_machines as vm  # tests/doubles, run as a script or imported
+    # tests/doubles on sys.path only for this import: left there, `import pynvml` elsewhere in
+    # the same test session would find the double instead of the real module
+    here = str(Path(__file__).resolve().parent)
+    added = here not in sys.path
+    if added:
+        sys.path.insert(0, here)
+    try:
+        import vendor_machines as vm  # tests/doubles, run as a script or imported
+    finally:
+        if added:
+            sys.path.remove(here)
 
     return {
         "mi300x-8gpu": vm.mi300x_8gpu,
