@@ -35,28 +35,29 @@ def site_cluster(slurm_cluster):
     """test_tiers.py's accounts and users (prod, rnd, the harness account), and sgt-site,
     whose default is the harness account and who may charge rnd (the site's rule does)."""
     cluster = slurm_cluster
-    cluster.sacctmgr("add", "account", "prod,rnd", "Description=tier tests", check=False)
-    cluster.sacctmgr("add", "user", "root", "account=prod,rnd", check=False)
-    cluster.add_user(PROD, account="prod")  # idempotent: test_tiers.py adds them too
-    cluster.add_user(RND, account="rnd")
-    cluster.add_user(USER)
-    cluster.add_user(SITE_USER)
-    cluster.sacctmgr("add", "user", SITE_USER, "account=rnd", check=False)
-    slurmgpu(cluster, "qos", "apply", "--policy", str(POLICY))
     module = cluster.conf_dir / "slurmgpu_tiers.lua"
-    made = slurmgpu(
-        cluster, "gen-job-submit", "--module", "--policy", str(POLICY), "--check",
-        "-o", str(module),
-    )  # fmt: skip
-    assert "(checked: luac5.1 -p, dry run in" in made.stderr, made.stderr
-    cluster.reconfigure(
-        node_line=NODE_LINE,
-        gres_conf=GRES_CONF,
-        extra_conf=EXTRA_CONF,
-        partitions=PARTITIONS,
-        job_submit_lua=SITE_SCRIPT.read_text(),
-    )
     try:
+        cluster.sacctmgr("add", "account", "prod,rnd", "Description=tier tests", check=False)
+        cluster.sacctmgr("add", "user", "root", "account=prod,rnd", check=False)
+        cluster.add_user(PROD, account="prod")  # idempotent: test_tiers.py adds them too
+        cluster.add_user(RND, account="rnd")
+        cluster.add_user(USER)
+        cluster.add_user(SITE_USER)
+        cluster.sacctmgr("add", "user", SITE_USER, "account=rnd", check=False)
+        log = str(cluster.root / "site-qos.jsonl")
+        slurmgpu(cluster, "qos", "apply", "--policy", str(POLICY), "--log", log)
+        made = slurmgpu(
+            cluster, "gen-job-submit", "--module", "--policy", str(POLICY), "--check",
+            "-o", str(module),
+        )  # fmt: skip
+        assert f"slurmgpu: {module}: checked: luac5.1 -p, dry run in" in made.stderr, made.stderr
+        cluster.reconfigure(
+            node_line=NODE_LINE,
+            gres_conf=GRES_CONF,
+            extra_conf=EXTRA_CONF,
+            partitions=PARTITIONS,
+            job_submit_lua=SITE_SCRIPT.read_text(),
+        )
         yield cluster
     finally:
         cluster.scancel_all()
