@@ -67,8 +67,10 @@ def test_kernel_log_xids_drain_until_cleared(slurm_cluster, tmp_path):
         log.write_text(log.read_text() + (KERNEL / "journalctl-k.txt").read_text())
         run = check(cluster, host, "--health-check")
         assert run.returncode == 1, run.stdout + run.stderr
+        # `check` groups findings by cause (#20): "error: xid on 1 node(s) ...", then each
+        assert "error: xid on 1 node(s) (gpu01)" in run.stdout, run.stdout
         assert (
-            "gpu01: error: GPU 2 (00000000:3A:00.0) reported Xid 48 in the kernel log "
+            "gpu01: GPU 2 (00000000:3A:00.0) reported Xid 48 in the kernel log "
             "(2026-11-30T04:52:41+0000, pid=1234, name=train.py, An uncorrectable double bit"
         ) in run.stdout
         assert "reported Xid 31" in run.stdout  # an application's MMU fault: a warning
