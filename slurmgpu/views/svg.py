@@ -57,6 +57,48 @@ def _fmt_axis(value: float) -> str:
     return f"{value:g}"
 
 
+def _time_frame(
+    times: Sequence[Any],
+    height: int,
+    y_max: float,
+    css_class: str,
+    aria: str,
+    tick: Callable[[float], str],
+) -> tuple[list[str], Callable[[int], float], Callable[[float], float]]:
+    """The frame both time charts share: the <svg> element, 5 grid lines with their tick
+    labels, up to 7 time labels; returns the parts and the x (bucket index) / y scales."""
+    left, right, top, bottom = 56, 16, 28, 44
+    plot_w, plot_h = WIDTH - left - right, height - top - bottom
+    n = len(times)
+
+    def x(i: int) -> float:
+        return left + (plot_w * i / (n - 1) if n > 1 else plot_w / 2)
+
+    def y(v: float) -> float:
+        return top + plot_h - plot_h * float(v) / y_max
+
+    parts = [
+        f'<svg class="chart {css_class}" width="{WIDTH}" height="{height}" '
+        f'viewBox="0 0 {WIDTH} {height}" role="img" aria-label="{esc(aria)}">'
+    ]
+    for k in range(5):
+        v = y_max * k / 4
+        parts.append(
+            f'<line x1="{left}" y1="{y(v):.1f}" x2="{WIDTH - right}" y2="{y(v):.1f}" '
+            f'stroke="#dddddd" stroke-width="1"/>'
+            f'<text x="{left - 6}" y="{y(v) + 4:.1f}" text-anchor="end" class="axis">'
+            f"{tick(v)}</text>"
+        )
+    label_every = max(1, math.ceil(n / 6))
+    for i, t in enumerate(times):
+        if i % label_every == 0 or i == n - 1:
+            parts.append(
+                f'<text x="{x(i):.1f}" y="{height - bottom + 18}" text-anchor="middle" '
+                f'class="axis">{esc(_short_time(t))}</text>'
+            )
+    return parts, x, y
+
+
 def full_bucket_hours(freq: str) -> float:
     """Hours of one whole bucket of the series (`1h` or `1D`)."""
     return 24.0 if str(freq).upper().endswith("D") else 1.0
@@ -71,41 +113,15 @@ def timeseries_chart(points: Sequence[TimePoint], freq: str = "1h") -> str:
         return ""
     full = full_bucket_hours(freq)
     points = [_scaled(p, full) for p in points]
-    height, left, right, top, bottom = 260, 56, 16, 28, 44
-    plot_w, plot_h = WIDTH - left - right, height - top - bottom
+    height, left = 260, 56  # the frame's margins: _time_frame
     alloc = [p.gpu_hours_allocated for p in points]
     cap = [p.capacity_gpu_hours for p in points]
     known = [float(v) for v in alloc + cap if _known(v)]
     y_max = nice_ceiling(max(known) if known else 1.0)
-    n = len(points)
-
-    def x(i: int) -> float:
-        return left + (plot_w * i / (n - 1) if n > 1 else plot_w / 2)
-
-    def y(v: float) -> float:
-        return top + plot_h - plot_h * float(v) / y_max
-
-    parts = [
-        f'<svg class="chart timeseries" width="{WIDTH}" '
-        f'height="{height}" viewBox="0 0 {WIDTH} {height}" role="img" '
-        f'aria-label="GPU-hours allocated over time">'
-    ]
-    for k in range(5):
-        v = y_max * k / 4
-        yy = y(v)
-        parts.append(
-            f'<line x1="{left}" y1="{yy:.1f}" x2="{WIDTH - right}" y2="{yy:.1f}" '
-            f'stroke="#dddddd" stroke-width="1"/>'
-            f'<text x="{left - 6}" y="{yy + 4:.1f}" text-anchor="end" class="axis">'
-            f"{_fmt_axis(v)}</text>"
-        )
-    label_every = max(1, math.ceil(n / 6))
-    for i, p in enumerate(points):
-        if i % label_every == 0 or i == n - 1:
-            parts.append(
-                f'<text x="{x(i):.1f}" y="{height - bottom + 18}" text-anchor="middle" '
-                f'class="axis">{esc(_short_time(p.t))}</text>'
-            )
+    parts, x, y = _time_frame(
+        [p.t for p in points], height, y_max, "timeseries", "GPU-hours allocated over time",
+        _fmt_axis,
+    )  # fmt: skip
     # Allocated, stacked by partition when the analysis splits it (largest at the bottom),
     # one set of polygons per run of known buckets (an unknown bucket leaves a gap).
     layers = _partition_layers(points)
@@ -191,8 +207,7 @@ def use_chart(points: Sequence[TimePoint]) -> str:
     rows = [p for p in points if _known(p.capacity_gpu_hours) and p.capacity_gpu_hours]
     if not rows:
         return ""
-    height, left, right, top, bottom = 240, 56, 16, 28, 44
-    plot_w, plot_h = WIDTH - left - right, height - top - bottom
+    height, left = 240, 56  # the frame's margins: _time_frame
     # the ratio counts the partitions of known capacity only (accounting/metrics.py)
     alloc = [100.0 * (p.allocation_ratio if _known(p.allocation_ratio) else 0.0) for p in rows]
     used = [
@@ -200,34 +215,10 @@ def use_chart(points: Sequence[TimePoint]) -> str:
         for p in rows
     ]
     y_max = max(100.0, nice_ceiling(max(alloc)))
-    n = len(rows)
-
-    def x(i: int) -> float:
-        return left + (plot_w * i / (n - 1) if n > 1 else plot_w / 2)
-
-    def y(v: float) -> float:
-        return top + plot_h - plot_h * float(v) / y_max
-
-    parts = [
-        f'<svg class="chart use" width="{WIDTH}" height="{height}" '
-        f'viewBox="0 0 {WIDTH} {height}" role="img" '
-        f'aria-label="GPU allocation and measured use, percent of capacity, over time">'
-    ]
-    for k in range(5):
-        v = y_max * k / 4
-        parts.append(
-            f'<line x1="{left}" y1="{y(v):.1f}" x2="{WIDTH - right}" y2="{y(v):.1f}" '
-            f'stroke="#dddddd" stroke-width="1"/>'
-            f'<text x="{left - 6}" y="{y(v) + 4:.1f}" text-anchor="end" class="axis">'
-            f"{v:g}%</text>"
-        )
-    label_every = max(1, math.ceil(n / 6))
-    for i, p in enumerate(rows):
-        if i % label_every == 0 or i == n - 1:
-            parts.append(
-                f'<text x="{x(i):.1f}" y="{height - bottom + 18}" text-anchor="middle" '
-                f'class="axis">{esc(_short_time(p.t))}</text>'
-            )
+    parts, x, y = _time_frame(
+        [p.t for p in rows], height, y_max, "use",
+        "GPU allocation and measured use, percent of capacity, over time", lambda v: f"{v:g}%",
+    )  # fmt: skip
     for name, values, colour in (("allocated", alloc, PALETTE[0]), ("used", used, USED_COLOUR)):
         segment: list[str] = []
         segments = [segment]
