@@ -339,6 +339,10 @@ class Totals(GroupStats):
     rejected_reasons: Mapping[str, int] = field(default_factory=dict)  # reason -> rows
     shard_runs_unknown_fraction: int = 0  # gres/shard runs counted as 0 GPU-hours
     steps_gpu_usage_over_100: int = 0  # steps with gpuutil > 100 (a 24.05+ dump's sums)
+    # allocated GPU-hours in partitions whose capacity is unknown: left out of
+    # allocation_ratio and idle_gpu_hours (which compare known partitions with their capacity)
+    gpu_hours_capacity_unknown: float = 0.0
+    partitions_capacity_unknown: tuple[str, ...] = ()
 
     ROW_COUNTS = (
         "rows_read", "rows_analyzed", "rows_rejected", "step_rows", "allocation_rows",
@@ -352,6 +356,8 @@ class Totals(GroupStats):
             rejected_reasons=dict(self.rejected_reasons),
             shard_runs_unknown_fraction=self.shard_runs_unknown_fraction,
             steps_gpu_usage_over_100=self.steps_gpu_usage_over_100,
+            gpu_hours_capacity_unknown=self.gpu_hours_capacity_unknown,
+            partitions_capacity_unknown=list(self.partitions_capacity_unknown),
         )
         return out
 
@@ -363,6 +369,10 @@ class Totals(GroupStats):
             rejected_reasons={str(k): int(v) for k, v in data["rejected_reasons"].items()},
             shard_runs_unknown_fraction=int(data["shard_runs_unknown_fraction"]),
             steps_gpu_usage_over_100=int(data["steps_gpu_usage_over_100"]),
+            gpu_hours_capacity_unknown=float(data.get("gpu_hours_capacity_unknown", 0.0)),
+            partitions_capacity_unknown=tuple(
+                str(p) for p in data.get("partitions_capacity_unknown", ())
+            ),
         )
 
 
@@ -375,6 +385,12 @@ class TimePoint:
     capacity_gpu_hours: float | None  # cluster GPUs x bucket hours
     allocation_ratio: float | None
     by_partition: Mapping[str, float]  # allocated GPU-hours per partition (sorted by name)
+    # the bucket's length (the first and last may be cut by the window: charts scale them)
+    hours: float | None = None
+    # measured use: GPU-hours x utilization of the runs with a measurement, and the allocated
+    # GPU-hours of those runs (None: no run in the bucket was measured)
+    gpu_hours_used: float | None = None
+    util_known_gpu_hours: float | None = None
 
     def to_json(self) -> dict[str, Json]:
         return {
@@ -383,6 +399,9 @@ class TimePoint:
             "capacity_gpu_hours": self.capacity_gpu_hours,
             "allocation_ratio": self.allocation_ratio,
             "by_partition": dict(self.by_partition),
+            "hours": self.hours,
+            "gpu_hours_used": self.gpu_hours_used,
+            "util_known_gpu_hours": self.util_known_gpu_hours,
         }
 
     @classmethod
@@ -393,7 +412,17 @@ class TimePoint:
             capacity_gpu_hours=_opt_float(data["capacity_gpu_hours"]),
             allocation_ratio=_opt_float(data["allocation_ratio"]),
             by_partition={str(k): float(v) for k, v in data["by_partition"].items()},
+            hours=_opt_float(data.get("hours")),
+            gpu_hours_used=_opt_float(data.get("gpu_hours_used")),
+            util_known_gpu_hours=_opt_float(data.get("util_known_gpu_hours")),
         )
+
+    def per_full_bucket(self, value: float | None, full_hours: float) -> float | None:
+        """`value` scaled to a whole bucket: a bucket the window cuts short (the last one,
+        often) would otherwise draw as a drop in both allocation and capacity."""
+        if value is None or not self.hours:
+            return value
+        return value * full_hours / self.hours
 
 
 @dataclass(frozen=True)

@@ -484,18 +484,44 @@ def _chunk(
 # ------------------------------------------------------------------------------- entry points
 
 
+# A dump whose header holds the unit separator was made with sacct's own --delimiter=$'\x1f'
+# (as the live query does); JSON (`sacct --json > dump.json`) starts with `{`.
+UNIT_SEPARATOR = "\x1f"
+JsonReader = Callable[[bytes, str], Iterable[Mapping[str, str]]]
+
+
+def sniff_dump(head: bytes) -> str:
+    """`json`, `unit-separator` or `pipe`: what the first bytes of a dump say it is."""
+    text = head.lstrip(b"\xef\xbb\xbf").lstrip()
+    if text.startswith((b"{", b"[")):
+        return "json"
+    first_line = head.split(b"\n", 1)[0]
+    return "unit-separator" if b"\x1f" in first_line else "pipe"
+
+
 def load_files(
     paths: Sequence[str | os.PathLike[str]],
     *,
     options: Options | None = None,
     chunk_bytes: int = DEFAULT_CHUNK_BYTES,
+    json_reader: JsonReader | None = None,
 ) -> LoadResult:
-    """Load saved sacct dumps (plain or gzipped, each with its header line)."""
+    """Load saved sacct dumps (plain or gzipped): `sacct -P` text with its header line, `|`
+    or `\x1f` delimited (told by the header), or a `sacct --json` document when
+    `json_reader` (bytes, name -> sacct-column records) is given."""
     acc = Accumulator(options or Options())
     names = [os.fspath(p) for p in paths]
     for name in names:
         with open_binary(name) as stream:
-            _read_stream(acc, stream, name, chunk_bytes)
+            kind = sniff_dump(_read_block(stream, 65536, name, 0))
+        with open_binary(name) as stream:
+            if kind == "json" and json_reader is not None:
+                data = _read_block(stream, -1, name, 0)
+                _feed_records(acc, json_reader(data, name), name)
+                del data
+                continue
+            delimiter = UNIT_SEPARATOR if kind == "unit-separator" else "|"
+            _read_stream(acc, stream, name, chunk_bytes, delimiter)
     return finish(acc, names)
 
 
@@ -557,6 +583,17 @@ def load_records(
 ) -> LoadResult:
     """Load rows given as {sacct column: text} (from `sacct --json` or pyslurm)."""
     acc = Accumulator(options or Options())
+    _feed_records(acc, records, name, chunk_rows)
+    return finish(acc, [name])
+
+
+def _feed_records(
+    acc: Accumulator,
+    records: Iterable[Mapping[str, str]],
+    name: str,
+    chunk_rows: int = 100_000,
+) -> None:
+    """Normalize records into `acc` in batches of `chunk_rows` (record numbers as lines)."""
     batch: list[Mapping[str, str]] = []
     first = 1
 
@@ -575,7 +612,6 @@ def load_records(
         if len(batch) >= chunk_rows:
             flush()
     flush()
-    return finish(acc, [name])
 
 
 __all__ = [

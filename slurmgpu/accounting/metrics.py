@@ -13,7 +13,9 @@ Definitions (docs/accounting.md is the reference):
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+import dataclasses
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
@@ -155,6 +157,42 @@ def summarize(w: pd.DataFrame, capacity_gpus: float | None, window: Window) -> G
     return summarize_groups(w, np.zeros(len(w), dtype=np.int64), 1, [capacity_gpus], window)[0]
 
 
+@dataclass(frozen=True)
+class KnownCapacity:
+    """The headline ratio over the partitions whose capacity is known."""
+
+    stats: GroupStats  # allocation_ratio / idle_gpu_hours over the known partitions only
+    gpu_hours_unknown: float  # allocated GPU-hours in partitions of unknown capacity
+    partitions_unknown: tuple[str, ...]
+
+
+def over_known_capacity(
+    stats: GroupStats,
+    w: pd.DataFrame,
+    partitions: np.ndarray,
+    known: Iterable[str],
+) -> KnownCapacity:
+    """`stats` with its allocation ratio and idle GPU-hours counting only runs in partitions
+    of known capacity: runs elsewhere would inflate the ratio (their GPU-hours, not their
+    GPUs). Nothing changes when every partition's capacity is known or none is."""
+    known = set(known)
+    gh = w["gpu_hours"].to_numpy()
+    parts = np.asarray(partitions, dtype=object)
+    unknown = ~np.isin(parts, list(known)) & (gh > 0)
+    lost = float(gh[unknown].sum())
+    cap_h = stats.capacity_gpu_hours
+    if not cap_h or not known or lost <= 0:
+        return KnownCapacity(stats, 0.0, ())
+    alloc_known = float(gh[~unknown].sum())
+    names = tuple(sorted({str(p) for p in parts[unknown]}))
+    adjusted = dataclasses.replace(
+        stats,
+        allocation_ratio=alloc_known / cap_h,
+        idle_gpu_hours=max(cap_h - alloc_known, 0.0),
+    )
+    return KnownCapacity(adjusted, lost, names)
+
+
 def by_group(
     frame: pd.DataFrame,
     work: pd.DataFrame,
@@ -210,8 +248,13 @@ def timeseries(
     capacity_gpus: float | None,
     freq: str | None = None,
     partitions: np.ndarray | None = None,
+    known_partitions: Iterable[str] | None = None,
 ) -> Timeseries:
     """GPU-hours per bucket, each run split across the buckets it spans (exactly, vectorized).
+
+    With `known_partitions` (those whose capacity is known) and `partitions` (each run's),
+    the allocation ratio and measured use compare only those partitions' runs with the
+    capacity, as the totals' headline ratio does (`over_known_capacity`).
 
     With G(t) = sum_j g_j * |[s_j, e_j] ∩ (-inf, t]|, a bucket's GPU-hours is G(b1) - G(b0);
     G is evaluated at every edge from cumulative sums over runs sorted by start and by end.
@@ -230,25 +273,22 @@ def timeseries(
     g = work["gpus"].to_numpy()
     ok = ~np.isnat(s) & ~np.isnat(e) & (e > s) & (g > 0)
 
-    def integral(mask: np.ndarray) -> np.ndarray:
-        origin = window.since.astype("int64")  # small numbers keep the sums exact
-        ss = (s[mask].astype("int64") - origin).astype(float)
-        ee = (e[mask].astype("int64") - origin).astype(float)
-        gg = g[mask]
-        t = (edges.astype("int64") - origin).astype(float)
-
-        def ramp(points: np.ndarray) -> np.ndarray:  # sum_j g_j * max(0, t - p_j)
-            order = np.argsort(points)
-            p, w = points[order], gg[order]
-            cw = np.concatenate([[0.0], np.cumsum(w)])
-            cwp = np.concatenate([[0.0], np.cumsum(w * p)])
-            k = np.searchsorted(p, t, side="right")
-            return t * cw[k] - cwp[k]
-
-        big = ramp(ss) - ramp(ee)
-        return np.diff(big) / 3600.0
+    def integral(mask: np.ndarray, weight: np.ndarray | None = None) -> np.ndarray:
+        return _bucket_integral(s, e, g, edges, window.since, mask, weight)
 
     total = integral(ok)
+    in_known = ok
+    if known_partitions is not None and partitions is not None and capacity_gpus is not None:
+        known_set = list(set(known_partitions))
+        if known_set:
+            in_known = ok & np.isin(np.asarray(partitions, dtype=object), known_set)
+    total_known = total if in_known is ok else integral(in_known)
+    # measured use: runs with a utilization (clipped to 0..100), weighted by it
+    util = work["util"].to_numpy(dtype=float) if "util" in work else np.full(len(work), np.nan)
+    measured = in_known & ~np.isnan(util)
+    used = integral(measured, np.clip(np.nan_to_num(util), 0.0, 100.0) / 100.0)
+    measured_h = integral(measured)
+    has_measure = measured.any()
     per_part: dict[str, np.ndarray] = {}
     if partitions is not None:
         for p in pd.unique(partitions[ok]):
@@ -264,11 +304,43 @@ def timeseries(
                 t=t,
                 gpu_hours_allocated=alloc,
                 capacity_gpu_hours=cap,
-                allocation_ratio=alloc / cap if cap else None,
+                allocation_ratio=float(total_known[i]) / cap if cap else None,
                 by_partition={p: float(v[i]) for p, v in sorted(per_part.items())},
+                hours=float(bucket_h[i]),
+                gpu_hours_used=float(used[i]) if has_measure and measured_h[i] > 0 else None,
+                util_known_gpu_hours=float(measured_h[i]) if has_measure else None,
             )
         )
     return Timeseries(freq, tuple(points))
+
+
+def _bucket_integral(
+    s: np.ndarray,
+    e: np.ndarray,
+    g: np.ndarray,
+    edges: np.ndarray,
+    since: np.datetime64,
+    mask: np.ndarray,
+    weight: np.ndarray | None = None,
+) -> np.ndarray:
+    """GPU-hours (times `weight`) of the masked runs [s, e) on g GPUs in each bucket between
+    consecutive `edges`: differences of G(t) = sum_j g_j * |[s_j, e_j] ∩ (-inf, t]|."""
+    origin = since.astype("int64")  # small numbers keep the sums exact
+    ss = (s[mask].astype("int64") - origin).astype(float)
+    ee = (e[mask].astype("int64") - origin).astype(float)
+    gg = g[mask] if weight is None else (g * weight)[mask]
+    t = (edges.astype("int64") - origin).astype(float)
+
+    def ramp(points: np.ndarray) -> np.ndarray:  # sum_j g_j * max(0, t - p_j)
+        order = np.argsort(points)
+        p, w = points[order], gg[order]
+        cw = np.concatenate([[0.0], np.cumsum(w)])
+        cwp = np.concatenate([[0.0], np.cumsum(w * p)])
+        k = np.searchsorted(p, t, side="right")
+        return t * cw[k] - cwp[k]
+
+    big = ramp(ss) - ramp(ee)
+    return np.diff(big) / 3600.0
 
 
 def job_need(frame: pd.DataFrame, need: np.ndarray) -> np.ndarray:

@@ -44,7 +44,7 @@ def analyze(options: AnalysisOptions) -> AnalysisResult:
     frame, cluster_of = _per_cluster(frame)
     parts = _partitions(opts, live.capacity, cluster_of)
     sizes, r, jobs_need = _runs(opts, frame, win, parts)
-    totals = _totals(got.loaded, frame, r.work, parts.total_gpus, win, outside)
+    totals = _totals(got.loaded, frame, r.work, parts.total_gpus, win, outside, parts.capacity)
     tables = _group_tables(frame, r, jobs_need, win, parts)
     recommendations = _recommend(frame, r, tables, totals, win, parts)
     doc = AnalysisDocument(
@@ -60,7 +60,7 @@ def analyze(options: AnalysisOptions) -> AnalysisResult:
         ),
         **tables,
         fit_fraction=_fit_fraction(r, sizes, jobs_need),
-        timeseries=_timeseries(opts, frame, r.work, win, parts.total_gpus),
+        timeseries=_timeseries(opts, frame, r.work, win, parts.total_gpus, parts.capacity),
         rejected=tuple(
             doc_mod.Rejected(str(x.file), int(x.line), str(x.reason)) for x in got.loaded.rejected
         ),
@@ -183,7 +183,13 @@ def _runs(opts: AnalysisOptions, frame: Any, win: Any, parts: _Partitions) -> tu
 
 
 def _totals(
-    loaded: Any, frame: Any, work: Any, total_gpus: float | None, win: Any, outside: int
+    loaded: Any,
+    frame: Any,
+    work: Any,
+    total_gpus: float | None,
+    win: Any,
+    outside: int,
+    part_gpus: dict[str, float],
 ) -> doc_mod.Totals:
     """Stage metrics, the totals: the window's numbers and the row accounting (which must
     reconcile)."""
@@ -191,8 +197,16 @@ def _totals(
 
     if loaded.rows_read != loaded.rows_analyzed + loaded.rows_rejected:
         raise SacctParseError("internal: row accounting does not reconcile")
+    headline = metrics.over_known_capacity(
+        metrics.summarize(work, total_gpus, win),
+        work,
+        frame["partition"].to_numpy(dtype=object, na_value=""),
+        part_gpus,
+    )
     return doc_mod.Totals(
-        **metrics.summarize(work, total_gpus, win).as_fields(),
+        **headline.stats.as_fields(),
+        gpu_hours_capacity_unknown=headline.gpu_hours_unknown,
+        partitions_capacity_unknown=headline.partitions_unknown,
         rows_read=loaded.rows_read,
         rows_analyzed=loaded.rows_analyzed,
         rows_rejected=loaded.rows_rejected,
@@ -267,7 +281,12 @@ def _fit_fraction(r: Any, sizes: Any, jobs_need: Any) -> Any:
 
 
 def _timeseries(
-    opts: AnalysisOptions, frame: Any, work: Any, win: Any, total_gpus: float | None
+    opts: AnalysisOptions,
+    frame: Any,
+    work: Any,
+    win: Any,
+    total_gpus: float | None,
+    part_gpus: dict[str, float],
 ) -> Any:
     from slurmgpu.accounting import metrics
 
@@ -277,6 +296,7 @@ def _timeseries(
         total_gpus,
         opts.freq,
         partitions=frame["partition"].to_numpy(dtype=object, na_value=""),
+        known_partitions=part_gpus,
     )
 
 

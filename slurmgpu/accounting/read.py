@@ -73,12 +73,17 @@ def source_for(options: AnalysisOptions) -> RowSource:
 
 @register
 class FileSource:
-    """Saved `sacct -P`/`-p` dumps, plain or gzipped."""
+    """Saved `sacct -P`/`-p` dumps (`|` or `\x1f` delimited) or `sacct --json` documents,
+    plain or gzipped."""
 
     name = "files"
 
     def read(self, request: ReadRequest) -> ReadResult:
-        loaded = load_mod.load_files(request.options.files, options=request.normalize)
+        from slurmgpu.sources.sacct import json_dump_records
+
+        loaded = load_mod.load_files(
+            request.options.files, options=request.normalize, json_reader=json_dump_records
+        )
         return ReadResult(loaded, "file", "saved sacct dumps")
 
 

@@ -607,12 +607,18 @@ def _tiers(
                         if lost > saved
                         else f"Preemption loses {share:.0%} of allocated GPU-hours"
                     )
-                    + ": add GraceTime or checkpointing, or stop preempting "
+                    + f": give the preempted tiers a {_dur(SUGGESTED_GRACE_S)} grace to "
+                    "checkpoint before they are requeued, or stop preempting "
                     + ", ".join(map(str, tiers_hit)),
                     detail=(
                         f"{int(pre.sum())} preempted runs lost {lost:.1f} GPU-hours "
                         f"({share:.1%} of allocated); the waits they saved are estimated at "
-                        f"{saved:.1f} GPU-hours."
+                        f"{saved:.1f} GPU-hours. In the site policy: preempt_mode = "
+                        f'"requeue" and grace_time_s = {SUGGESTED_GRACE_S} on the preempting '
+                        "tier (slurmgpu renders the victims' QOS GraceTime=0 and "
+                        f"KillWait={SUGGESTED_GRACE_S}: requeued at once, SIGTERM, "
+                        f"{SUGGESTED_GRACE_S} s to save a checkpoint; docs/policy.md), and jobs "
+                        "that resume from their checkpoint."
                     ),
                     evidence=PreemptionEvidence(
                         preemptions=int(pre.sum()),
@@ -636,6 +642,15 @@ def _tiers(
             )
     else:
         checks.append("tier_adjust: no preemptions in the window")
+    recs += _top_tier_wait(frame, by_tier, checks)
+    return recs
+
+
+def _top_tier_wait(
+    frame: pd.DataFrame, by_tier: Sequence[GroupRow], checks: list[str]
+) -> list[Recommendation]:
+    """The top tier's p95 wait over its target: let it preempt more (or reserve GPUs)."""
+    recs: list[Recommendation] = []
     top = _top_tier([e.name for e in by_tier])
     if top is not None:
         entry = next(e for e in by_tier if e.name == top)
@@ -649,7 +664,9 @@ def _tiers(
                     title=f"{top} jobs wait too long: let {top} preempt more tiers or "
                     "reserve GPUs for it",
                     detail=f"{top} p95 wait {p95 / 60:.0f} min over {entry.jobs} jobs "
-                    f"(target {TOP_TIER_WAIT_P95_S / 60:.0f} min).",
+                    f"(target {TOP_TIER_WAIT_P95_S / 60:.0f} min). In the site policy: add the "
+                    f"lower tiers to tiers.{top}.preempts (requeued, with a grace to "
+                    "checkpoint: docs/policy.md) and run `slurmgpu qos apply`.",
                     evidence=TopTierEvidence(tier=top, wait_s=entry.wait_s, jobs=entry.jobs),
                     estimated_effect=TopTierEffect(target_wait_p95_s=TOP_TIER_WAIT_P95_S),
                     **_preempt_all_changes(frame, top),

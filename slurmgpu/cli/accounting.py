@@ -32,6 +32,7 @@ def analyze(
 
     from slurmgpu.accounting.when import parse_when
     from slurmgpu.advice import analyze as run_analysis
+    from slurmgpu.cli.progress import LoadProgress
     from slurmgpu.util.atomic import write_atomic
     from slurmgpu.views.report import render_report
 
@@ -41,7 +42,10 @@ def analyze(
     options = analysis_options_from(
         analysis, files=list(sacct_files), since=t_since, until=t_until, now=now
     )
-    text = render_report(run_analysis(options).document, fmt)
+    label = "reading sacct dumps" if sacct_files else "querying sacct"
+    with LoadProgress(label, sacct_files):  # drawn only when stderr is a terminal
+        result = run_analysis(options)
+    text = render_report(result.document, fmt)
     if output == "-":
         click.echo(text, nl=False)
     else:

@@ -1,7 +1,8 @@
 """The one error path of every `slurmgpu` command: what a failure prints, and its exit code.
 
 - a usage mistake (click's `UsageError`, slurmgpu's `UsageError`): one line, exit 2;
-- an expected failure (a `SlurmgpuError`; the file system saying no: missing, read-only or
+- an expected failure (a `SlurmgpuError`; an optional extra not installed, e.g. pandas
+  without `slurmgpu[analysis]`; the file system saying no: missing, read-only or
   full disk, a directory where a file belongs; undecodable text; a truncated or corrupt gzip;
   input nested too deeply; numbers too long or dates out of range): one line, exit 1;
 - anything else is a bug in slurmgpu: the traceback, then one line saying so, exit 70
@@ -23,6 +24,7 @@ from contextlib import contextmanager
 import click
 
 from slurmgpu.errors import ParameterError, PolicyError, SlurmgpuError
+from slurmgpu.util.extras import install_hint, missing_extra
 
 BUG_EXIT = 70
 _MAX_LINE = 400  # a message quoting hostile input is cut, never allowed to run on for pages
@@ -99,6 +101,11 @@ def expected_failure(exc: BaseException) -> str | None:
         return f"the policy has {len(exc.problems)} problems (each on a line above)"
     if isinstance(exc, SlurmgpuError):
         return str(exc)
+    extra = missing_extra(exc)
+    if extra is not None:  # the light install without the extra this command needs
+        ctx = click.get_current_context(silent=True)
+        command = (ctx.invoked_subcommand if ctx is not None else None) or "this command"
+        return f"{command} needs the {extra} extra: {install_hint(extra)}"
     if isinstance(exc, UnicodeDecodeError):
         return f"input is not UTF-8 text ({exc.reason} at byte {exc.start})"
     if isinstance(exc, OSError):  # includes gzip.BadGzipFile

@@ -118,6 +118,28 @@ def inventory_nodes(
     help="HealthCheckProgram mode (implies --local): drain on errors, resume when healthy.",
 )
 @click.option(
+    "--kernel-log",
+    type=click.Path(dir_okay=False, exists=True),
+    help="With --local: where past Xids are read (default: HOST_ROOT/dev/kmsg, else "
+    "var/log/kern.log; or a journalctl -k / dmesg text file).",
+)
+@click.option(
+    "--dcgm-metrics",
+    metavar="URL|FILE",
+    help="With --local: dcgm-exporter's /metrics (DCGM_FI_DEV_XID_ERRORS, the last Xid per GPU).",
+)
+@click.option(
+    "--xid-state",
+    type=click.Path(dir_okay=False),
+    help="Where the last run's kernel log position is kept (default: "
+    "HOST_ROOT/var/lib/slurmgpu/xid-state.json; --health-check moves it on).",
+)
+@click.option(
+    "--clear-xids",
+    is_flag=True,
+    help="Forget the critical Xids remembered so far (after the GPU was reset) (implies --local).",
+)
+@click.option(
     "--format", "fmt", type=click.Choice(["text", "json"]), default="text", show_default=True
 )
 @click.option(
@@ -133,6 +155,10 @@ def check(
     node_name: str | None,
     host_root: str,
     health_check: bool,
+    kernel_log: str | None,
+    dcgm_metrics: str | None,
+    xid_state: str | None,
+    clear_xids: bool,
     fmt: str,
     prom_file: str | None,
 ) -> None:
@@ -148,9 +174,14 @@ def check(
     from slurmgpu.views import fleet_check
 
     gres_text = Path(gres_conf).read_text(encoding="utf-8") if gres_conf else None
-    if local or health_check:
+    if local or health_check or clear_xids:
+        from slurmgpu.fleet.xids import XidOptions
+
         node = node_name or socket.gethostname().split(".")[0]
-        report = lib.check_local(node, host_root=host_root, gres_conf=gres_text)
+        xids = XidOptions(
+            host_root, kernel_log, dcgm_metrics, xid_state, save=health_check, clear=clear_xids
+        )
+        report = lib.check_local(node, host_root=host_root, gres_conf=gres_text, xids=xids)
         if health_check:
             report = lib.apply_health_action(node, report)
             if report.action and report.action.kind == "skipped":

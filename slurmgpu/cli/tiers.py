@@ -159,31 +159,45 @@ def qos_apply(
     default="-",
     show_default=True,
     metavar="PATH|-",
-    help="Where to write job_submit.lua (it must sit next to slurm.conf).",
+    help="Where to write job_submit.lua (it must sit next to slurm.conf), or with --module "
+    "slurmgpu_tiers.lua (next to the site's job_submit.lua).",
 )
-@click.option("--check", is_flag=True, help="Compile (luac5.1 -p) and dry-run it in Lua first.")
+@click.option(
+    "--module",
+    "as_module",
+    is_flag=True,
+    help="Render a Lua module (slurmgpu_tiers) for the site's own job_submit.lua to require "
+    "and call (docs/policy.md).",
+)
+@click.option(
+    "--check", is_flag=True, help="Compile (luac5.1 -p) and dry-run it in Lua (lupa or lua5.1)."
+)
 @click.option("--slurm-version", help="Target Slurm release, e.g. 24.11 (default: installed).")
 @emit_options
 def gen_job_submit(
     policy_path: str | None,
     output: str,
+    as_module: bool,
     check: bool,
     slurm_version: str | None,
     show_diff: bool,
     dry_run: bool,
     emit_dir: str | None,
 ) -> None:
-    """Render job_submit.lua from the policy (checked and installed atomically with -o)."""
-    from slurmgpu.configure.gen_job_submit import check_job_submit, gen_job_submit
-    from slurmgpu.util.emit import emit
+    """Render job_submit.lua (or a module of it) from the policy; checked and installed
+    atomically with -o."""
+    from slurmgpu.tiers.job_submit import gen_job_submit as generate
 
-    lua = gen_job_submit(policy_path, slurm_version)
-    for warning in lua.warnings:
-        click.secho(f"{WARNING}{warning}", err=True, fg="yellow")
-
-    def check_text(text: str) -> None:
-        check_job_submit(text, lua.samples, warn=lambda w: click.secho(f"{WARNING}{w}", err=True))
-
-    text = lua.text
-    writing = {"diff": show_diff, "dry_run": dry_run, "emit_dir": emit_dir}
-    exit_with(emit(text, output, check=check_text if check else None, mode=0o644, **writing))
+    result = generate(
+        _load(policy_path),
+        output,
+        module=as_module,
+        check=check,
+        slurm_version=slurm_version,
+        diff=show_diff,
+        dry_run=dry_run,
+        emit_dir=emit_dir,
+    )
+    for line in result.notes:
+        click.secho(line, err=True, fg="yellow" if line.startswith("slurmgpu: warning") else None)
+    exit_with(result.status)

@@ -13,6 +13,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from slurmgpu.fleet.xids import XidOptions, read_xids, xid_problems
 from slurmgpu.model.fleet import ERROR, WARNING, GpuHealth, Problem
 from slurmgpu.model.inventory import Inventory
 from slurmgpu.render import gres
@@ -354,8 +355,10 @@ def check_local(
     gres_conf: str | None = None,
     opts: gres.GresOptions | None = None,
     env: Mapping[str, str] | None = None,
+    xids: XidOptions | None = None,
 ) -> CheckReport:
-    """Check the node this runs on: its Slurm record, its live NVML inventory and health."""
+    """Check the node this runs on: its Slurm record, its live NVML inventory and health,
+    and the Xids logged since the last health check (kernel log, DCGM; `fleet/xids.py`)."""
     from slurmgpu.errors import InventoryError
     from slurmgpu.sources import gpu_health, nvml
     from slurmgpu.sources.slurm import scontrol_show
@@ -364,11 +367,14 @@ def check_local(
     records = scontrol_show("node", node, env=env)
     record = records[0] if records else {}
     problems = state_problems(node, record)
+    # the kernel log is read even when NVML is down: it says why
+    xid_read = read_xids(xids or XidOptions(host_root=host_root), CRITICAL_XIDS)
     try:
         inv = nvml.read_inventory(host_root, allow_partial=True)
         health = gpu_health.read_health()
     except InventoryError as exc:
         problems.append(Problem(node, "nvml-error", str(exc), "check the driver (`nvidia-smi`)"))
+        problems += xid_problems(node, xid_read, [], CRITICAL_XIDS)
         return CheckReport((node,), tuple(problems))
     problems += drift_problems(node, record, inv, opts)
     # a lost GPU is already among the inventory's skipped GPUs: report it once
@@ -376,6 +382,7 @@ def check_local(
     problems += [
         p for p in health_problems(node, health) if not (p.kind == "gpu-lost" and lost_reported)
     ]
+    problems += xid_problems(node, xid_read, health, CRITICAL_XIDS)
     if gres_conf is not None:
         problems += gres_conf_problems(node, gres_conf, inv, opts)
     return CheckReport((node,), tuple(problems))

@@ -38,3 +38,17 @@ class GpuHealth:
     remapped_rows_pending: bool | None = None
     remapping_failed: bool | None = None
     xids: tuple[int, ...] = ()
+
+
+@dataclass(frozen=True)
+class XidEvent:
+    """One Xid the driver logged (`NVRM: Xid (PCI:0000:3b:00): 79, ...`) or DCGM reported.
+
+    `pci_bus_id` in NVML's form (`00000000:3B:00.0`); `when` as the source gives it (an ISO
+    time, `+12345.678 s after boot`, or empty); `source` names where it was read."""
+
+    pci_bus_id: str
+    xid: int
+    detail: str = ""
+    when: str = ""
+    source: str = ""

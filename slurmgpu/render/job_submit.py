@@ -15,6 +15,9 @@ DEFAULT_SLURM_VERSION = (22, 5, 0)
 # ("Invalid Trackable RESource (TRES) specification"). 23.02 is taken as the switch (the
 # release that made tres_per_* TRES strings); no 23.x was run here to confirm it.
 GRES_SLASH_FROM = (23, 2, 0)
+# The module's file name (without .lua) that `gen-job-submit --module` writes and a site's
+# job_submit.lua requires.
+MODULE_NAME = "slurmgpu_tiers"
 
 
 def tres_per_node(gres: str, slurm_version: tuple[int, int, int] = DEFAULT_SLURM_VERSION) -> str:
@@ -27,8 +30,13 @@ def render_job_submit(
     policy: Policy,
     uid_of: Mapping[str, int] | None = None,
     slurm_version: tuple[int, int, int] = DEFAULT_SLURM_VERSION,
+    *,
+    module: bool = False,
 ) -> str:
     """The job_submit.lua text for `policy`, for the Slurm release `slurm_version`.
+
+    With `module`, the same rules as a Lua module (`MODULE_NAME.lua`) that returns a table
+    with `job_submit` and `job_modify`, for a site's own job_submit.lua to require and call.
 
     `uid_of` maps policy user names to uids (resolved by the caller, e.g. from the passwd
     database); they back up `job_desc.user_name` when a tier admits named users. The release
@@ -68,4 +76,6 @@ def render_job_submit(
         tiers=tiers,
         kinds=kinds,
         uid_names=sorted((uid_of[u], u) for u in users),
+        module=module,
+        module_name=MODULE_NAME,
     )

@@ -48,11 +48,12 @@ def load_history(
     """The accounting loader's result (`accounting.load.LoadResult`: the frame, and every
     rejected row with file, line and reason) for the dumps."""
     from slurmgpu.accounting import load as load_mod
+    from slurmgpu.sources.sacct import json_dump_records
 
     options = load_mod.Options(
         timezone=timezone, tier_for_qos=tier_for_qos, shards_per_gpu=dict(shards_per_gpu or {})
     )
-    return load_mod.load_files(sacct_files, options=options)
+    return load_mod.load_files(sacct_files, options=options, json_reader=json_dump_records)
 
 
 def trace_for(

@@ -7,8 +7,8 @@ Calls NVML documents for this (nvml.h): `nvmlDeviceGetPersistenceMode`,
 events through an event set (`nvmlDeviceRegisterEvents(.., nvmlEventTypeXidCriticalError)`,
 `nvmlEventSetWait_v2`). NVML delivers only XIDs that happen while the event set is
 registered, so this one-shot read (wait 0 ms) sees few: past XIDs are in the kernel log
-(`NVRM: Xid`), which slurmgpu does not read yet. A GPU that fell off the bus (XID 79) is
-found anyway: it answers every call with NVML_ERROR_GPU_IS_LOST.
+(`NVRM: Xid`), which `sources/kernel_xids.py` reads since the last run. A GPU that fell off
+the bus (XID 79) is found anyway: it answers every call with NVML_ERROR_GPU_IS_LOST.
 """
 
 from __future__ import annotations

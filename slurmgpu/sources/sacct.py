@@ -21,7 +21,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
-from slurmgpu.errors import SlurmCommandError
+from slurmgpu.errors import SacctParseError, SlurmCommandError
 from slurmgpu.util.proc import run
 
 SACCT_FIELDS: tuple[str, ...] = (
@@ -100,6 +100,30 @@ def sacct_json(
         detail = first.get("description") or first.get("error") or str(first)
         raise SlurmCommandError(f"sacct --json reported {len(errors)} error(s): {detail}")
     return doc
+
+
+def json_dump_records(data: bytes, name: str) -> Iterator[dict[str, str]]:
+    """The rows of a saved `sacct --json` document (`sacct --json ... > dump.json`), checked
+    like the live query's: JSON, an object with a `jobs` list, no `errors` entries."""
+    import json
+
+    try:
+        doc = json.loads(data.decode("utf-8-sig"))
+    except (UnicodeDecodeError, ValueError) as exc:
+        raise SacctParseError(f"{name}: not a sacct --json document ({exc})") from None
+    if not isinstance(doc, dict) or not isinstance(doc.get("jobs"), list):
+        raise SacctParseError(f"{name}: a sacct --json document has a `jobs` list; this has none")
+    errors = doc.get("errors") or []
+    if errors:
+        first = errors[0]
+        detail = (
+            (first.get("description") or first.get("error")) if isinstance(first, dict) else first
+        )
+        raise SacctParseError(f"{name}: sacct --json reported {len(errors)} error(s): {detail}")
+    try:
+        return iter(list(json_records(doc)))
+    except (AttributeError, KeyError, TypeError, ValueError) as exc:
+        raise SacctParseError(f"{name}: a job record of an unexpected shape ({exc!r})") from None
 
 
 # ----------------------------------------------------------------------- JSON -> sacct columns

@@ -9,7 +9,6 @@ from __future__ import annotations
 import html
 import math
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -58,85 +57,74 @@ def _fmt_axis(value: float) -> str:
     return f"{value:g}"
 
 
-def timeseries_chart(points: Sequence[TimePoint]) -> str:
-    """GPU-hours allocated per interval (filled) against capacity (dashed); "" without data."""
+def _time_frame(
+    times: Sequence[Any],
+    height: int,
+    y_max: float,
+    css_class: str,
+    aria: str,
+    tick: Callable[[float], str],
+) -> tuple[list[str], Callable[[int], float], Callable[[float], float]]:
+    """The frame both time charts share: the <svg> element, 5 grid lines with their tick
+    labels, up to 7 time labels; returns the parts and the x (bucket index) / y scales."""
+    left, right, top, bottom = 56, 16, 28, 44
+    plot_w, plot_h = WIDTH - left - right, height - top - bottom
+    n = len(times)
+
+    def x(i: int) -> float:
+        return left + (plot_w * i / (n - 1) if n > 1 else plot_w / 2)
+
+    def y(v: float) -> float:
+        return top + plot_h - plot_h * float(v) / y_max
+
+    parts = [
+        f'<svg class="chart {css_class}" width="{WIDTH}" height="{height}" '
+        f'viewBox="0 0 {WIDTH} {height}" role="img" aria-label="{esc(aria)}">'
+    ]
+    for k in range(5):
+        v = y_max * k / 4
+        parts.append(
+            f'<line x1="{left}" y1="{y(v):.1f}" x2="{WIDTH - right}" y2="{y(v):.1f}" '
+            f'stroke="#dddddd" stroke-width="1"/>'
+            f'<text x="{left - 6}" y="{y(v) + 4:.1f}" text-anchor="end" class="axis">'
+            f"{tick(v)}</text>"
+        )
+    label_every = max(1, math.ceil(n / 6))
+    for i, t in enumerate(times):
+        if i % label_every == 0 or i == n - 1:
+            parts.append(
+                f'<text x="{x(i):.1f}" y="{height - bottom + 18}" text-anchor="middle" '
+                f'class="axis">{esc(_short_time(t))}</text>'
+            )
+    return parts, x, y
+
+
+def full_bucket_hours(freq: str) -> float:
+    """Hours of one whole bucket of the series (`1h` or `1D`)."""
+    return 24.0 if str(freq).upper().endswith("D") else 1.0
+
+
+def timeseries_chart(points: Sequence[TimePoint], freq: str = "1h") -> str:
+    """GPU-hours allocated per interval (filled) against capacity (dashed); "" without data.
+
+    A bucket the window cuts short (the first or last) is drawn scaled to a whole bucket
+    (`TimePoint.per_full_bucket`), so neither line drops at the window's edge."""
     if not points:
         return ""
+    full = full_bucket_hours(freq)
+    points = [_scaled(p, full) for p in points]
+    height, left = 260, 56  # the frame's margins: _time_frame
     alloc = [p.gpu_hours_allocated for p in points]
     cap = [p.capacity_gpu_hours for p in points]
     known = [float(v) for v in alloc + cap if _known(v)]
-    plot = _Plot(n=len(points), y_max=nice_ceiling(max(known) if known else 1.0))
-    parts = [
-        f'<svg class="chart timeseries" width="{WIDTH}" '
-        f'height="{plot.height}" viewBox="0 0 {WIDTH} {plot.height}" role="img" '
-        f'aria-label="GPU-hours allocated over time">'
-    ]
-    parts += _time_axes(plot, points)
+    y_max = nice_ceiling(max(known) if known else 1.0)
+    parts, x, y = _time_frame(
+        [p.t for p in points], height, y_max, "timeseries", "GPU-hours allocated over time",
+        _fmt_axis,
+    )  # fmt: skip
+    # Allocated, stacked by partition when the analysis splits it (largest at the bottom),
+    # one set of polygons per run of known buckets (an unknown bucket leaves a gap).
     layers = _partition_layers(points)
-    parts += _allocated_areas(plot, alloc, layers)
-    cap_pts = [(plot.x(i), plot.y(v)) for i, v in enumerate(cap) if _known(v)]
-    if cap_pts:
-        line = " ".join(f"{px:.1f},{py:.1f}" for px, py in cap_pts)
-        parts.append(
-            f'<polyline class="capacity" fill="none" stroke="{CAPACITY_COLOUR}" stroke-width="1.5" '
-            f'stroke-dasharray="6 4" points="{line}"/>'
-        )
-    parts += _point_tips(plot, points, alloc, cap)
-    legend = [(PALETTE[k % len(PALETTE)], name) for k, (name, _) in enumerate(layers)]
-    legend += [(CAPACITY_COLOUR, "capacity")] if cap_pts else []
-    parts.append(_legend(legend, plot.left, 14))
-    parts.append("</svg>")
-    return "".join(parts)
-
-
-@dataclass(frozen=True)
-class _Plot:
-    """The time-series plot area: `n` buckets across, 0..`y_max` up."""
-
-    n: int
-    y_max: float
-    height: int = 260
-    left: int = 56
-    right: int = 16
-    top: int = 28
-    bottom: int = 44
-
-    def x(self, i: int) -> float:
-        plot_w = WIDTH - self.left - self.right
-        return self.left + (plot_w * i / (self.n - 1) if self.n > 1 else plot_w / 2)
-
-    def y(self, v: float) -> float:
-        plot_h = self.height - self.top - self.bottom
-        return self.top + plot_h - plot_h * float(v) / self.y_max
-
-
-def _time_axes(plot: _Plot, points: Sequence[TimePoint]) -> list[str]:
-    """Five horizontal grid lines with their values, and about six time labels."""
-    parts = []
-    for k in range(5):
-        v = plot.y_max * k / 4
-        yy = plot.y(v)
-        parts.append(
-            f'<line x1="{plot.left}" y1="{yy:.1f}" x2="{WIDTH - plot.right}" y2="{yy:.1f}" '
-            f'stroke="#dddddd" stroke-width="1"/>'
-            f'<text x="{plot.left - 6}" y="{yy + 4:.1f}" text-anchor="end" class="axis">'
-            f"{_fmt_axis(v)}</text>"
-        )
-    n = plot.n
-    label_every = max(1, math.ceil(n / 6))
-    for i, p in enumerate(points):
-        if i % label_every == 0 or i == n - 1:
-            parts.append(
-                f'<text x="{plot.x(i):.1f}" y="{plot.height - plot.bottom + 18}" '
-                f'text-anchor="middle" class="axis">{esc(_short_time(p.t))}</text>'
-            )
-    return parts
-
-
-def _allocated_areas(plot: _Plot, alloc: list[Any], layers: list) -> list[str]:
-    """Allocated, stacked by partition when the analysis splits it (largest at the bottom),
-    one set of polygons per run of known buckets (an unknown bucket leaves a gap)."""
-    parts = []
     runs: list[list[int]] = [[]]
     for i, v in enumerate(alloc):
         if _known(v):
@@ -144,16 +132,16 @@ def _allocated_areas(plot: _Plot, alloc: list[Any], layers: list) -> list[str]:
         elif runs[-1]:
             runs.append([])
     for run in (r for r in runs if r):
-        xs = [plot.x(i) for i in run]
+        xs = [x(i) for i in run]
         if len(run) == 1:
             xs = [xs[0] - 3, xs[0] + 3]
             run = [run[0], run[0]]
         lower = [0.0] * len(run)
         for k, (_, values) in enumerate(layers):
             upper = [lo + values[i] for lo, i in zip(lower, run, strict=True)]
-            fwd = " ".join(f"{px:.1f},{plot.y(v):.1f}" for px, v in zip(xs, upper, strict=True))
+            fwd = " ".join(f"{px:.1f},{y(v):.1f}" for px, v in zip(xs, upper, strict=True))
             back = " ".join(
-                f"{px:.1f},{plot.y(v):.1f}" for px, v in reversed(list(zip(xs, lower, strict=True)))
+                f"{px:.1f},{y(v):.1f}" for px, v in reversed(list(zip(xs, lower, strict=True)))
             )
             colour = PALETTE[k % len(PALETTE)]
             parts.append(
@@ -162,20 +150,19 @@ def _allocated_areas(plot: _Plot, alloc: list[Any], layers: list) -> list[str]:
             )
             lower = upper
         total = " ".join(
-            f"{px:.1f},{plot.y(float(alloc[i])):.1f}" for px, i in zip(xs, run, strict=True)
+            f"{px:.1f},{y(float(alloc[i])):.1f}" for px, i in zip(xs, run, strict=True)
         )
         parts.append(
             f'<polyline class="total" fill="none" stroke="{PALETTE[0]}" stroke-width="2" '
             f'points="{total}"/>'
         )
-    return parts
-
-
-def _point_tips(
-    plot: _Plot, points: Sequence[TimePoint], alloc: list[Any], cap: list[Any]
-) -> list[str]:
-    """A dot per known bucket, its tooltip saying allocated, capacity and the ratio."""
-    parts = []
+    cap_pts = [(x(i), y(v)) for i, v in enumerate(cap) if _known(v)]
+    if cap_pts:
+        line = " ".join(f"{px:.1f},{py:.1f}" for px, py in cap_pts)
+        parts.append(
+            f'<polyline class="capacity" fill="none" stroke="{CAPACITY_COLOUR}" stroke-width="1.5" '
+            f'stroke-dasharray="6 4" points="{line}"/>'
+        )
     for i, p in enumerate(points):
         if _known(alloc[i]):
             ratio = p.allocation_ratio
@@ -185,10 +172,85 @@ def _point_tips(
             if _known(ratio):
                 tip += f" ({float(ratio) * 100:.1f}%)"
             parts.append(
-                f'<circle cx="{plot.x(i):.1f}" cy="{plot.y(alloc[i]):.1f}" r="3" '
-                f'fill="{PALETTE[0]}"><title>{esc(tip)}</title></circle>'
+                f'<circle cx="{x(i):.1f}" cy="{y(alloc[i]):.1f}" r="3" fill="{PALETTE[0]}">'
+                f"<title>{esc(tip)}</title></circle>"
             )
-    return parts
+    legend = [(PALETTE[k % len(PALETTE)], name) for k, (name, _) in enumerate(layers)]
+    legend += [(CAPACITY_COLOUR, "capacity")] if cap_pts else []
+    parts.append(_legend(legend, left, 14))
+    parts.append("</svg>")
+    return "".join(parts)
+
+
+def _scaled(p: TimePoint, full: float) -> TimePoint:
+    import dataclasses
+
+    if not p.hours or abs(p.hours - full) < 1e-9:
+        return p
+    return dataclasses.replace(
+        p,
+        gpu_hours_allocated=p.per_full_bucket(p.gpu_hours_allocated, full),
+        capacity_gpu_hours=p.per_full_bucket(p.capacity_gpu_hours, full),
+        by_partition={k: p.per_full_bucket(v, full) for k, v in p.by_partition.items()},
+    )
+
+
+USED_COLOUR = PALETTE[2]
+
+
+def use_chart(points: Sequence[TimePoint]) -> str:
+    """The headline plot: allocation and measured use as % of capacity over time (ratios,
+    so a bucket the window cuts short needs no scaling); "" without capacity or data.
+
+    Measured use counts only runs with a measurement (jobstats, Prometheus, the collector,
+    gres/gpuutil); a bucket where none was measured leaves a gap in that line."""
+    rows = [p for p in points if _known(p.capacity_gpu_hours) and p.capacity_gpu_hours]
+    if not rows:
+        return ""
+    height, left = 240, 56  # the frame's margins: _time_frame
+    # the ratio counts the partitions of known capacity only (accounting/metrics.py)
+    alloc = [100.0 * (p.allocation_ratio if _known(p.allocation_ratio) else 0.0) for p in rows]
+    used = [
+        100.0 * p.gpu_hours_used / p.capacity_gpu_hours if _known(p.gpu_hours_used) else None
+        for p in rows
+    ]
+    y_max = max(100.0, nice_ceiling(max(alloc)))
+    parts, x, y = _time_frame(
+        [p.t for p in rows], height, y_max, "use",
+        "GPU allocation and measured use, percent of capacity, over time", lambda v: f"{v:g}%",
+    )  # fmt: skip
+    for name, values, colour in (("allocated", alloc, PALETTE[0]), ("used", used, USED_COLOUR)):
+        segment: list[str] = []
+        segments = [segment]
+        for i, v in enumerate(values):
+            if v is None:
+                segment = []
+                segments.append(segment)
+            else:
+                segment.append(f"{x(i):.1f},{y(v):.1f}")
+        for seg in (s for s in segments if s):
+            if len(seg) == 1:
+                px, py = seg[0].split(",")
+                parts.append(f'<circle class="{name}" cx="{px}" cy="{py}" r="3" fill="{colour}"/>')
+            else:
+                parts.append(
+                    f'<polyline class="{name}" fill="none" stroke="{colour}" stroke-width="2" '
+                    f'points="{" ".join(seg)}"/>'
+                )
+    for i, p in enumerate(rows):
+        tip = f"{p.t}: {alloc[i]:.1f}% allocated"
+        if used[i] is not None:
+            tip += f", {used[i]:.1f}% used (measured runs)"
+        parts.append(
+            f'<circle cx="{x(i):.1f}" cy="{y(alloc[i]):.1f}" r="2" fill="{PALETTE[0]}">'
+            f"<title>{esc(tip)}</title></circle>"
+        )
+    legend = [(PALETTE[0], "allocated % of capacity")]
+    if any(v is not None for v in used):
+        legend.append((USED_COLOUR, "measured use % of capacity"))
+    parts.append(_legend(legend, left, 14))
+    parts.append("</svg>")
+    return "".join(parts)
 
 
 MAX_LAYERS = 5

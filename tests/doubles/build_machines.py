@@ -282,12 +282,17 @@ def pcie_8gpu() -> dict:
 
 
 def _vendor_machines() -> dict:
+    # tests/doubles on sys.path only for this import: left there, `import pynvml` elsewhere in
+    # the same test session would find the double instead of the real module
     here = str(Path(__file__).resolve().parent)
-    sys.path.insert(0, here)
+    added = here not in sys.path
+    if added:
+        sys.path.insert(0, here)
     try:
         import vendor_machines as vm  # tests/doubles, run as a script or imported
-    finally:  # tests/doubles must not stay on sys.path: its pynvml would shadow the real one
-        sys.path.remove(here)
+    finally:
+        if added:
+            sys.path.remove(here)
 
     return {
         "mi300x-8gpu": vm.mi300x_8gpu,

@@ -1019,6 +1019,15 @@ class SlurmCluster:
             if created.returncode not in (0, 9):
                 raise ClusterError(f"useradd {name} failed: {created.stderr.strip()}")
         account = account or self.account
+        if not qos:
+            # idempotent: test modules of one session may add the same user (sacctmgr refuses
+            # a second add: "Nothing new added" on 22.05, "Nothing added" on 24.11)
+            known = self.sacctmgr(
+                "show", "assoc", "--parsable2", "--noheader", "where", f"user={name}",
+                f"account={account}", f"cluster={self.cluster_name}", "format=User",
+            )  # fmt: skip
+            if name in known.split():
+                return
         args = ["add", "user", name, f"Account={account}", f"DefaultAccount={account}"]
         if qos:
             args.append("QOS=" + ",".join(qos))

@@ -247,7 +247,8 @@ def test_a_policy_with_several_problems_lists_each_on_its_own_line(tmp_path):
 @pytest.mark.parametrize(
     ("content", "says"),
     [
-        (b'{"jobs": [{"job_id": 1}]}\n', "this looks like JSON"),
+        # sacct --json dumps are read (test_dump_formats.py); JSON of another shape says so
+        (b'[{"job_id": 1}]\n', "a sacct --json document has a `jobs` list; this has none"),
         ("JobIDRaw|State\n1|COMPLETED\n".encode("utf-16"), "this looks like UTF-16 text"),
         (b"JobIDRaw|JobID|Cluster|State\r1|1|c1|COMPLETED\r2|2|c1|COMPLETED\r", "lone CR"),
         (b"JobIDRaw,JobID,State\n1,1,COMPLETED\n", "save `sacct -P`"),

@@ -113,7 +113,8 @@ def test_report_renders_totals_and_plots_offline(chromium, page, tmp_path):
     assert probe["resources"] == []  # nothing fetched: no CDN, font, image or script
     assert "7,312.0 of 10,752.0 capacity (68.0%)" in probe["totals"]
     assert "812 (640 with GPUs, 9 pending)" in probe["totals"]
-    assert len(probe["svgs"]) == 6  # time series, partitions, QOS, fit fraction, 2 x waits
+    # use % over time, time series, partitions, QOS, fit fraction, 2 x waits
+    assert len(probe["svgs"]) == 7
     for svg in probe["svgs"]:
         assert svg["width"] >= 700 and svg["height"] > 50
         assert svg["shapes"] > 0 and svg["drawn"] == svg["shapes"]

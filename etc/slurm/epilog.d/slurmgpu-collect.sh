@@ -8,7 +8,7 @@
 #
 # For a spool instead of AdminComment (jobstats sites, many-node jobs), use:
 #   --spool /shared/slurmgpu/spool --no-admin-comment
-/usr/local/bin/slurmgpu collect --epilog \
+@SLURMGPU@ collect --epilog \
     --state /var/lib/slurmgpu/collect-state.json \
     --log-file /var/log/slurmgpu-collect.log \
     </dev/null >/dev/null 2>&1 || true

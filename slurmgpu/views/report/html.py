@@ -106,8 +106,16 @@ def _html_plots(analysis: AnalysisDocument) -> list[dict[str, Any]]:
     wait_groups = [("all jobs", totals.wait_s)] + [(str(g.name), g.wait_s) for g in partitions]
     return [
         {
-            "title": "GPU-hours allocated per " + _freq_word(analysis.timeseries.freq),
-            "svg": svg.timeseries_chart(points),
+            "title": "Allocation and measured use, % of capacity, per "
+            + _freq_word(analysis.timeseries.freq)
+            + ("" if any(p.gpu_hours_used is not None for p in points) else " (no measured use)"),
+            "svg": svg.use_chart(points),
+        },
+        {
+            "title": "GPU-hours allocated per "
+            + _freq_word(analysis.timeseries.freq)
+            + " (a bucket the window cuts short is scaled to a whole one)",
+            "svg": svg.timeseries_chart(points, analysis.timeseries.freq),
         },
         {
             "title": "GPU-hours allocated by partition",

@@ -49,59 +49,67 @@ def _util_ratio(group: GroupStats) -> float | None:
     return float(value) / 100 if is_known(value) else None
 
 
+def _seconds(gpu_hours: Any) -> float | None:
+    """GPU-hours as GPU-seconds: Prometheus' base unit of time is the second."""
+    return float(gpu_hours) * 3600.0 if is_known(gpu_hours) else None
+
+
+# Names follow Prometheus' conventions (promtool check metrics): base units (GPU time in
+# GPU-seconds, `_seconds`), ratios 0..1 (`_ratio`); these are gauges over the report window,
+# not counters, so none ends in `_total`. docs/reports.md lists them.
 _GROUP_METRICS: tuple[tuple[str, str, Callable[[GroupStats], Any]], ...] = (
     ("jobs", "Jobs (allocations) in the report window", lambda g: g.jobs),
     ("gpu_jobs", "Jobs that were allocated GPUs", lambda g: g.gpu_jobs),
     ("pending_jobs", "Jobs that never started", lambda g: g.pending_jobs),
     (
-        "gpu_hours_allocated",
-        "GPU-hours allocated (AllocTRES GPUs x elapsed, MIG/shard weighted) in the window",
-        lambda g: g.gpu_hours_allocated,
+        "gpu_allocated_seconds",
+        "GPU-seconds allocated (AllocTRES GPUs x elapsed, MIG/shard weighted) in the window",
+        lambda g: _seconds(g.gpu_hours_allocated),
     ),
     (
-        "capacity_gpu_hours",
-        "GPU-hours the nodes could have given in the window",
-        lambda g: g.capacity_gpu_hours,
+        "gpu_capacity_seconds",
+        "GPU-seconds the nodes could have given in the window",
+        lambda g: _seconds(g.capacity_gpu_hours),
     ),
     (
         "allocation_ratio",
-        "GPU-hours allocated / capacity (0..1)",
+        "GPU time allocated / capacity (0..1), partitions of known capacity",
         lambda g: g.allocation_ratio,
     ),
     (
-        "gpu_hours_used",
-        "GPU-hours actually used (allocated x gres/gpuutil, where measured)",
-        lambda g: g.gpu_hours_used,
+        "gpu_used_seconds",
+        "GPU-seconds actually used (allocated x measured utilization, where measured)",
+        lambda g: _seconds(g.gpu_hours_used),
     ),
     (
         "gpu_util_mean_ratio",
-        "Mean GPU utilization of jobs with gres/gpuutil, GPU-hour weighted (0..1)",
+        "Mean GPU utilization of jobs with a measurement, GPU-time weighted (0..1)",
         _util_ratio,
     ),
     (
-        "waste_gpu_hours",
-        "GPU-hours allocated x (1 - utilization), where gres/gpuutil is known",
-        lambda g: g.waste_gpu_hours,
+        "gpu_waste_seconds",
+        "GPU-seconds allocated x (1 - utilization), where utilization is measured",
+        lambda g: _seconds(g.waste_gpu_hours),
     ),
     (
-        "low_memory_gpu_hours",
-        "GPU-hours of runs whose measured gres/gpumem stayed under 1/4 of the memory given",
-        lambda g: g.low_memory_gpu_hours,
+        "gpu_low_memory_seconds",
+        "GPU-seconds of runs whose measured GPU memory stayed under 1/4 of the memory given",
+        lambda g: _seconds(g.low_memory_gpu_hours),
     ),
     ("wait_p50_seconds", "Median queue wait (eligible to start)", lambda g: _wait(g, "p50")),
     ("wait_p95_seconds", "95th percentile queue wait", lambda g: _wait(g, "p95")),
     ("wait_max_seconds", "Longest queue wait", lambda g: _wait(g, "max")),
     ("preemptions", "Preempted job runs in the window", lambda g: g.preemptions),
     (
-        "gpu_hours_lost_to_preemption",
-        "GPU-hours of runs that ended preempted",
-        lambda g: g.gpu_hours_lost_to_preemption,
+        "gpu_lost_to_preemption_seconds",
+        "GPU-seconds of runs that ended preempted",
+        lambda g: _seconds(g.gpu_hours_lost_to_preemption),
     ),
     ("requeues", "Requeued job runs in the window", lambda g: g.requeues),
     (
-        "gpu_hours_lost_to_requeue",
-        "GPU-hours of runs that ended requeued",
-        lambda g: g.gpu_hours_lost_to_requeue,
+        "gpu_lost_to_requeue_seconds",
+        "GPU-seconds of runs that ended requeued",
+        lambda g: _seconds(g.gpu_hours_lost_to_requeue),
     ),
 )
 
@@ -174,8 +182,8 @@ def render_prom(analysis: AnalysisDocument) -> str:
         [({"slice": s}, fit.share(s).jobs) for s in FIT_SLICES],
     )
     family(
-        "slurmgpu_fit_fraction_gpu_hours_ratio",
-        "Share of GPU-hours of jobs that would fit in this slice of their GPU (0..1)",
+        "slurmgpu_fit_fraction_gpu_time_ratio",
+        "Share of the GPU time of jobs that would fit in this slice of their GPU (0..1)",
         [({"slice": s}, fit.share(s).gpu_hours) for s in FIT_SLICES],
     )
     recs = analysis.recommendations

@@ -199,23 +199,10 @@ def _effect_text(effect: Any) -> str:
 
 
 def _evidence_items(evidence: Any) -> list[str]:
-    if isinstance(evidence, Mapping):
-        return [f"{k}={_evidence_value(v)}" for k, v in evidence.items()]
-    if isinstance(evidence, list | tuple):
-        return [_evidence_value(v) for v in evidence]
-    if evidence is None:
-        return []
-    return [str(evidence)]
+    """Evidence and effects in human units (`views/evidence.py`); JSON keeps the numbers."""
+    from slurmgpu.views.evidence import evidence_items
 
-
-def _evidence_value(value: Any) -> str:
-    if isinstance(value, float):
-        return f"{value:.4g}" if is_known(value) else "unknown"
-    if value is None:
-        return "unknown"
-    if isinstance(value, Mapping | list | tuple):
-        return json.dumps(value, sort_keys=True, default=str)
-    return str(value)
+    return evidence_items(evidence)
 
 
 def _source_line(source: Source) -> str:
@@ -282,7 +269,17 @@ def _totals_lines(t: Totals) -> list[tuple[str, str]]:
     alloc_line = fmt_gpu_hours(t.gpu_hours_allocated, "unknown")
     if is_known(capacity):
         alloc_line += f" of {fmt_gpu_hours(capacity)} capacity"
-        alloc_line += f" ({fmt_ratio(t.allocation_ratio, 'ratio unknown')})"
+        alloc_line += f" ({fmt_ratio(t.allocation_ratio, 'ratio unknown')}"
+        if t.gpu_hours_capacity_unknown:
+            # the ratio compares known partitions with their capacity (Totals)
+            names = ", ".join(printable(p) for p in t.partitions_capacity_unknown[:3])
+            more = ", …" if len(t.partitions_capacity_unknown) > 3 else ""
+            alloc_line += (
+                f" over partitions of known capacity; "
+                f"{fmt_gpu_hours(t.gpu_hours_capacity_unknown)} in {names}{more} left out: "
+                "capacity unknown"
+            )
+        alloc_line += ")"
     else:
         alloc_line += " (capacity unknown)"
     used = t.gpu_hours_used

@@ -177,7 +177,14 @@ def test_preemption_losses_flagged(tmp_path):
     assert ev["gpu_hours_lost_to_preemption"] == pytest.approx(16)
     assert ev["gpu_hours_wait_saved_estimate"] == pytest.approx(0)  # limit reached: saved none
     assert ev["preempted_tiers"] == ["P2"]
-    assert rec["title"].startswith("Preemption throws away more than it buys")
+    assert rec["title"] == (
+        "Preemption throws away more than it buys: give the preempted tiers a 5 min grace to "
+        "checkpoint before they are requeued, or stop preempting P2"
+    )
+    # in the project's own terms: GraceTime=0 + KillWait (docs/policy.md), never "GraceTime"
+    assert 'preempt_mode = "requeue" and grace_time_s = 300' in rec["detail"]
+    assert "GraceTime=0 and KillWait=300" in rec["detail"]
+    assert "add GraceTime" not in rec["title"] + rec["detail"]
     assert rec["changes"] == ["tier:p2:grace_s=300"]
 
 
@@ -186,6 +193,8 @@ def test_top_tier_waiting_too_long(tmp_path):
     doc = run(tmp_path, rows, tiers={"p0": "P0"})
     rec = next(r for r in doc["recommendations"] if r["kind"] == "tier_adjust")
     assert rec["evidence"]["tier"] == "P0" and rec["evidence"]["wait_s"]["p95"] == 3600
+    assert "add the lower tiers to tiers.P0.preempts" in rec["detail"]
+    assert "`slurmgpu qos apply`" in rec["detail"]
 
 
 def _starved_a_idle_donors(a_alloc, donors):

@@ -103,10 +103,11 @@ def test_prom_textfile_atomic_and_repeatable(tmp_path):
     text = target.read_text()
     check_prom_text(text)
     samples = dict(ln.rsplit(" ", 1) for ln in text.splitlines() if not ln.startswith("#"))
-    assert float(samples["slurmgpu_gpu_hours_allocated"]) == pytest.approx(GPU_HOURS)
-    assert samples['slurmgpu_partition_gpu_hours_allocated{partition="gpu"}'] == "4.5"
-    assert samples['slurmgpu_partition_capacity_gpu_hours{partition="gpu"}'] == "192"
-    assert 'slurmgpu_partition_capacity_gpu_hours{partition="cpu"}' not in samples
+    # GPU time in GPU-seconds (Prometheus' base unit)
+    assert float(samples["slurmgpu_gpu_allocated_seconds"]) == pytest.approx(GPU_HOURS * 3600)
+    assert samples['slurmgpu_partition_gpu_allocated_seconds{partition="gpu"}'] == "16200"
+    assert samples['slurmgpu_partition_gpu_capacity_seconds{partition="gpu"}'] == "691200"
+    assert 'slurmgpu_partition_gpu_capacity_seconds{partition="cpu"}' not in samples
     assert samples['slurmgpu_qos_preemptions{qos="p2",tier="p2"}'] == "1"
     assert float(samples['slurmgpu_partition_gpu_util_mean_ratio{partition="gpu"}']) == 0.5
 

@@ -94,7 +94,8 @@ def test_progress_draws_and_clears_on_a_terminal(tmp_path):
 
 def _commands(path: Path, prefix: str) -> list[list[str]]:
     lines = []
-    for line in path.read_text().splitlines():
+    # the units say @SLURMGPU@ where install-units puts the installed command
+    for line in path.read_text().replace("@SLURMGPU@", "slurmgpu").splitlines():
         if prefix in line and not line.lstrip().startswith("#"):
             argv = shlex.split(line[line.index(prefix) :])
             lines.append(argv[1:])
@@ -162,3 +163,33 @@ def test_fit_by_partition_in_text_and_html():
     assert "shares are over the 2 GPU runs with a known need; 3 runs" in text
     html = render_html(document)
     assert 'id="fit-by-partition"' in html and "<td>t4</td>" in html
+
+
+@pytest.mark.parametrize("command", ["analyze", "report"])
+def test_analyze_and_report_draw_the_progress_line(monkeypatch, command):
+    """Both commands run their analysis inside the progress line (drawn on a terminal)."""
+    from click.testing import CliRunner
+
+    from slurmgpu.cli import main
+    from slurmgpu.cli import progress as progress_module
+
+    drawn = io.StringIO()
+    seen = []
+
+    class OnATerminal(LoadProgress):
+        def __init__(self, label, files=(), **kwargs):
+            seen.append((label, [Path(f).name for f in files]))
+            super().__init__(label, files, stream=drawn, enabled=True, delay_s=0, interval_s=0.01)
+
+        def __exit__(self, *exc):
+            import time
+
+            time.sleep(0.05)  # let the drawing thread run once
+            return super().__exit__(*exc)
+
+    monkeypatch.setattr(progress_module, "LoadProgress", OnATerminal)
+    dump = ROOT / "tests" / "data" / "sacct" / "uva-fixture.txt"
+    out = CliRunner().invoke(main, [command, "--sacct-file", str(dump), "--format", "json"])
+    assert out.exit_code == 0, out.output
+    assert seen == [("reading sacct dumps", ["uva-fixture.txt"])]
+    assert "reading sacct dumps" in drawn.getvalue() and drawn.getvalue().endswith("\r\x1b[K")

@@ -89,13 +89,29 @@ class Outcome:
 class LuaScript:
     """A rendered job_submit.lua loaded into one Lua runtime, ready to be called."""
 
-    def __init__(self, text: str, runtime: str) -> None:
+    def __init__(self, text: str, runtime: str, *, module: bool = False) -> None:
+        """`module`: `text` is `gen-job-submit --module`'s module; its table's job_submit /
+        job_modify are called instead of the global entry points."""
         lupa = importlib.import_module(f"lupa.{runtime}")
         self.lupa = lupa
         self.lua = lupa.LuaRuntime(unpack_returned_tuples=True)
         self.lua.execute(SLURM_TABLE)
-        self.lua.execute(text)
+        returned = self.lua.execute(text)
         self.g = self.lua.globals()
+        if module:
+            self._submit, self._modify = returned.job_submit, returned.job_modify
+        else:
+            self._submit, self._modify = self.g.slurm_job_submit, self.g.slurm_job_modify
+
+    def parts(self, partitions: dict | None):
+        """part_list as 22.05+ passes it: keyed by name; `partitions` maps a name to
+        (priority_tier, is_default)."""
+        table = self.lua.table()
+        for name, (tier, default) in (partitions or {}).items():
+            table[name] = self.lua.table_from(
+                {"name": name, "priority_tier": tier, "flag_default": 1 if default else 0}
+            )
+        return table
 
     def _reset_log(self) -> None:
         self.lua.execute("LOG = { user = {}, info = {}, error = {}, debug = {} }")
@@ -113,24 +129,28 @@ class LuaScript:
             error=self._list(log.error),
         )
 
-    def submit(self, fields: dict, uid: int | None = 1000) -> Outcome:
+    def submit(
+        self, fields: dict, uid: int | None = 1000, partitions: dict | None = None
+    ) -> Outcome:
         self._reset_log()
         writes = self.lua.table()
         job = self.g.make_job_desc(self.lua.table_from(fields), writes)
-        rc = self.g.slurm_job_submit(job, self.lua.table(), uid)
+        rc = self._submit(job, self.parts(partitions), uid)
         return self._outcome(rc, writes)
 
-    def modify(self, fields: dict, job_rec: dict, uid: int | None = 0) -> Outcome:
+    def modify(
+        self, fields: dict, job_rec: dict, uid: int | None = 0, partitions: dict | None = None
+    ) -> Outcome:
         self._reset_log()
         writes = self.lua.table()
         job = self.g.make_job_desc(self.lua.table_from(fields), writes)
         rec = self.lua.table_from(job_rec)
-        rc = self.g.slurm_job_modify(job, rec, self.lua.table(), uid)
+        rc = self._modify(job, rec, self.parts(partitions), uid)
         return self._outcome(rc, writes)
 
     def submit_exploding(self) -> Outcome:
         self._reset_log()
-        rc = self.g.slurm_job_submit(self.g.exploding_job_desc(), self.lua.table(), 1000)
+        rc = self._submit(self.g.exploding_job_desc(), self.lua.table(), 1000)
         return self._outcome(rc, self.lua.table())
 
 

@@ -9,6 +9,7 @@ import copy
 import json
 import math
 import re
+import subprocess
 from html.parser import HTMLParser
 from pathlib import Path
 
@@ -27,6 +28,7 @@ from slurmgpu.views.report import (
     render_text,
     text_table,
 )
+from tests.unit.tools import need
 
 DATA = Path(__file__).resolve().parents[2] / "data" / "reports"
 EVIL_USER = "<script>alert('x')</script>"
@@ -105,11 +107,18 @@ def test_text_totals(analysis):
     assert "2,400.0 of the 3,000.0 GPU-hours with gres/gpuutil (mean utilization 80.0%" in text
     assert "note: 8 allocation rows fall outside the window" in text
     assert "by reason: bad ElapsedRaw 1, wrong column count 1" in text
+    # evidence and effects in human units (the JSON keeps the numbers)
     assert (
-        "estimated effect: gpus_carved=4, whole_gpus_freed_p50=2.5, hours_slices_short=3, "
-        "hours=168" in text
+        "estimated effect: GPUs carved: 4, whole GPUs freed p50: 2.5, hours slices short: 3 h, "
+        "hours: 168 h" in text
     )
-    assert "evidence: preemptions=14, gpu_hours_lost_to_preemption=35.5," in text
+    assert (
+        "evidence: preemptions: 14, GPU-hours lost to preemption: 35.5 GPU-h, GPU-hours wait "
+        "saved estimate: 20 GPU-h, share of allocated: 0.5 %, preempted tiers: P2" in text
+    )
+    assert "layouts: 1 GPU as 7 x 1g.10gb + 3 GPUs as 2 x 3g.40gb" in text
+    assert "share fitting half GPU: 41 %" in text
+    assert "=0.0049" not in text and '{"' not in text  # no raw JSON floats or objects
 
 
 def test_text_partition_table_columns_line_up(analysis):
@@ -241,7 +250,12 @@ def test_html_shows_totals_and_plots(analysis):
     page = render_html(doc(analysis))
     text = " ".join(_parse(page).text)
     assert "7,312.0 of 10,752.0 capacity (68.0%)" in text
-    assert page.count("<svg ") == 6
+    assert page.count("<svg ") == 7
+    # the headline plot: allocation and measured use, % of capacity, over time
+    assert 'class="chart use"' in page
+    assert page.count('<polyline class="allocated"') == 1
+    assert page.count('<polyline class="used"') == 1
+    assert "Allocation and measured use, % of capacity, per day" in text
     # known values only: partitions, QOS, fit slices, waits (all + 2 partitions), tier waits
     assert page.count('class="bar s0"') == 3 + 3 + 3 + 3 + 3
     assert 'class="capacity"' in page
@@ -290,9 +304,9 @@ def test_prom_format_is_valid_and_families_are_declared_once(analysis):
 
 def test_prom_values(analysis):
     samples = _samples(render_prom(doc(analysis)))
-    assert samples["slurmgpu_gpu_hours_allocated"] == "7312"
+    assert samples["slurmgpu_gpu_allocated_seconds"] == str(7312 * 3600)  # GPU-seconds
     assert samples["slurmgpu_allocation_ratio"] == "0.68"
-    assert samples['slurmgpu_partition_gpu_hours_allocated{partition="gpu"}'] == "6100"
+    assert samples['slurmgpu_partition_gpu_allocated_seconds{partition="gpu"}'] == str(6100 * 3600)
     assert samples['slurmgpu_qos_wait_p95_seconds{qos="p2",tier="P2"}'] == "20000"
     assert samples['slurmgpu_fit_fraction_jobs_ratio{slice="1/2"}'] == "0.41"
     assert samples["slurmgpu_report_window_end_timestamp_seconds"] == "1796083200"
@@ -303,12 +317,12 @@ def test_prom_values(analysis):
 def test_prom_omits_unknowns(analysis):
     analysis["totals"]["gpu_hours_used"] = None
     text = render_prom(doc(analysis))
-    assert "slurmgpu_gpu_hours_used " not in text  # null in totals: no sample, no family
-    assert "# TYPE slurmgpu_gpu_hours_used gauge" not in text
+    assert "slurmgpu_gpu_used_seconds " not in text  # null in totals: no sample, no family
+    assert "# TYPE slurmgpu_gpu_used_seconds gauge" not in text
     samples = _samples(text)
     assert samples['slurmgpu_partition_gpu_util_mean_ratio{partition="gpu"}'] == "0.8"  # 80%
     assert 'slurmgpu_partition_gpu_util_mean_ratio{partition="mig"}' not in samples
-    assert 'slurmgpu_partition_capacity_gpu_hours{partition="<b>lab</b>"}' not in samples
+    assert 'slurmgpu_partition_gpu_capacity_seconds{partition="<b>lab</b>"}' not in samples
     assert 'slurmgpu_partition_wait_p50_seconds{partition="<b>lab</b>"}' not in samples
     assert 'slurmgpu_partition_jobs{partition="<b>lab</b>"}' in samples
 
@@ -358,3 +372,63 @@ def test_docs_list_exactly_the_exported_metrics(analysis):
     for metric in per_group - {m for m in per_group if m.startswith("slurmgpu_")}:
         named |= {f"slurmgpu_{metric}", f"slurmgpu_partition_{metric}", f"slurmgpu_qos_{metric}"}
     assert exported == named
+
+
+def test_a_bucket_the_window_cuts_short_is_scaled_not_a_drop():
+    """The last bucket of a window ending at 00:30 holds half an hour: its capacity and
+    allocation are drawn per whole hour, so the capacity line stays flat."""
+    from slurmgpu.accounting.document import TimePoint
+    from slurmgpu.views import svg
+
+    full = TimePoint("2026-12-01T22:00:00Z", 8.0, 16.0, 0.5, {}, hours=1.0)
+    half = TimePoint("2026-12-01T23:00:00Z", 4.0, 8.0, 0.5, {}, hours=0.5)
+    tiny = TimePoint("2026-12-02T00:00:00Z", 0.004, 0.008, 0.5, {}, hours=0.0005)
+    chart = svg.timeseries_chart([full, half, tiny], "1h")
+    line = re.search(r'class="capacity"[^>]*points="([^"]+)"', chart).group(1)
+    ys = {pt.split(",")[1] for pt in line.split()}
+    assert len(ys) == 1, line  # one height: no drop at the end
+    totals = re.search(r'class="total"[^>]*points="([^"]+)"', chart).group(1)
+    assert len({pt.split(",")[1] for pt in totals.split()}) == 1
+    # the use chart draws ratios: the same 50 % in every bucket
+    use = svg.use_chart([full, half, tiny])
+    allocated = re.search(r'class="allocated"[^>]*points="([^"]+)"', use).group(1)
+    assert len({pt.split(",")[1] for pt in allocated.split()}) == 1
+    assert 'class="used"' not in use  # nothing measured: no line, never a zero line
+
+
+@pytest.mark.parametrize(
+    ("key", "value", "text"),
+    [
+        ("gpu_hours_lost", 1234.5678, "1,234.6 GPU-h"),
+        ("share_of_allocated", 0.0049, "0.5 %"),
+        ("allocation_ratio", 0.8512, "85 %"),
+        ("wait_s", {"p50": 720.0, "p95": 7560.0, "max": None},
+         "p50 12 min, p95 2.1 h, max unknown"),
+        ("hours", 168, "168 h"),
+        ("idle_s", 5400, "1.5 h"),
+        ("tiers", ["P1", "P2"], "P1; P2"),
+        ("count", 3.0, "3"),
+        ("flag", True, "yes"),
+    ],
+)  # fmt: skip
+def test_evidence_values_in_human_units(key, value, text):
+    from slurmgpu.views.evidence import value_text
+
+    assert value_text(key, value) == text
+
+
+def test_prom_passes_promtool_check_metrics(analysis):
+    need("promtool")
+    """Prometheus' own linter (base units, _ratio, help and type) accepts every family."""
+    text = render_prom(doc(analysis))
+    proc = subprocess.run(
+        ["promtool", "check", "metrics"], input=text, capture_output=True, text=True, timeout=60
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert proc.stdout == proc.stderr == ""  # not even a lint warning
+    # and the linter does catch what the names used to be
+    bad = "# HELP x_gpu_hours x\n# TYPE x_gpu_hours gauge\nx_gpu_hours 1\n"
+    proc = subprocess.run(
+        ["promtool", "check", "metrics"], input=bad, capture_output=True, text=True, timeout=60
+    )
+    assert 'use base unit "seconds" instead of "hours"' in proc.stdout + proc.stderr
