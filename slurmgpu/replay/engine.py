@@ -700,6 +700,8 @@ class Replay:
         # that long, nothing later in this pass can start and its reservations change
         # nothing (the profile is dropped after the pass); a deep queue stops there
         smallest = min((g for g, c in part.size_hist.items() if c > 0), default=INF)
+        # the earliest time particular nodes hold a job of g GPUs, by GPU count (per pass)
+        earliest: dict[float, float] = {}
         shortest = t + part.min_limit
         for job in self._in_order(part, t, cfg.bf_max_job_test):
             if self.state[job] != PENDING or self.eligible[job] > t:
@@ -715,19 +717,62 @@ class Replay:
             for b in blocked:
                 if reserved < cfg.bf_max_reservations:
                     nodes = self._node_gpus(part, b)
-                    prof.reserve(self.gpus[b], self.limit[b], horizon, nodes)
+                    bg = self.gpus[b]
+                    after = self._node_earliest(part, bg, t, earliest) if bg > 1 else t
+                    prof.reserve(bg, self.limit[b], horizon, nodes, after)
                     reserved += 1
             blocked = []
             lim = self.limit[job]
             if prof.free_until(g, t + lim) and self._try_start(part, job, t):
                 prof.hold(0, g, t + lim)
+                earliest.clear()  # the nodes changed
             elif reserved < cfg.bf_max_reservations:
-                prof.reserve(g, lim, horizon, self._node_gpus(part, job))
+                after = self._node_earliest(part, g, t, earliest) if g > 1 else t
+                prof.reserve(g, lim, horizon, self._node_gpus(part, job), after)
                 reserved += 1
             if not (part.pool_pending and part.has_free()) and (
                 prof.avail[0] <= 0 or prof.free_for(shortest) < smallest
             ):
                 break
+
+    def _node_earliest(self, part: _Part, g: float, t: float, cache: dict) -> float:
+        """The earliest time particular nodes hold a job of `g` whole GPUs, from the running
+        jobs' expected ends (start + limit) on each node: one node with `g` free, or, for a
+        job larger than a node, `ceil(g / node)` whole idle nodes. The pooled profile alone
+        would find `g` free GPUs spread over several nodes and reserve too early: every
+        backfill pass then holds the partition's free GPUs for a job that cannot start on
+        them (calibration, docs/replay.md)."""
+        if g in cache:
+            return cache[g]
+        per = part.max_cap
+        expected, alloc = self.expected_end, self.alloc
+        best = INF
+        if g <= per:
+            for node, jobs in enumerate(part.node_jobs):
+                free = part.free[node]
+                if part.cap[node] < g:
+                    continue
+                if free >= g:
+                    best = t
+                    break
+                ends = sorted(
+                    (expected[v], sum(c for n, c in alloc[v][1] if n == node)) for v in jobs
+                )
+                for e, c in ends:
+                    free += c
+                    if free >= g:
+                        best = min(best, e)
+                        break
+        else:
+            need = -(-int(g) // per)
+            idle = sorted(
+                max((expected[v] for v in jobs), default=t)
+                for node, jobs in enumerate(part.node_jobs)
+                if part.cap[node] == per
+            )
+            best = idle[need - 1] if len(idle) >= need else INF
+        cache[g] = best = max(best, t)
+        return best
 
     def _node_gpus(self, part: _Part, job: int) -> float:
         """The GPUs of the whole nodes a backfill reservation for `job` takes."""
@@ -778,7 +823,9 @@ class _Profile:
         k = self._step(until)
         self.avail[i:k] -= g
 
-    def reserve(self, g: float, lim: float, horizon: float, node_gpus: float) -> None:
+    def reserve(
+        self, g: float, lim: float, horizon: float, node_gpus: float, after: float = -INF
+    ) -> None:
         """Reserve for a job of `g` GPUs and `lim` seconds at the earliest step where `g` are
         free that long; nothing when that is past `horizon` (bf_window).
 
@@ -786,9 +833,16 @@ class _Profile:
         would start on out of every later job's plan for its window, whatever GPUs of them it
         leaves idle (slurmctld's `_dump_job_sched` shows 1-GPU jobs reserved one after the
         other on an 8-GPU node). In this pooled profile the reservation holds up to
-        `node_gpus` (its whole nodes' GPUs) at each step of the window."""
+        `node_gpus` (its whole nodes' GPUs) at each step of the window; not before `after`
+        (when particular nodes hold the job: `Replay._node_earliest`)."""
+        if after > horizon:
+            return
+        first = 0
+        if after > self.times[0]:
+            first = self._step(after)
         times = self.times
         ok = self.avail >= g
+        ok[:first] = False
         i = int(ok.argmax())
         if not ok[i]:
             return  # never g free in the plan
