@@ -9,6 +9,8 @@ sweeps of dozens of jobs in the same minute):
   submits), some 4- and 8-GPU jobs and a few 2-node (16-GPU) jobs of hours; half idle, short
   recorded waits. The donor the node-move heuristic likes.
 - `big`: 8- to 32-GPU jobs of hours, offered more than it holds: a backlog of days. The taker.
+- `idle`: a half-idle partition (a quarter allocated) of 1-GPU jobs of an hour and a few
+  8-GPU ones: the donor that can give nodes without harm.
 - QOS `p0` (priority 1000, a tenth of `big`'s jobs) and `normal` (100).
 - Every time limit is 24 h or 72 h, whatever the job ran. 4 % of jobs are cancelled while
   pending (never start; they are in the dump as CANCELLED with no Start).
@@ -35,7 +37,7 @@ import numpy as np
 from slurmgpu.replay.jobs import ReplayJob, ReplayTrace
 
 DAY = 86400.0
-PARTS = {"burst": (12, 8), "big": (8, 8)}  # partition -> (nodes, GPUs per node)
+PARTS = {"burst": (12, 8), "big": (8, 8), "idle": (8, 8)}  # partition -> (nodes, GPUs each)
 QOS_PRIORITY = {"p0": 1000, "normal": 100}
 
 
@@ -53,8 +55,8 @@ class GenJob:
     start: float | None = None  # the reference scheduler's start
 
 
-def helios_month(seed: int = 1, days: float = 4.0, burst_load: float = 0.5,
-                 big_load: float = 1.3) -> list[GenJob]:  # fmt: skip
+def helios_month(seed: int = 1, days: float = 3.0, burst_load: float = 0.5,
+                 big_load: float = 1.3, idle_load: float = 0.25) -> list[GenJob]:  # fmt: skip
     """The jobs (no starts yet), in submit order with job ids in that order."""
     rng = np.random.default_rng(seed)
     span = days * DAY
@@ -90,6 +92,15 @@ def helios_month(seed: int = 1, days: float = 4.0, burst_load: float = 0.5,
         d = float(np.clip(rng.lognormal(8.8, 0.7), 900, 30 * 3600))
         q = "p0" if rng.random() < 0.1 else "normal"
         jobs.append(GenJob(0, "big", q, f"v{int(rng.integers(0, 20))}",
+                           float(np.floor(rng.uniform(0, span))), d, limit(), g))  # fmt: skip
+        gpu_s -= g * d
+    # idle: a half-idle partition of 1-GPU jobs of an hour or so and a few 8-GPU ones
+    cap = PARTS["idle"][0] * PARTS["idle"][1]
+    gpu_s = idle_load * cap * span
+    while gpu_s > 0:
+        g = int(rng.choice([1, 8], p=[0.8, 0.2]))
+        d = float(np.clip(rng.lognormal(7.5, 0.8), 120, 12 * 3600))
+        jobs.append(GenJob(0, "idle", "normal", f"w{int(rng.integers(0, 10))}",
                            float(np.floor(rng.uniform(0, span))), d, limit(), g))  # fmt: skip
         gpu_s -= g * d
     order = sorted(range(len(jobs)), key=lambda i: (jobs[i].submit, i))

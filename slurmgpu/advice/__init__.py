@@ -1,0 +1,1 @@
+"""Decisions proven by the replay: calibration, the objective, the optimizer (`slurmgpu advise`)."""

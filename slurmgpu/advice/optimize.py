@@ -1,0 +1,380 @@
+"""`slurmgpu advise`: search candidate changes with the calibrated replay as the judge.
+
+1. Calibrate (`advice.calibrate`): replay the recorded window; a partition whose baseline is
+   off by more than the objective's tolerance is not advised on (each candidate touching it
+   is rejected with the reason).
+2. Candidates (`advice.candidates`): node moves of every size between every donor and every
+   taker that waits, MIG carves sized from the measured demand, shard counts, grace times.
+3. Each candidate is replayed (in processes) and judged by `advice.objective.verdict`
+   against the baseline: rejected with every limit it breaks, or with "no gain".
+4. Greedy: the best accepted candidate starts the plan; each further step (up to
+   `max_changes`) replays the plan with each of the best remaining accepted candidates
+   (`BEAM`) together and keeps the one that improves the score most while breaking no limit.
+5. Uncertainty: the baseline and the plan are replayed again on `uncertainty_replays`
+   perturbed copies of the trace (durations and submit times, seeded); each partition's
+   effect is reported as the range over them, and a limit broken in any of them is said.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+import numpy as np
+
+from slurmgpu.advice.calibrate import Calibration, Tolerance, calibration_of
+from slurmgpu.advice.candidates import candidate_changes, partitions_touched
+from slurmgpu.advice.objective import Verdict, verdict
+from slurmgpu.errors import UsageError
+from slurmgpu.model.policy import Objective
+from slurmgpu.replay import ReplayOptions, build_model, check_changes, load_for_replay
+from slurmgpu.replay.changes import Together, format_change, parse_change
+from slurmgpu.replay.cluster import ClusterModel, apply_change
+from slurmgpu.replay.engine import replay as run_engine
+from slurmgpu.replay.jobs import ReplayTrace
+from slurmgpu.replay.results import (
+    ResultBlock,
+    Window,
+    block_from_outcome,
+    recorded_block,
+    window_of,
+)
+
+MIN_GAIN = 0.01  # a score must fall by at least this (1 % of a weighted wait) to count
+BEAM = 8  # accepted candidates tried together with the plan at each greedy step
+
+
+@dataclass(frozen=True)
+class AdviseOptions:
+    replay: ReplayOptions
+    objective: Objective = field(default_factory=Objective)
+    max_changes: int = 3
+    top_tier: str | None = None  # the tier `p0_max_wait_s` applies to (the policy's highest)
+    candidates: tuple[str, ...] | None = None  # None: generated from the trace and model
+    seed: int = 0
+
+
+@dataclass(frozen=True)
+class Side:
+    allocation_ratio: float | None
+    mean: float | None
+    p50: float | None
+    p95: float | None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "allocation_ratio": self.allocation_ratio,
+            "wait_s": {"mean": self.mean, "p50": self.p50, "p95": self.p95},
+        }
+
+
+@dataclass(frozen=True)
+class Range:
+    low: float | None
+    high: float | None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"low": self.low, "high": self.high}
+
+
+@dataclass(frozen=True)
+class PartitionPlanEffect:
+    partition: str
+    gpus_before: int
+    gpus_after: int
+    before: Side
+    after: Side
+    # the change of the mean / p95 wait (after - before) over the perturbed replays
+    mean_wait_change_s: Range
+    p95_wait_change_s: Range
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "partition": self.partition,
+            "gpus": {"before": self.gpus_before, "after": self.gpus_after},
+            "before": self.before.to_dict(),
+            "after": self.after.to_dict(),
+            "uncertainty": {
+                "mean_wait_change_s": self.mean_wait_change_s.to_dict(),
+                "p95_wait_change_s": self.p95_wait_change_s.to_dict(),
+            },
+        }
+
+
+@dataclass(frozen=True)
+class Plan:
+    changes: tuple[str, ...]
+    score: float
+    by_partition: tuple[PartitionPlanEffect, ...]
+    useful_gpu_hours: tuple[float, float]  # before, after
+    gpu_hours_lost: tuple[float, float]
+    perturbed_replays: int
+    # limits the plan breaks in some perturbed replay (the nominal replay breaks none)
+    perturbed_violations: tuple[str, ...]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "changes": list(self.changes),
+            "score": self.score,
+            "useful_gpu_hours": dict(zip(("before", "after"), self.useful_gpu_hours, strict=True)),
+            "gpu_hours_lost": dict(zip(("before", "after"), self.gpu_hours_lost, strict=True)),
+            "perturbed_replays": self.perturbed_replays,
+            "perturbed_violations": list(self.perturbed_violations),
+            "by_partition": [p.to_dict() for p in self.by_partition],
+        }
+
+
+@dataclass(frozen=True)
+class Rejected:
+    change: str
+    why: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"change": self.change, "why": self.why}
+
+
+@dataclass(frozen=True)
+class Considered:
+    change: str
+    score: float
+
+
+@dataclass(frozen=True)
+class Advice:
+    fidelity: Calibration
+    plan: Plan
+    rejected: tuple[Rejected, ...]
+    accepted: tuple[Considered, ...]  # candidates that passed alone, best first
+    candidates: int
+    replays: int
+    notes: tuple[str, ...] = ()
+
+    def to_dict(self) -> dict[str, Any]:
+        from slurmgpu.accounting import json_safe
+
+        return json_safe(
+            {
+                "fidelity": self.fidelity.to_dict(),
+                "plan": self.plan.to_dict(),
+                "rejected": [r.to_dict() for r in self.rejected],
+                "accepted": [{"change": c.change, "score": c.score} for c in self.accepted],
+                "candidates": self.candidates,
+                "replays": self.replays,
+                "notes": list(self.notes),
+            }
+        )
+
+
+# --------------------------------------------------------------------------- replays
+def _block(args: tuple) -> ResultBlock:
+    trace, model, change, config, window = args
+    changed = apply_change(model, change) if change is not None else model
+    outcome = run_engine(trace, changed, config)
+    gpus = {p.name: p.total_gpus for p in changed.partitions}
+    label = format_change(change) if change is not None else "baseline"
+    return block_from_outcome(label, trace, outcome, gpus, window)
+
+
+def _replay_many(jobs: list[tuple], processes: int) -> list[ResultBlock]:
+    if processes > 1 and len(jobs) > 1:
+        import multiprocessing
+
+        with multiprocessing.get_context("fork").Pool(min(processes, len(jobs))) as pool:
+            return pool.map(_block, jobs)
+    return [_block(j) for j in jobs]
+
+
+def perturbed(trace: ReplayTrace, rng: np.random.Generator, objective: Objective) -> ReplayTrace:
+    """A copy of the trace with durations x lognormal(0, perturb_duration) (never past the
+    limit) and submits + normal(0, perturb_submit_s) (never before 0), re-sorted by submit."""
+    n = len(trace)
+    dur = trace.duration_s * rng.lognormal(0.0, objective.perturb_duration, n)
+    dur = np.minimum(np.floor(dur), trace.timelimit_s)
+    sub = np.maximum(np.floor(trace.submit_s + rng.normal(0.0, objective.perturb_submit_s, n)), 0)
+    order = np.argsort(sub, kind="stable")
+    per_job = ("job_id", "partition", "qos", "tier", "timelimit_s", "gpus", "kind",
+               "mig_profile", "need_gpu", "need_mib", "gpu_equiv", "recorded_start_s",
+               "recorded_end_s", "recorded_preemptions")  # fmt: skip
+    cols = {name: getattr(trace, name)[order] for name in per_job}
+    return replace(trace, submit_s=sub[order], duration_s=dur[order], recorded_runs=None, **cols)
+
+
+# --------------------------------------------------------------------------- search
+def advise(sacct_files: Sequence[str | os.PathLike[str]], options: AdviseOptions) -> Advice:
+    """Load the dumps and advise on them."""
+    replay_opts, trace = load_for_replay(sacct_files, options.replay)
+    return advise_trace(trace, replace(options, replay=replay_opts))
+
+
+def advise_trace(trace: ReplayTrace, options: AdviseOptions) -> Advice:
+    """Calibrate, generate and judge candidates, search a plan, measure its uncertainty."""
+    if not len(trace):
+        raise UsageError("advise: the dumps hold no GPU job that ran: nothing to replay")
+    obj = options.objective
+    ropts = options.replay
+    model = build_model(ropts)
+    config, processes = ropts.config, max(1, ropts.processes)
+    outcome = run_engine(trace, model, config)
+    window = window_of(trace, outcome)
+    gpus = {p.name: p.total_gpus for p in model.partitions}
+    base = block_from_outcome("baseline", trace, outcome, gpus, window)
+    tolerance = Tolerance(
+        wait_factor=obj.calibration_wait_factor, allocation_points=obj.calibration_allocation_points
+    )
+    cal = calibration_of(trace, outcome, base, recorded_block(trace, gpus, window), tolerance)
+    if options.candidates is None:
+        texts = candidate_changes(trace, model, base)
+    else:
+        texts = list(options.candidates)
+    changes = [parse_change(t) for t in texts]
+    check_changes(model, trace, changes)
+    rejected: list[Rejected] = []
+    runnable = []
+    for change in changes:
+        off = [p for p in partitions_touched(change, trace) if not cal.calibrated(p)]
+        if off:
+            why = cal.partition(off[0]).why  # type: ignore[union-attr]
+            rejected.append(
+                Rejected(
+                    format_change(change),
+                    f"not advised: partition {off[0]}'s baseline is off by more than the "
+                    f"policy's tolerance ({why})",
+                )
+            )
+        else:
+            runnable.append(change)
+    blocks = _replay_many([(trace, model, c, config, window) for c in runnable], processes)
+    replays = 1 + len(blocks)
+    judged: list[tuple[float, Any, ResultBlock]] = []
+    for change, block in zip(runnable, blocks, strict=True):
+        v = verdict(base, block, obj, options.top_tier)
+        if v.violations:
+            rejected.append(
+                Rejected(format_change(change), "replay shows harm: " + "; ".join(v.violations))
+            )
+        elif v.score > -MIN_GAIN:
+            rejected.append(Rejected(format_change(change), f"no gain: score {v.score:+.3f}"))
+        else:
+            judged.append((v.score, change, block))
+    judged.sort(key=lambda x: x[0])
+    plan_changes: list[Any] = []
+    plan_block, plan_score = base, 0.0
+    if judged:
+        plan_score, first, plan_block = judged[0]
+        plan_changes = [first]
+        rest = [c for _, c, _ in judged[1:]]
+        while len(plan_changes) < options.max_changes and rest:
+            trial = [c for c in rest[:BEAM] if _compatible(model, plan_changes, c)]
+            if not trial:
+                break
+            jobs = [(trace, model, Together((*plan_changes, c)), config, window) for c in trial]
+            results = _replay_many(jobs, processes)
+            replays += len(results)
+            best = None
+            for c, block in zip(trial, results, strict=True):
+                v = verdict(base, block, obj, options.top_tier)
+                better = v.accepted and v.score < plan_score - MIN_GAIN
+                if better and (best is None or v.score < best[0]):
+                    best = (v.score, c, block)
+            if best is None:
+                break
+            plan_score, c, plan_block = best
+            plan_changes.append(c)
+            rest = [r for r in rest if r != c]
+    plan, extra = _plan(trace, model, options, base, plan_block, plan_changes, plan_score, window)
+    notes = []
+    if not judged:
+        notes.append("no candidate improves the objective without breaking a limit: no change")
+    off = [p.partition for p in cal.by_partition if not p.calibrated]
+    if off:
+        notes.append(
+            "not advised on (baseline off by more than the policy's tolerance): " + ", ".join(off)
+        )
+    return Advice(
+        fidelity=cal,
+        plan=plan,
+        rejected=tuple(rejected),
+        accepted=tuple(Considered(format_change(c), s) for s, c, _ in judged),
+        candidates=len(changes),
+        replays=replays + extra,
+        notes=tuple(notes),
+    )
+
+
+def _compatible(model: ClusterModel, plan: list[Any], change: Any) -> bool:
+    """Whether `change` applies after the plan's changes (and is not the same move again)."""
+    from slurmgpu.replay.changes import Move
+
+    if isinstance(change, Move) and any(
+        isinstance(p, Move) and (p.source, p.target) == (change.source, change.target) for p in plan
+    ):
+        return False  # a bigger move of the same pair is its own candidate
+    try:
+        apply_change(model, Together((*plan, change)))
+    except UsageError:
+        return False
+    return True
+
+
+def _side(block: ResultBlock, name: str) -> tuple[Side, int]:
+    row = next((p for p in block.by_partition if p.partition == name), None)
+    if row is None:
+        return Side(None, None, None, None), 0
+    w = row.wait_s
+    return Side(row.allocation_ratio, w.mean, w.p50, w.p95), row.gpus
+
+
+def _plan(
+    trace: ReplayTrace,
+    model: ClusterModel,
+    options: AdviseOptions,
+    base: ResultBlock,
+    after: ResultBlock,
+    changes: list[Any],
+    score: float,
+    window: Window,
+) -> tuple[Plan, int]:
+    """The plan's effect per partition, with its range over perturbed replays."""
+    obj = options.objective
+    names = [p.partition for p in base.by_partition]
+    names += [p.partition for p in after.by_partition if p.partition not in names]
+    deltas: dict[str, list[tuple[float, float]]] = {n: [] for n in names}
+    problems: list[str] = []
+    replays = 0
+    if changes and obj.uncertainty_replays:
+        change = Together(tuple(changes))
+        jobs = []
+        rng = np.random.default_rng(options.seed)
+        for _ in range(obj.uncertainty_replays):
+            t = perturbed(trace, rng, obj)
+            w = window_of(t)
+            jobs += [(t, model, None, options.replay.config, w),
+                     (t, model, change, options.replay.config, w)]  # fmt: skip
+        blocks = _replay_many(jobs, max(1, options.replay.processes))
+        replays = len(blocks)
+        for b, a in zip(blocks[::2], blocks[1::2], strict=True):
+            v: Verdict = verdict(b, a, obj, options.top_tier)
+            problems += [p for p in v.violations if p not in problems]
+            for n in names:
+                sb, sa = _side(b, n)[0], _side(a, n)[0]
+                if None not in (sb.mean, sa.mean, sb.p95, sa.p95):
+                    deltas[n].append((sa.mean - sb.mean, sa.p95 - sb.p95))  # type: ignore[operator]
+    rows = []
+    for n in names:
+        (sb, gb), (sa, ga) = _side(base, n), _side(after, n)
+        d = deltas[n]
+        mean_r = Range(min(x for x, _ in d), max(x for x, _ in d)) if d else Range(None, None)
+        p95_r = Range(min(y for _, y in d), max(y for _, y in d)) if d else Range(None, None)
+        rows.append(PartitionPlanEffect(n, gb, ga, sb, sa, mean_r, p95_r))
+    plan = Plan(
+        changes=tuple(format_change(c) for c in changes),
+        score=score,
+        by_partition=tuple(rows),
+        useful_gpu_hours=(base.useful_gpu_hours, after.useful_gpu_hours),
+        gpu_hours_lost=(base.gpu_hours_lost, after.gpu_hours_lost),
+        perturbed_replays=replays // 2,
+        perturbed_violations=tuple(problems),
+    )
+    return plan, replays

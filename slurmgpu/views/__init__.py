@@ -1,0 +1,1 @@
+"""Views: documents rendered as text, JSON or HTML (no decisions)."""
