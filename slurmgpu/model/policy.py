@@ -149,8 +149,10 @@ class Objective:
 
     def growth_limit(self, name: str) -> float:
         own = next((w for w in self.partitions if w.name == name), None)
-        return own.max_wait_growth if own and own.max_wait_growth is not None else (
-            self.max_wait_growth
+        return (
+            own.max_wait_growth
+            if own and own.max_wait_growth is not None
+            else (self.max_wait_growth)
         )
 
 
