@@ -54,6 +54,9 @@ class AdviseOptions:
     top_tier: str | None = None  # the tier `p0_max_wait_s` applies to (the policy's highest)
     candidates: tuple[str, ...] | None = None  # None: generated from the trace and model
     seed: int = 0
+    # the candidates' first round as one Slurm job array (`replay --via-slurm`'s sweep);
+    # the greedy steps and the perturbed replays run here
+    slurm: Any = None  # replay.sweep.SlurmSweepOptions
 
 
 @dataclass(frozen=True)
@@ -245,10 +248,13 @@ def advise_trace(trace: ReplayTrace, options: AdviseOptions) -> Advice:
             )
         else:
             runnable.append(change)
-    blocks = _replay_many([(trace, model, c, config, window) for c in runnable], processes)
-    replays = 1 + len(blocks)
+    blocks, failed = _first_round(trace, model, runnable, options, window)
+    rejected += failed
+    replays = 1 + len(runnable)
     judged: list[tuple[float, Any, ResultBlock]] = []
     for change, block in zip(runnable, blocks, strict=True):
+        if block is None:
+            continue  # its sweep task failed: rejected above with the task's fate
         v = verdict(base, block, obj, options.top_tier)
         if v.violations:
             rejected.append(
@@ -301,6 +307,24 @@ def advise_trace(trace: ReplayTrace, options: AdviseOptions) -> Advice:
         replays=replays + extra,
         notes=tuple(notes),
     )
+
+
+def _first_round(
+    trace: ReplayTrace, model: ClusterModel, changes: list[Any], options: AdviseOptions,
+    window: Window,
+) -> tuple[list[ResultBlock | None], list[Rejected]]:  # fmt: skip
+    """Each candidate replayed alone: in processes, or as one Slurm job array (a failed task's
+    candidate is rejected with its task's fate, never dropped)."""
+    ropts = options.replay
+    if options.slurm is None or not changes:
+        jobs = [(trace, model, c, ropts.config, window) for c in changes]
+        return list(_replay_many(jobs, max(1, ropts.processes))), []
+    from slurmgpu.replay.sweep import sweep_trace_via_slurm
+
+    result = sweep_trace_via_slurm(trace, replace(ropts, what_if=tuple(changes)), options.slurm)
+    done = {b.change: b for b in result.report.scenarios}
+    failed = [Rejected(t.change, "not replayed: " + t.message()) for t in result.failed]
+    return [done.get(format_change(c)) for c in changes], failed
 
 
 def _compatible(model: ClusterModel, plan: list[Any], change: Any) -> bool:

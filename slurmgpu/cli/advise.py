@@ -9,7 +9,8 @@ from slurmgpu.cli.replay import replay as _replay_command
 
 # the cluster-model options advise shares with replay (same names, same meaning)
 SHARED = ("sacct_files", "capacity", "inventories", "per_node", "gpu_types", "gpu_memory",
-          "shards", "policy", "slurm_conf", "live", "baseline", "processes", "tz")  # fmt: skip
+          "shards", "policy", "slurm_conf", "live", "baseline", "processes", "tz", "via_slurm",
+          "workdir", "slurm_partition", "slurm_time", "slurm_options", "slurm_python")  # fmt: skip
 
 
 @click.command("advise")
@@ -57,10 +58,11 @@ def advise_options(params: dict):
     from dataclasses import replace
 
     from slurmgpu.advice.optimize import AdviseOptions
-    from slurmgpu.cli.replay import replay_options
+    from slurmgpu.cli.replay import replay_options, sweep_options
     from slurmgpu.model.policy import Objective
 
     shared = {k: params[k] for k in SHARED if k != "sacct_files"}
+    slurm = sweep_options(shared)  # removes the --via-slurm options from `shared`
     ropts = replay_options({**shared, "what_if": (), "sweep": None})
     if not params["processes"]:
         import os
@@ -76,6 +78,7 @@ def advise_options(params: dict):
         top_tier=_tier_label(policy, top),
         candidates=tuple(params["candidates"]) or None,
         seed=int(params["seed"]),
+        slurm=slurm,
     )
 
 
