@@ -92,6 +92,7 @@ class PartitionPlanEffect:
     # the change of the mean / p95 wait (after - before) over the perturbed replays
     mean_wait_change_s: Range
     p95_wait_change_s: Range
+    calibration_miss: float = 0.0  # |baseline / recorded mean wait - 1|: widens the ranges
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -102,6 +103,7 @@ class PartitionPlanEffect:
             "uncertainty": {
                 "mean_wait_change_s": self.mean_wait_change_s.to_dict(),
                 "p95_wait_change_s": self.p95_wait_change_s.to_dict(),
+                "calibration_miss": self.calibration_miss,
             },
         }
 
@@ -289,7 +291,7 @@ def advise_trace(trace: ReplayTrace, options: AdviseOptions) -> Advice:
             plan_score, c, plan_block = best
             plan_changes.append(c)
             rest = [r for r in rest if r != c]
-    plan, extra = _plan(trace, model, options, base, plan_block, plan_changes, plan_score, window)
+    plan, extra = _plan(trace, model, options, base, plan_block, plan_changes, plan_score, cal)
     notes = []
     if not judged:
         notes.append("no candidate improves the objective without breaking a limit: no change")
@@ -350,6 +352,14 @@ def _side(block: ResultBlock, name: str) -> tuple[Side, int]:
     return Side(row.allocation_ratio, w.mean, w.p50, w.p95), row.gpus
 
 
+def _range(changes: list[float], before, after, miss: float) -> Range:
+    """The perturbed replays' range of a change, widened by `miss` x the nominal change."""
+    if not changes or before is None or after is None:
+        return Range(None, None)
+    widen = miss * abs(after - before)
+    return Range(min(changes) - widen, max(changes) + widen)
+
+
 def _plan(
     trace: ReplayTrace,
     model: ClusterModel,
@@ -358,9 +368,11 @@ def _plan(
     after: ResultBlock,
     changes: list[Any],
     score: float,
-    window: Window,
+    cal: Calibration,
 ) -> tuple[Plan, int]:
-    """The plan's effect per partition, with its range over perturbed replays."""
+    """The plan's effect per partition, with its range over perturbed replays, widened by
+    the partition's calibration miss: where the baseline's mean wait is off the recorded by
+    m (|baseline / recorded - 1|), the range grows by m x the nominal change each way."""
     obj = options.objective
     names = [p.partition for p in base.by_partition]
     names += [p.partition for p in after.by_partition if p.partition not in names]
@@ -389,9 +401,12 @@ def _plan(
     for n in names:
         (sb, gb), (sa, ga) = _side(base, n), _side(after, n)
         d = deltas[n]
-        mean_r = Range(min(x for x, _ in d), max(x for x, _ in d)) if d else Range(None, None)
-        p95_r = Range(min(y for _, y in d), max(y for _, y in d)) if d else Range(None, None)
-        rows.append(PartitionPlanEffect(n, gb, ga, sb, sa, mean_r, p95_r))
+        fid = cal.partition(n)
+        factor = fid.mean_wait_factor if fid is not None else None
+        miss = abs(factor - 1) if factor is not None and np.isfinite(factor) else 0.0
+        mean_r = _range([x for x, _ in d], sb.mean, sa.mean, miss)
+        p95_r = _range([y for _, y in d], sb.p95, sa.p95, miss)
+        rows.append(PartitionPlanEffect(n, gb, ga, sb, sa, mean_r, p95_r, miss))
     plan = Plan(
         changes=tuple(format_change(c) for c in changes),
         score=score,

@@ -141,3 +141,15 @@ def test_perturbed_traces_are_seeded_sorted_and_keep_limits(month_trace):
     assert np.all(a.duration_s <= a.timelimit_s)
     assert not np.array_equal(a.duration_s, np.sort(month_trace.duration_s))
     assert len(a) == len(month_trace)
+
+
+def test_a_partitions_calibration_miss_widens_its_range(advice):
+    from slurmgpu.advice.optimize import Range, _range
+
+    # perturbed changes -10 and -5 s, nominal change 100 -> 50 s, baseline 20 % off: +-10 s
+    assert _range([-10.0, -5.0], 100.0, 50.0, 0.2) == Range(-20.0, 5.0)
+    assert _range([], 100.0, 50.0, 0.2) == Range(None, None)
+    big = next(p for p in advice.plan.by_partition if p.partition == "big")
+    fid = advice.fidelity.partition("big")
+    assert big.calibration_miss == pytest.approx(abs(fid.mean_wait_factor - 1))
+    assert 0 < big.calibration_miss < 0.1
