@@ -154,8 +154,8 @@ def check(
     from pathlib import Path
 
     from slurmgpu.fleet import check as lib
-    from slurmgpu.render import fleet_check
     from slurmgpu.util.atomic import write_atomic
+    from slurmgpu.views import fleet_check
 
     gres_text = Path(gres_conf).read_text(encoding="utf-8") if gres_conf else None
     if local or health_check:
@@ -237,7 +237,7 @@ def rebalance_plan(floor, floor_for, min_pending, min_idle, cooldown, max_moves,
     from pathlib import Path
 
     from slurmgpu.fleet.rebalance import current_plan
-    from slurmgpu.render.rebalance import render_plan
+    from slurmgpu.views.rebalance import render_plan
 
     opts = _opts(floor, floor_for, min_pending, min_idle, cooldown, max_moves)
     click.echo(render_plan(current_plan(opts, Path(log_path)), applied=False), nl=False)
@@ -254,7 +254,7 @@ def rebalance_apply(
     from pathlib import Path
 
     from slurmgpu.fleet.rebalance import apply_plan, current_plan, undo_last
-    from slurmgpu.render.rebalance import render_plan
+    from slurmgpu.views.rebalance import render_plan
 
     log = Path(log_path)
     if undo:

@@ -79,7 +79,7 @@ def plan(
 ) -> None:
     """Choose per-GPU MIG layouts that meet a demand with the fewest GPUs carved."""
     from slurmgpu.mig.plan import plan_nodes
-    from slurmgpu.render import mig as render_mig
+    from slurmgpu.views import mig as render_mig
 
     result = plan_nodes(
         snapshots=snapshots,

@@ -75,6 +75,10 @@ class RawArgsCommand(click.Command):
         ctx.params["args"] = tuple(args)
         return []
 
+    def get_help(self, ctx: click.Context) -> str:
+        """What `slurmgpu submit --help` prints (for the CLI reference, docs/cli.md)."""
+        return HELP.rstrip("\n")
+
 
 @click.command("submit", cls=RawArgsCommand, add_help_option=False)
 def submit(args: tuple[str, ...]) -> None:

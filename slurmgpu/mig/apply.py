@@ -30,9 +30,9 @@ from pathlib import Path
 from typing import Any
 
 from slurmgpu.errors import SlurmgpuError, UsageError
-from slurmgpu.mig.layout import Layout, place
 from slurmgpu.model.catalog import GpuModel
 from slurmgpu.model.inventory import Inventory
+from slurmgpu.model.mig_layout import Layout, place
 
 _NODE_NAME = re.compile(r"(?i)NodeName=(\S+)")
 STEPS = (
@@ -457,7 +457,7 @@ class MigApply:
 
 
 def _placed(model: GpuModel, instances: list[tuple[str, int]]) -> Layout:
-    from slurmgpu.mig.layout import Placement
+    from slurmgpu.model.mig_layout import Placement
 
     placements = []
     for name, start in instances:

@@ -17,10 +17,10 @@ from dataclasses import dataclass
 
 from slurmgpu.errors import UsageError
 from slurmgpu.mig.demand import Demand, profile_for
-from slurmgpu.mig.layout import Layout, maximal_layouts, place
 from slurmgpu.model.catalog import GpuModel, MigProfile
 from slurmgpu.model.gpu import Gpu
 from slurmgpu.model.inventory import Inventory
+from slurmgpu.model.mig_layout import Layout, maximal_layouts, place
 
 
 @dataclass(frozen=True)

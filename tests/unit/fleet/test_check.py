@@ -15,8 +15,8 @@ from slurmgpu.fleet.check import (
 from slurmgpu.model.fleet import GpuHealth, Problem
 from slurmgpu.model.inventory import SkippedGpu
 from slurmgpu.render import gres
-from slurmgpu.render.fleet_check import render_json, render_prometheus, render_text
 from slurmgpu.sources import snapshot
+from slurmgpu.views.fleet_check import render_json, render_prometheus, render_text
 from tests.doubles.machines import EXAMPLES
 
 OPTS = gres.GresOptions()

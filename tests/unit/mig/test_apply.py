@@ -20,9 +20,9 @@ from slurmgpu.mig import apply as apply_mod
 from slurmgpu.mig.apply import STEPS, ApplyOptions, Journal, MigApply, MigApplyFailed
 from slurmgpu.mig.demand import parse_demand
 from slurmgpu.mig.plan import plan
-from slurmgpu.render.mig import render_mig_parted
 from slurmgpu.sources import nvml
 from slurmgpu.sources.slurm_node_control import NodeJob
+from slurmgpu.views.mig import render_mig_parted
 from tests.doubles.machines import install_double, setup_machine
 
 NODE = "dgxa100"
