@@ -99,15 +99,19 @@ class Calibration:
         return p is None or p.calibrated
 
     def to_dict(self) -> dict[str, Any]:
+        from slurmgpu.util.json_safe import json_safe
+
         t = self.tolerance
-        return {
-            "tolerance": {
-                "wait_factor": t.wait_factor,
-                "wait_slack_s": t.wait_slack_s,
-                "allocation_points": t.allocation_points,
-            },
-            "by_partition": [p.to_dict() for p in self.by_partition],
-        }
+        return json_safe(
+            {
+                "tolerance": {
+                    "wait_factor": t.wait_factor,
+                    "wait_slack_s": t.wait_slack_s,
+                    "allocation_points": t.allocation_points,
+                },
+                "by_partition": [p.to_dict() for p in self.by_partition],
+            }
+        )
 
 
 def _summary(waits: np.ndarray) -> WaitSummary:

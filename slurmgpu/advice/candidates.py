@@ -1,4 +1,4 @@
-"""The changes `advise` tries, in the replay's change grammar (`replay.changes`).
+"""The changes `advise` tries, in the replay's change grammar (`model.changes`).
 
 - **moves**: every number of whole nodes (1 to all but one) from every partition to every
   other partition whose baseline jobs wait (mean wait over `TAKER_MIN_MEAN_WAIT_S`);
@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from slurmgpu.replay.changes import Carve, Move, Shard, TierChange, Together
+from slurmgpu.model.changes import Carve, Move, Shard, TierChange, Together
 from slurmgpu.replay.cluster import ClusterModel
 from slurmgpu.replay.jobs import WHOLE, ReplayTrace
 from slurmgpu.replay.results import ResultBlock

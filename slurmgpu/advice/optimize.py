@@ -28,9 +28,9 @@ from slurmgpu.advice.calibrate import Calibration, Tolerance, calibration_of
 from slurmgpu.advice.candidates import candidate_changes, partitions_touched
 from slurmgpu.advice.objective import Verdict, verdict
 from slurmgpu.errors import UsageError
+from slurmgpu.model.changes import Together, format_change, parse_change
 from slurmgpu.model.policy import Objective
 from slurmgpu.replay import ReplayOptions, build_model, check_changes, load_for_replay
-from slurmgpu.replay.changes import Together, format_change, parse_change
 from slurmgpu.replay.cluster import ClusterModel, apply_change
 from slurmgpu.replay.engine import replay as run_engine
 from slurmgpu.replay.jobs import ReplayTrace
@@ -157,7 +157,7 @@ class Advice:
     notes: tuple[str, ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
-        from slurmgpu.accounting import json_safe
+        from slurmgpu.util.json_safe import json_safe
 
         return json_safe(
             {
@@ -331,7 +331,7 @@ def _first_round(
 
 def _compatible(model: ClusterModel, plan: list[Any], change: Any) -> bool:
     """Whether `change` applies after the plan's changes (and is not the same move again)."""
-    from slurmgpu.replay.changes import Move
+    from slurmgpu.model.changes import Move
 
     if isinstance(change, Move) and any(
         isinstance(p, Move) and (p.source, p.target) == (change.source, change.target) for p in plan

@@ -122,8 +122,8 @@ def test_weights_change_the_score_not_the_limits(month_trace):
     )
     assert moved_block.accepted  # accepted under the defaults
     from slurmgpu.advice.optimize import _block
+    from slurmgpu.model.changes import parse_change
     from slurmgpu.replay import build_model
-    from slurmgpu.replay.changes import parse_change
     from slurmgpu.replay.results import window_of
 
     model = build_model(options())
