@@ -441,7 +441,11 @@ def render_text(analysis: AnalysisDocument) -> str:
     if not recs:
         out.append("  none")
     for i, rec in enumerate(recs, 1):
-        out.append(f"  {i}. {printable(rec.title)}")
+        harm = harm_text(rec.replayed)
+        mark = "[not advised: its replay shows harm] " if harm else ""
+        out.append(f"  {i}. {mark}{printable(rec.title)}")
+        if harm:
+            out.append(f"     {printable(harm)}")
         if rec.detail:
             out.append(f"     {printable(rec.detail)}")
         evidence = _evidence_items(rec.evidence.to_json())
@@ -453,6 +457,13 @@ def render_text(analysis: AnalysisDocument) -> str:
         if rec.replayed is not None:
             out.append(f"     replayed: {printable(replayed_text(rec.replayed))}")
     return "\n".join(out) + "\n"
+
+
+def harm_text(effect: Any) -> str:
+    """`replay shows harm: ...` for a recommendation whose replay breaks the site's objective
+    (`ReplayedEffect.harm`), else ""."""
+    harm = getattr(effect, "harm", ()) if effect is not None else ()
+    return "replay shows harm: " + "; ".join(harm) if harm else ""
 
 
 def replayed_text(effect: Any) -> str:
@@ -572,6 +583,7 @@ def _html_context(analysis: AnalysisDocument) -> dict[str, Any]:
             "evidence": _evidence_items(r.evidence.to_json()),
             "effect": _effect_text(r.estimated_effect.to_json()),
             "replayed": replayed_text(r.replayed) if r.replayed is not None else "",
+            "harm": harm_text(r.replayed),
         }
         for r in analysis.recommendations
     ]
