@@ -168,6 +168,8 @@ def calibration_of(
     rows = []
     rec_wait = trace.recorded_start_s - trace.submit_s
     base_wait = np.where(np.isfinite(outcome.start_s), outcome.start_s - trace.submit_s, np.nan)
+    # a job cancelled while pending has no recorded wait to compare with
+    base_wait[trace.cancelled_pending()] = np.nan
     for k, name in enumerate(trace.partitions):
         mine = trace.partition == k
         both = mine & np.isfinite(trace.recorded_start_s) & np.isfinite(outcome.start_s)

@@ -13,6 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from slurmgpu.model.policy import Objective
+from slurmgpu.replay.engine import CANCELLED_PENDING
 from slurmgpu.replay.results import ResultBlock, Waits
 
 # relative changes are taken against the baseline wait plus this (seconds): a wait going from
@@ -45,6 +46,12 @@ def _waits(block: ResultBlock, partition: str) -> Waits | None:
 def _tier_waits(block: ResultBlock, tier: str) -> Waits | None:
     row = next((t for t in block.by_tier if t.tier == tier), None)
     return row.wait_s if row else None
+
+
+def _not_run(block: ResultBlock) -> int:
+    """Jobs that could not run, less those cancelled while pending as recorded (a slower
+    scenario leaves more of them pending at their cancel: that is the wait, already judged)."""
+    return block.jobs_not_run - block.not_run_reasons.get(CANCELLED_PENDING, 0)
 
 
 def _h(seconds: float | None) -> str:
@@ -114,8 +121,7 @@ def verdict(
             f"GPU-hours lost to preemption grow from {before.gpu_hours_lost:,.1f} to "
             f"{after.gpu_hours_lost:,.1f}"
         )
-    if after.jobs_not_run > before.jobs_not_run:
-        problems.append(
-            f"jobs that cannot run grow from {before.jobs_not_run} to {after.jobs_not_run}"
-        )
+    b_not, a_not = _not_run(before), _not_run(after)
+    if a_not > b_not:
+        problems.append(f"jobs that cannot run grow from {b_not} to {a_not}")
     return Verdict(score, tuple(problems))

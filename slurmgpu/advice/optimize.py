@@ -197,12 +197,15 @@ def perturbed(trace: ReplayTrace, rng: np.random.Generator, objective: Objective
     n = len(trace)
     dur = trace.duration_s * rng.lognormal(0.0, objective.perturb_duration, n)
     dur = np.minimum(np.floor(dur), trace.timelimit_s)
+    dur[trace.cancelled_pending()] = trace.duration_s[trace.cancelled_pending()]
     sub = np.maximum(np.floor(trace.submit_s + rng.normal(0.0, objective.perturb_submit_s, n)), 0)
     order = np.argsort(sub, kind="stable")
     per_job = ("job_id", "partition", "qos", "tier", "timelimit_s", "gpus", "kind",
                "mig_profile", "need_gpu", "need_mib", "gpu_equiv", "recorded_start_s",
                "recorded_end_s", "recorded_preemptions")  # fmt: skip
     cols = {name: getattr(trace, name)[order] for name in per_job}
+    if trace.cancel_s is not None:  # a pending job's cancel moves with its submit
+        cols["cancel_s"] = (trace.cancel_s + (sub - trace.submit_s))[order]
     return replace(trace, submit_s=sub[order], duration_s=dur[order], recorded_runs=None, **cols)
 
 

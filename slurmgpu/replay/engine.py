@@ -33,7 +33,8 @@ from slurmgpu.replay.jobs import MIG, SHARD, WHOLE, ReplayTrace
 # job states
 FUTURE, PENDING, RUNNING, GRACE, DONE, UNRUNNABLE, CANCELLED = range(7)
 # heap event kinds (ends before kills before eligibility at the same second)
-_END, _KILL, _ELIGIBLE, _KICK = 0, 1, 2, 3
+_END, _KILL, _ELIGIBLE, _KICK, _CANCEL = 0, 1, 2, 3, 4
+CANCELLED_PENDING = "cancelled while pending (as recorded)"
 INF = math.inf
 
 
@@ -260,6 +261,11 @@ class Replay:
         self.part_of = trace.partition.tolist()
         self.qos_of = trace.qos.tolist()
         self.need_mib = trace.need_mib.tolist()
+        # when a job was cancelled while pending in the recorded history (INF: never)
+        cancel = trace.cancel_s
+        self.cancel = (
+            np.where(np.isfinite(cancel), cancel, INF).tolist() if cancel is not None else None
+        )
         self.profile = [trace.profiles[p] if p >= 0 else "" for p in trace.mig_profile.tolist()]
         self.state = [FUTURE] * n
         self.eligible = list(self.submit)
@@ -341,6 +347,9 @@ class Replay:
             self.dirty_any = True
             part.kick_at = INF
             return
+        if kind == _CANCEL:
+            self._cancel(job, t)
+            return
         if run != self.run_id[job]:
             return  # a stale event of an earlier run
         if kind == _ELIGIBLE:
@@ -373,6 +382,27 @@ class Replay:
                 self.run_id[job] += 1
                 heapq.heappush(self.heap, (self.eligible[job], _ELIGIBLE, job, self.run_id[job]))
 
+    def _cancel(self, job: int, t: float) -> None:
+        """The recorded scancel of a job that never started: still pending here, it leaves
+        the queue; started (the replay was quicker than the record), it is ended now."""
+        st = self.state[job]
+        if st == PENDING:
+            part = self.parts[self.part_of[job]]
+            # a requeued job waiting for its BeginTime is not in the queue's counts yet
+            if not (self.run_id[job] > 0 and self.eligible[job] > t):
+                self._queued(part, job, -1)
+            self.state[job] = CANCELLED
+            self.end[job] = t
+            self.run_id[job] += 1  # a pending eligibility event is stale now
+            part.changed = part.dirty = True
+            self.dirty_any = True
+            self._count(CANCELLED_PENDING)
+        elif st in (RUNNING, GRACE):
+            self._stop(job, t, preempted=False)
+            self.state[job] = DONE
+            self.end[job] = t
+            self.run_id[job] += 1  # its end event is stale now
+
     def _queued(self, part: _Part, job: int, delta: int) -> None:
         part.pending += delta
         if self.kind[job] == WHOLE:
@@ -396,6 +426,8 @@ class Replay:
             self._count(reason)
             return
         self.state[job] = PENDING
+        if self.cancel is not None and self.cancel[job] < INF:
+            heapq.heappush(self.heap, (self.cancel[job], _CANCEL, job, 0))
         q = self.qos_of[job]
         part.queues[q].append(job)
         self.where[job] = q

@@ -157,9 +157,17 @@ def trace_from_frame(frame: Any, gpu_memory_mib: np.ndarray | None = None) -> Re
     g_preempt = np.zeros(len(rows), np.int32)
     np.add.at(g_preempt, group, preempted.astype(np.int32))
     never = np.isnan(start[rows])
-    if never.any():
-        skipped["never started (pending or cancelled while pending)"] = int(never.sum())
-    sel = ~never
+    # cancelled while pending (CANCELLED, no Start, its End the cancel time): replayed as a
+    # job that waits in the queue until then (it holds its place in the priority order and its
+    # backfill reservation, as in slurmctld) and is cancelled unless it has started
+    first_word = np.array([str(s).split(" ")[0] for s in state[rows]])
+    cancelled = never & (first_word == "CANCELLED") & np.isfinite(end[rows])
+    cancelled &= end[rows] >= np.nan_to_num(g_submit, nan=np.inf)
+    pending = never & ~cancelled
+    if pending.any():
+        skipped["never started (pending when the dump was taken)"] = int(pending.sum())
+    sel = ~pending
+    cancelled = cancelled[sel]
     rows, g_submit, g_first_start, g_preempt = (
         rows[sel],
         g_submit[sel],
@@ -173,6 +181,11 @@ def trace_from_frame(frame: Any, gpu_memory_mib: np.ndarray | None = None) -> Re
     duration = np.where(np.isnan(duration), np.nan_to_num(end[rows] - start[rows]), duration)
     duration = np.maximum(np.nan_to_num(duration), 0.0)
     limit = _col(frame, "timelimit_s")[rows]
+    # a job cancelled while pending did no work: if the replay starts it, it runs until its
+    # cancel time (the user's scancel) or its limit; without a limit, until the cancel
+    until_cancel = np.maximum(end[rows] - g_submit, 1.0)
+    known_limit = np.isfinite(limit) & (limit > 0)
+    duration = np.where(cancelled, np.where(known_limit, limit, until_cancel), duration)
     limit = np.where(np.isnan(limit) | (limit <= 0), duration, limit)
     limit = np.maximum(limit, duration)  # a run never outlives its limit in Slurm
     gpu_count = np.nan_to_num(_col(frame, "gpu_count")[rows])
@@ -204,7 +217,10 @@ def trace_from_frame(frame: Any, gpu_memory_mib: np.ndarray | None = None) -> Re
     prof = profile[order2]
     profiles = sorted({str(p) for p in prof if isinstance(p, str) and p})
     ppos = {p: k for k, p in enumerate(profiles)}
-    rec_end = end[rows]
+    rec_end = np.where(cancelled, np.nan, end[rows])
+    cancel_at = np.where(cancelled, end[rows] - epoch, np.nan)
+    first_start = g_first_start - epoch
+    first_start[~np.isfinite(first_start)] = np.nan
     runs = _recorded_runs(frame, keep, start, epoch, partitions)
     # each run's job: its key's position in the trace (the last run of a key is its row)
     position = {k: i for i, k in enumerate(key[rows][order2])}
@@ -227,7 +243,7 @@ def trace_from_frame(frame: Any, gpu_memory_mib: np.ndarray | None = None) -> Re
         need_gpu=need_gpu[order2],
         need_mib=need_mib[order2],
         gpu_equiv=gpu_equiv[order2],
-        recorded_start_s=(g_first_start - epoch)[order2],
+        recorded_start_s=first_start[order2],
         recorded_end_s=(rec_end - epoch)[order2],
         recorded_preemptions=g_preempt[order2],
         partitions=partitions,
@@ -236,6 +252,7 @@ def trace_from_frame(frame: Any, gpu_memory_mib: np.ndarray | None = None) -> Re
         profiles=profiles,
         skipped=skipped,
         recorded_runs=runs,
+        cancel_s=cancel_at[order2] if cancelled.any() else None,
     )
 
 

@@ -73,18 +73,18 @@ _TIER_KEYS = {
 }
 _KIND_KEYS = {"slice", "gpu_model", "gres_type", "partition", "time_limit_min", "description"}
 _PARTITION_KEYS = {"description"}
-# `[objective]`: number keys -> (lowest, highest, whether the lowest is allowed)
+# `[objective]`: number keys -> (lowest, highest) allowed
 _OBJECTIVE_NUMBERS = {
-    "default_mean_wait": (0.0, 1e6, True),
-    "default_p95_wait": (0.0, 1e6, True),
-    "max_wait_growth": (0.0, 1e6, True),
-    "max_wait_growth_s": (0.0, 1e9, True),
-    "p0_max_wait_s": (0.0, 1e9, True),
-    "min_useful_gpu_hours": (0.0, 1.0, True),
-    "calibration_wait_factor": (1.0, 1e6, True),
-    "calibration_allocation_points": (0.0, 100.0, True),
-    "perturb_duration": (0.0, 2.0, True),
-    "perturb_submit_s": (0.0, 1e7, True),
+    "default_mean_wait": (0.0, 1e6),
+    "default_p95_wait": (0.0, 1e6),
+    "max_wait_growth": (0.0, 1e6),
+    "max_wait_growth_s": (0.0, 1e9),
+    "p0_max_wait_s": (0.0, 1e9),
+    "min_useful_gpu_hours": (0.0, 1.0),
+    "calibration_wait_factor": (1.0, 1e6),
+    "calibration_allocation_points": (0.0, 100.0),
+    "perturb_duration": (0.0, 2.0),
+    "perturb_submit_s": (0.0, 1e7),
 }
 _OBJECTIVE_KEYS = {*_OBJECTIVE_NUMBERS, "uncertainty_replays", "tiers", "partitions"}
 _WEIGHT_KEYS = {"mean_wait", "p95_wait", "max_wait_growth"}
@@ -405,7 +405,7 @@ def _objective(check: _Checker, raw: object, tier_names: set[str]):
     table = check.table(("objective",), raw)
     check.unknown_keys(("objective",), table, _OBJECTIVE_KEYS)
     values: dict[str, object] = {}
-    for key, (low, high, _) in _OBJECTIVE_NUMBERS.items():
+    for key, (low, high) in _OBJECTIVE_NUMBERS.items():
         if key in table:
             got = _number(check, ("objective", key), table[key], low, high)
             if got is not None:

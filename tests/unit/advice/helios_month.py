@@ -244,11 +244,13 @@ def _backfill(jobs, nodes, pending, t, bf_window, depth, start) -> None:
 
 
 def replay_trace_of(jobs: list[GenJob]) -> ReplayTrace:
-    """The jobs as the replay reads them from sacct (cancelled-while-pending ones left out,
-    as the accounting adapter leaves them), with the reference's starts as recorded."""
+    """The jobs as the replay reads them from sacct (`from_accounting`: a job cancelled while
+    pending waits until its cancel time), with the reference's starts as recorded."""
     rows = []
     for j in jobs:
-        if j.start is None:
+        if j.start is None:  # cancelled while pending: replayed as such (from_accounting)
+            rows.append(ReplayJob(str(j.job_id), j.partition, j.qos, j.qos, j.submit, j.limit,
+                                  j.limit, float(j.gpus), cancel_s=j.cancel_at))  # fmt: skip
             continue
         rows.append(ReplayJob(str(j.job_id), j.partition, j.qos, j.qos, j.submit, j.duration,
                               j.limit, float(j.gpus), recorded_start_s=j.start,

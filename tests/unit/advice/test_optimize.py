@@ -153,3 +153,26 @@ def test_a_partitions_calibration_miss_widens_its_range(advice):
     fid = advice.fidelity.partition("big")
     assert big.calibration_miss == pytest.approx(abs(fid.mean_wait_factor - 1))
     assert 0 < big.calibration_miss < 0.1
+
+
+def test_more_jobs_left_pending_at_their_recorded_cancel_is_not_a_harm(month_trace):
+    from dataclasses import replace
+
+    from slurmgpu.advice.calibrate import calibrate_trace
+    from slurmgpu.replay.engine import CANCELLED_PENDING
+
+    base = calibrate_trace(month_trace, options()).baseline
+    slower = replace(
+        base,
+        jobs_not_run=base.jobs_not_run + 5,
+        not_run_reasons={**base.not_run_reasons,
+                         CANCELLED_PENDING: base.not_run_reasons.get(CANCELLED_PENDING, 0) + 5},
+    )  # fmt: skip
+    assert verdict(base, slower, OBJ).violations == ()
+    reasons = {**base.not_run_reasons, "asks more whole GPUs": 1}
+    worse = replace(base, jobs_not_run=base.jobs_not_run + 1, not_run_reasons=reasons)
+    others = base.jobs_not_run - base.not_run_reasons.get(CANCELLED_PENDING, 0)
+    assert verdict(base, worse, OBJ).violations == (
+        f"jobs that cannot run grow from {others} to {others + 1}",
+    )
+    assert base.not_run_reasons.get(CANCELLED_PENDING, 0) > 0  # the month has such jobs
