@@ -2,7 +2,7 @@
 
 The shape (Helios, Hu et al. SC'21, and Philly, Jeon et al. ATC'19: most GPU jobs ask for one GPU
 and run minutes; a few multi-node jobs run for hours; time limits are the partition's maximum,
-far above the elapsed time; a tenth of the jobs are cancelled, many while pending; users submit
+far above the elapsed time; some jobs are cancelled, a few while still pending; users submit
 sweeps of dozens of jobs in the same minute):
 
 - `burst`: many 1-GPU jobs of seconds to minutes in same-minute bursts (a sweep a user
@@ -12,8 +12,9 @@ sweeps of dozens of jobs in the same minute):
 - `idle`: a half-idle partition (a quarter allocated) of 1-GPU jobs of an hour and a few
   8-GPU ones: the donor that can give nodes without harm.
 - QOS `p0` (priority 1000, a tenth of `big`'s jobs) and `normal` (100).
-- Every time limit is 24 h or 72 h, whatever the job ran. 4 % of jobs are cancelled while
-  pending (never start; they are in the dump as CANCELLED with no Start).
+- Every time limit is 24 h or 72 h, whatever the job ran. 4 % of jobs are cancelled within an
+  hour of their submit; those still pending then never start (in the dump: CANCELLED, no
+  Start); the others ran to their end.
 
 The "recorded" starts come from `reference_schedule`: a per-node scheduler written here,
 independently of the replay engine, the way slurmctld schedules (`sched/backfill` with
