@@ -71,7 +71,16 @@ _TIER_KEYS = {
     "users",
     "description",
 }
-_KIND_KEYS = {"slice", "gpu_model", "gres_type", "partition", "time_limit_min", "description"}
+_KIND_KEYS = {
+    "slice",
+    "gpu_model",
+    "gres_type",
+    "partition",
+    "time_limit_min",
+    "description",
+    "accel",
+}
+_ACCEL_CLASS = re.compile(r"npu|gpu-slice|gpu|linked-gpu")
 _PARTITION_KEYS = {"description"}
 # `[objective]`: number keys -> (lowest, highest) allowed
 _OBJECTIVE_NUMBERS = {
@@ -576,6 +585,7 @@ def _kinds(
                 f"unknown partition '{partition}' (partitions: {', '.join(sorted(part_names))})",
             )
         time_limit = check.integer((*keys, "time_limit_min"), body.get("time_limit_min"), minimum=1)
+        accel = check.names((*keys, "accel"), body.get("accel"), pattern=_ACCEL_CLASS)
         if sl is not None:
             out.append(
                 JobKind(
@@ -587,6 +597,7 @@ def _kinds(
                         (*keys, "description"), body.get("description"), free_text=True
                     )
                     or "",
+                    accel=accel,
                 )
             )
     return tuple(out)

@@ -155,6 +155,7 @@ def test_cli_plan_text_and_errors(tmp_path) -> None:
     assert set(yaml.safe_load(out.read_text())["mig-configs"]) == {
         "slurmgpu-dgxa100",
         "slurmgpu-dgxh100",
+        "slurmgpu-mixed01",  # its RTX 4090s get a config; its NPUs and the AMD/Ascend nodes none
         "slurmgpu-pcie8",
     }
     bad = runner.invoke(main, ["mig", "plan", "--snapshot", snap, "--demand", "1g.99gb=1"])
