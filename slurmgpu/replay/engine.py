@@ -118,7 +118,8 @@ class _Part:
         for n, c in enumerate(self.cap):
             self.buckets[c].add(n)
         self.free_whole = sum(self.cap)
-        self.node_jobs: list[set[int]] = [set() for _ in self.cap]
+        # per node: its whole-GPU jobs -> the GPUs each holds there
+        self.node_jobs: list[dict[int, int]] = [{} for _ in self.cap]
         # MIG instances per profile: [free, total, memory MiB, compute share]
         gpu_model = model_for_type(model.gpu_type or "")
         self.pools: dict[str, list[float]] = {}
@@ -207,12 +208,12 @@ class _Part:
     def take(self, alloc: list[tuple[int, int]], job: int) -> None:
         for node, g in alloc:
             self._set_free(node, self.free[node] - g)
-            self.node_jobs[node].add(job)
+            self.node_jobs[node][job] = g
 
     def give(self, alloc: list[tuple[int, int]], job: int) -> None:
         for node, g in alloc:
             self._set_free(node, self.free[node] + g)
-            self.node_jobs[node].discard(job)
+            self.node_jobs[node].pop(job, None)
 
 
 class Replay:
@@ -757,7 +758,7 @@ class Replay:
             lim = self.limit[job]
             if prof.free_until(g, t + lim) and self._try_start(part, job, t):
                 prof.hold(0, g, t + lim)
-                earliest.clear()  # the nodes changed
+                _forget(earliest, self.alloc[job])  # its nodes changed
             elif reserved < cfg.bf_max_reservations:
                 after = self._node_earliest(part, g, t, earliest) if g > 1 else t
                 prof.reserve(g, lim, horizon, self._node_gpus(part, job), after)
@@ -773,11 +774,12 @@ class Replay:
         job larger than a node, `ceil(g / node)` whole idle nodes. The pooled profile alone
         would find `g` free GPUs spread over several nodes and reserve too early: every
         backfill pass then holds the partition's free GPUs for a job that cannot start on
-        them (calibration, docs/replay.md)."""
+        them (calibration, docs/replay.md). `cache` holds, for one pass, the answer per GPU
+        count and each node's (expected end, GPUs) list; a start clears it."""
         if g in cache:
             return cache[g]
         per = part.max_cap
-        expected, alloc = self.expected_end, self.alloc
+        expected = self.expected_end
         best = INF
         if g <= per:
             for node, jobs in enumerate(part.node_jobs):
@@ -787,21 +789,25 @@ class Replay:
                 if free >= g:
                     best = t
                     break
-                ends = sorted(
-                    (expected[v], sum(c for n, c in alloc[v][1] if n == node)) for v in jobs
-                )
+                ends = cache.get(("n", node))
+                if ends is None:
+                    ends = cache[("n", node)] = sorted((expected[v], c) for v, c in jobs.items())
                 for e, c in ends:
+                    if e >= best:
+                        break
                     free += c
                     if free >= g:
-                        best = min(best, e)
+                        best = e
                         break
         else:
             need = -(-int(g) // per)
-            idle = sorted(
-                max((expected[v] for v in jobs), default=t)
-                for node, jobs in enumerate(part.node_jobs)
-                if part.cap[node] == per
-            )
+            idle = cache.get("idle")
+            if idle is None:  # when each full-size node is idle, soonest first
+                idle = cache["idle"] = sorted(
+                    max((expected[v] for v in jobs), default=t)
+                    for node, jobs in enumerate(part.node_jobs)
+                    if part.cap[node] == per
+                )
             best = idle[need - 1] if len(idle) >= need else INF
         cache[g] = best = max(best, t)
         return best
@@ -896,6 +902,16 @@ class _Profile:
         k = self._step(times[i] + lim)
         held = self.avail[i:k]
         held -= np.minimum(held, max(node_gpus, g))
+
+
+def _forget(cache: dict, alloc: tuple | None) -> None:
+    """Drop what a start changed from a pass's `_node_earliest` cache: every answer, the
+    idle times, and the started job's nodes' lists (a slice start changes no node)."""
+    for key in [k for k in cache if not isinstance(k, tuple)]:
+        del cache[key]
+    if alloc is not None and alloc[0] == "n":
+        for node, _ in alloc[1]:
+            cache.pop(("n", node), None)
 
 
 _all = np.logical_and.reduce  # ndarray.all() without its Python-level wrapper
