@@ -1,7 +1,8 @@
 """The changes `advise` tries, in the replay's change grammar (`model.changes`).
 
 - **moves**: every number of whole nodes (1 to all but one) from every partition to every
-  other partition whose baseline jobs wait (mean wait over `TAKER_MIN_MEAN_WAIT_S`);
+  other partition whose baseline jobs wait (mean wait over `TAKER_MIN_MEAN_WAIT_S`), as long
+  as the donor keeps the GPUs its baseline kept busy on average;
 - **carves**: per partition of a MIG-capable GPU type with measured 1-GPU jobs, the layouts
   `mig plan` would choose (`mig.plan.fewest_layouts`) for the p95 concurrency of the jobs
   each slice size would hold (`mig.demand.slice_need`, `p95_concurrency`: the same measure
@@ -29,9 +30,14 @@ MAX_SHARDS = 8
 
 
 def candidate_changes(trace: ReplayTrace, model: ClusterModel, base: ResultBlock) -> list[str]:
-    """Candidate change strings, moves first (each distinct once)."""
+    """Candidate change strings, moves first (each distinct once).
+
+    A move is tried only while the donor keeps at least the GPUs its baseline kept busy on
+    average (allocation ratio x GPUs): a smaller donor cannot carry its own jobs, its queue
+    would grow without bound (such a move could only be rejected)."""
     out: list[str] = []
     waits = {p.partition: p.wait_s.mean for p in base.by_partition}
+    busy = {p.partition: (p.allocation_ratio or 0.0) * p.gpus for p in base.by_partition}
     for donor in model.partitions:
         sizes = sorted(donor.nodes, reverse=True)
         for taker in model.partitions:
@@ -40,6 +46,8 @@ def candidate_changes(trace: ReplayTrace, model: ClusterModel, base: ResultBlock
             total = 0
             for k in range(len(sizes) - 1):
                 total += sizes[k]
+                if donor.total_gpus - total < busy.get(donor.name, 0.0):
+                    break
                 out.append(Move(donor.name, taker.name, total).format())
     for part in model.partitions:
         out += _carves(trace, part)

@@ -75,8 +75,9 @@ def test_the_heuristics_move_from_the_bursty_partition_is_rejected_with_its_reas
     before = reference_waits(PARTS)["burst"]
     after = reference_waits(moved(PARTS, "burst", "big", 16))["burst"]
     assert after[1] > before[1] * 1.1 + 60
-    # a move from big (the backlog) to anywhere makes big wait longer: rejected
-    assert "big's mean wait grows" in why["move:big:burst:8"]
+    # big (the backlog) keeps 88 % of its 64 GPUs busy: no node of it is offered at all
+    assert not any(c.startswith("move:big:") for c in why)
+    assert advice.candidates == len(advice.rejected) + len(advice.accepted)
 
 
 def test_json_has_the_issues_shape(advice):
