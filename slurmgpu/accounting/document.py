@@ -698,6 +698,9 @@ class ReplayedEffect:
     jobs_not_run: tuple[float | None, float | None]
     full: Mapping[str, Json]
     unavailable: str | None = None
+    # the limits of the site's objective the change breaks in its replay (`advice.objective`):
+    # a recommendation with any is printed as "replay shows harm: ...", never as advice
+    harm: tuple[str, ...] = ()
 
     def to_json(self) -> dict[str, Json]:
         return dict(json_safe(dict(self.full)))
@@ -716,6 +719,7 @@ class ReplayedEffect:
             jobs_not_run=pair("jobs_not_run"),
             full=dict(data),
             unavailable=data.get("unavailable"),
+            harm=tuple(data.get("harm") or ()),
         )
 
 

@@ -17,14 +17,16 @@ that would sink the whole analysis.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from typing import Any
 
 import numpy as np
 
 from slurmgpu.accounting.document import ReplayedEffect
+from slurmgpu.advice.objective import verdict
 from slurmgpu.errors import UsageError
 from slurmgpu.model.changes import Change, format_change, parse_change
+from slurmgpu.model.policy import Objective
 from slurmgpu.replay import ReplayOptions, _gpus_by_partition, build_model
 from slurmgpu.replay.cluster import ClusterModel, apply_change
 from slurmgpu.replay.engine import SchedConfig
@@ -82,6 +84,9 @@ class Effect:
     jobs_on_slices: Delta  # whole-GPU jobs that fitted a MIG slice or shards
     by_partition: tuple[PartitionEffect, ...]
     by_tier: tuple[TierEffect, ...]
+    # every limit of the site's objective the change breaks in this replay (`advice.objective`
+    # `verdict`): a recommendation with any is marked "replay shows harm: ...", never advised
+    harm: tuple[str, ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
         return json_safe({"basis": "replay", **asdict(self)})
@@ -123,6 +128,7 @@ def replayed_effect(effect: Effect | EffectUnavailable) -> ReplayedEffect:
         gpu_hours_lost=pair(effect.gpu_hours_lost),
         jobs_not_run=pair(effect.jobs_not_run),
         full=effect.to_dict(),
+        harm=tuple(effect.harm),
     )
 
 
@@ -161,9 +167,15 @@ def estimate_effects(
     changes: Sequence[str | Sequence[str]],
     *,
     gpu_memory_mib: np.ndarray | None = None,
+    objective: Objective | None = None,
+    top_tier: str | None = None,
 ) -> dict[str, Effect | EffectUnavailable]:
     """Replay the baseline and each entry of `changes` (a change string, or a recommendation's
     list of changes applied together) on `runs`; `{effect_key(entry): Effect}`.
+
+    Each effect is judged by the site's objective (`objective`, else the policy's
+    `[objective]` when `options.tiers` is a policy, else the defaults; `top_tier` is the tier
+    its P0 wait limit applies to): the limits it breaks are its `harm`.
 
     `runs` is the accounting frame (one row per run, as `analyze` holds it; `gpu_memory_mib`
     its per-run GPU memory, so small whole-GPU jobs may use slices) or a `ReplayTrace`.
@@ -197,8 +209,12 @@ def estimate_effects(
             continue
         todo.append((key, (trace, changed, parsed, options.config, window)))
     blocks = _replay_all([job for _, job in todo], options.processes)
+    judge = objective or getattr(options.tiers, "objective", None) or Objective()
     for (key, job), block in zip(todo, blocks, strict=True):
-        out[key] = effect_of(before, block, tuple(format_change(c) for c in job[2]))
+        harm = verdict(before, block, judge, top_tier).violations
+        out[key] = replace(
+            effect_of(before, block, tuple(format_change(c) for c in job[2])), harm=harm
+        )
     return {k: out[k] for k in groups}  # in the order asked
 
 

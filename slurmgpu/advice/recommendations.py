@@ -43,14 +43,32 @@ def replay_effects(result: AnalysisResult, when: str = "auto", tiers=None) -> An
     options = analysis_replay_options(
         facts.capacity, gpus_per_node=facts.gpus_per_node, gpu_types=facts.gpu_types, tiers=tiers
     )
-    effects = estimate_effects(result.frame, options, wanted, gpu_memory_mib=facts.gpu_memory_mib)
+    effects = estimate_effects(
+        result.frame, options, wanted, gpu_memory_mib=facts.gpu_memory_mib,
+        top_tier=_top_tier(tiers),
+    )  # fmt: skip
     recommendations = []
     for rec in doc.recommendations:
         effect = effects.get(effect_key(list(rec.changes))) if rec.changes else None
         if effect is not None:
             rec = replace(rec, replayed=replayed_effect(effect))
         recommendations.append(rec)
-    return replace(result, document=replace(doc, recommendations=tuple(recommendations)))
+    harmful = sum(1 for r in recommendations if r.replayed is not None and r.replayed.harm)
+    notes = doc.notes
+    if harmful:
+        notes = (*notes, f"{harmful} of {len(wanted)} recommendations are not advised: their "
+                 "replay breaks the site's objective (replay shows harm); `slurmgpu advise` "
+                 "searches for changes its replay accepts")  # fmt: skip
+    return replace(
+        result, document=replace(doc, recommendations=tuple(recommendations), notes=notes)
+    )
+
+
+def _top_tier(tiers) -> str | None:
+    """The policy's highest-priority tier (its objective's `p0_max_wait_s` applies to it)."""
+    if not getattr(tiers, "tiers", None):
+        return None
+    return max(tiers.tiers, key=lambda t: t.priority).name
 
 
 def _not_replayed(result: AnalysisResult, when: str) -> str | None:

@@ -136,12 +136,21 @@ WORKDIR_DEFAULT = "slurmgpu-sweep"
     default="text",
     show_default=True,
 )
+@click.option(
+    "--calibrate",
+    is_flag=True,
+    help="Only compare the baseline replay with the recorded history, per partition "
+    "(allocation, mean and p95 wait, start order); the policy's [objective] sets the tolerance.",
+)
 @click.option("--output", "-o", default="-", show_default=True, help="File to write, or -.")
 def replay(sacct_files: tuple[str, ...], fmt: str, output: str, **params: object) -> None:
     """Predict a change's effect: replay the history (baseline) and each what-if side by side."""
     from slurmgpu.replay import replay as run_replay
     from slurmgpu.views.replay import render_replay
 
+    if params.pop("calibrate"):
+        _write(_calibrate(list(sacct_files), params, fmt), output)
+        return
     slurm = sweep_options(params)
     if slurm is None:
         report = run_replay(list(sacct_files), replay_options(params))
@@ -152,6 +161,28 @@ def replay(sacct_files: tuple[str, ...], fmt: str, output: str, **params: object
     result = replay_via_slurm(list(sacct_files), replay_options(params), slurm)
     _write(render_replay(result.report.to_dict(), fmt), output)
     _fail_on_failed_tasks(result)
+
+
+def _calibrate(sacct_files: list[str], params: dict, fmt: str) -> str:
+    """`replay --calibrate`: the calibration document, rendered."""
+    from slurmgpu.advice.calibrate import Tolerance, calibrate
+    from slurmgpu.errors import UsageError
+    from slurmgpu.views.advise import render_calibration
+
+    given = [k for k in ("what_if", "sweep", "via_slurm") if params.get(k)]
+    if given:  # never silently ignored
+        raise UsageError(
+            f"--calibrate replays the baseline only: drop --{given[0].replace('_', '-')}"
+        )
+    sweep_options(params)
+    options = replay_options(params)
+    obj = getattr(options.tiers, "objective", None)
+    tol = (
+        Tolerance(obj.calibration_wait_factor, allocation_points=obj.calibration_allocation_points)
+        if obj is not None
+        else Tolerance()
+    )
+    return render_calibration({"fidelity": calibrate(sacct_files, options, tol).to_dict()}, fmt)
 
 
 def _write(text: str, output: str) -> None:

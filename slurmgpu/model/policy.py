@@ -174,6 +174,55 @@ class IdlePolicy:
 
 
 @dataclass(frozen=True)
+class WaitWeight:
+    """How much a tier's or a partition's waits count in `advise`'s score (`[objective]`)."""
+
+    name: str
+    mean_wait: float = 0.0
+    p95_wait: float = 0.0
+    # this partition's own limit on wait growth (None: the objective's max_wait_growth)
+    max_wait_growth: float | None = None
+
+
+@dataclass(frozen=True)
+class Objective:
+    """The site's objective for `slurmgpu advise` (`[objective]`, docs/policy.md).
+
+    A plan is scored by the weighted relative change of each group's mean and p95 wait
+    (lower is better); it is refused when any partition's mean or p95 wait grows more than
+    `max_wait_growth` (a share) and `max_wait_growth_s` (seconds) together allow, when the
+    top tier's p95 wait passes `p0_max_wait_s`, or when the useful GPU-hours fall below
+    `min_useful_gpu_hours` of the baseline's.
+    """
+
+    tiers: tuple[WaitWeight, ...] = ()
+    partitions: tuple[WaitWeight, ...] = ()
+    default_mean_wait: float = 1.0  # a partition with no weight of its own
+    default_p95_wait: float = 0.0
+    max_wait_growth: float = 0.10
+    max_wait_growth_s: float = 60.0
+    p0_max_wait_s: float | None = None
+    min_useful_gpu_hours: float = 0.99
+    calibration_wait_factor: float = 2.0
+    calibration_allocation_points: float = 5.0
+    uncertainty_replays: int = 4
+    perturb_duration: float = 0.10  # durations x lognormal(0, this), capped at the limit
+    perturb_submit_s: float = 300.0  # submits + normal(0, this)
+
+    def partition(self, name: str) -> WaitWeight:
+        own = next((w for w in self.partitions if w.name == name), None)
+        return own or WaitWeight(name, self.default_mean_wait, self.default_p95_wait)
+
+    def growth_limit(self, name: str) -> float:
+        own = next((w for w in self.partitions if w.name == name), None)
+        return (
+            own.max_wait_growth
+            if own and own.max_wait_growth is not None
+            else (self.max_wait_growth)
+        )
+
+
+@dataclass(frozen=True)
 class Policy:
     """The whole validated site policy (see `etc/slurmgpu.toml`)."""
 
@@ -187,6 +236,7 @@ class Policy:
     source: str = ""
     # GPU type -> memory MiB for types the catalogue does not know (`[gpu_memory]`)
     gpu_memory_mib: tuple[tuple[str, float], ...] = ()
+    objective: Objective = Objective()  # `[objective]`: what `advise` optimizes
     # the `[idle]` table; None when the policy has none (`slurmgpu idle` then refuses)
     idle: IdlePolicy | None = None
 

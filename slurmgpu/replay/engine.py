@@ -33,7 +33,8 @@ from slurmgpu.replay.jobs import MIG, SHARD, WHOLE, ReplayTrace
 # job states
 FUTURE, PENDING, RUNNING, GRACE, DONE, UNRUNNABLE, CANCELLED = range(7)
 # heap event kinds (ends before kills before eligibility at the same second)
-_END, _KILL, _ELIGIBLE, _KICK = 0, 1, 2, 3
+_END, _KILL, _ELIGIBLE, _KICK, _CANCEL = 0, 1, 2, 3, 4
+CANCELLED_PENDING = "cancelled while pending (as recorded)"
 INF = math.inf
 
 
@@ -117,7 +118,8 @@ class _Part:
         for n, c in enumerate(self.cap):
             self.buckets[c].add(n)
         self.free_whole = sum(self.cap)
-        self.node_jobs: list[set[int]] = [set() for _ in self.cap]
+        # per node: its whole-GPU jobs -> the GPUs each holds there
+        self.node_jobs: list[dict[int, int]] = [{} for _ in self.cap]
         # MIG instances per profile: [free, total, memory MiB, compute share]
         gpu_model = model_for_type(model.gpu_type or "")
         self.pools: dict[str, list[float]] = {}
@@ -206,12 +208,12 @@ class _Part:
     def take(self, alloc: list[tuple[int, int]], job: int) -> None:
         for node, g in alloc:
             self._set_free(node, self.free[node] - g)
-            self.node_jobs[node].add(job)
+            self.node_jobs[node][job] = g
 
     def give(self, alloc: list[tuple[int, int]], job: int) -> None:
         for node, g in alloc:
             self._set_free(node, self.free[node] + g)
-            self.node_jobs[node].discard(job)
+            self.node_jobs[node].pop(job, None)
 
 
 class Replay:
@@ -260,6 +262,11 @@ class Replay:
         self.part_of = trace.partition.tolist()
         self.qos_of = trace.qos.tolist()
         self.need_mib = trace.need_mib.tolist()
+        # when a job was cancelled while pending in the recorded history (INF: never)
+        cancel = trace.cancel_s
+        self.cancel = (
+            np.where(np.isfinite(cancel), cancel, INF).tolist() if cancel is not None else None
+        )
         self.profile = [trace.profiles[p] if p >= 0 else "" for p in trace.mig_profile.tolist()]
         self.state = [FUTURE] * n
         self.eligible = list(self.submit)
@@ -341,6 +348,9 @@ class Replay:
             self.dirty_any = True
             part.kick_at = INF
             return
+        if kind == _CANCEL:
+            self._cancel(job, t)
+            return
         if run != self.run_id[job]:
             return  # a stale event of an earlier run
         if kind == _ELIGIBLE:
@@ -373,6 +383,27 @@ class Replay:
                 self.run_id[job] += 1
                 heapq.heappush(self.heap, (self.eligible[job], _ELIGIBLE, job, self.run_id[job]))
 
+    def _cancel(self, job: int, t: float) -> None:
+        """The recorded scancel of a job that never started: still pending here, it leaves
+        the queue; started (the replay was quicker than the record), it is ended now."""
+        st = self.state[job]
+        if st == PENDING:
+            part = self.parts[self.part_of[job]]
+            # a requeued job waiting for its BeginTime is not in the queue's counts yet
+            if not (self.run_id[job] > 0 and self.eligible[job] > t):
+                self._queued(part, job, -1)
+            self.state[job] = CANCELLED
+            self.end[job] = t
+            self.run_id[job] += 1  # a pending eligibility event is stale now
+            part.changed = part.dirty = True
+            self.dirty_any = True
+            self._count(CANCELLED_PENDING)
+        elif st in (RUNNING, GRACE):
+            self._stop(job, t, preempted=False)
+            self.state[job] = DONE
+            self.end[job] = t
+            self.run_id[job] += 1  # its end event is stale now
+
     def _queued(self, part: _Part, job: int, delta: int) -> None:
         part.pending += delta
         if self.kind[job] == WHOLE:
@@ -396,6 +427,8 @@ class Replay:
             self._count(reason)
             return
         self.state[job] = PENDING
+        if self.cancel is not None and self.cancel[job] < INF:
+            heapq.heappush(self.heap, (self.cancel[job], _CANCEL, job, 0))
         q = self.qos_of[job]
         part.queues[q].append(job)
         self.where[job] = q
@@ -700,6 +733,8 @@ class Replay:
         # that long, nothing later in this pass can start and its reservations change
         # nothing (the profile is dropped after the pass); a deep queue stops there
         smallest = min((g for g, c in part.size_hist.items() if c > 0), default=INF)
+        # the earliest time particular nodes hold a job of g GPUs, by GPU count (per pass)
+        earliest: dict[float, float] = {}
         shortest = t + part.min_limit
         for job in self._in_order(part, t, cfg.bf_max_job_test):
             if self.state[job] != PENDING or self.eligible[job] > t:
@@ -715,19 +750,67 @@ class Replay:
             for b in blocked:
                 if reserved < cfg.bf_max_reservations:
                     nodes = self._node_gpus(part, b)
-                    prof.reserve(self.gpus[b], self.limit[b], horizon, nodes)
+                    bg = self.gpus[b]
+                    after = self._node_earliest(part, bg, t, earliest) if bg > 1 else t
+                    prof.reserve(bg, self.limit[b], horizon, nodes, after)
                     reserved += 1
             blocked = []
             lim = self.limit[job]
             if prof.free_until(g, t + lim) and self._try_start(part, job, t):
                 prof.hold(0, g, t + lim)
+                _forget(earliest, self.alloc[job])  # its nodes changed
             elif reserved < cfg.bf_max_reservations:
-                prof.reserve(g, lim, horizon, self._node_gpus(part, job))
+                after = self._node_earliest(part, g, t, earliest) if g > 1 else t
+                prof.reserve(g, lim, horizon, self._node_gpus(part, job), after)
                 reserved += 1
             if not (part.pool_pending and part.has_free()) and (
                 prof.avail[0] <= 0 or prof.free_for(shortest) < smallest
             ):
                 break
+
+    def _node_earliest(self, part: _Part, g: float, t: float, cache: dict) -> float:
+        """The earliest time particular nodes hold a job of `g` whole GPUs, from the running
+        jobs' expected ends (start + limit) on each node: one node with `g` free, or, for a
+        job larger than a node, `ceil(g / node)` whole idle nodes. The pooled profile alone
+        would find `g` free GPUs spread over several nodes and reserve too early: every
+        backfill pass then holds the partition's free GPUs for a job that cannot start on
+        them (calibration, docs/replay.md). `cache` holds, for one pass, the answer per GPU
+        count and each node's (expected end, GPUs) list; a start clears it."""
+        if g in cache:
+            return cache[g]
+        per = part.max_cap
+        expected = self.expected_end
+        best = INF
+        if g <= per:
+            for node, jobs in enumerate(part.node_jobs):
+                free = part.free[node]
+                if part.cap[node] < g:
+                    continue
+                if free >= g:
+                    best = t
+                    break
+                ends = cache.get(("n", node))
+                if ends is None:
+                    ends = cache[("n", node)] = sorted((expected[v], c) for v, c in jobs.items())
+                for e, c in ends:
+                    if e >= best:
+                        break
+                    free += c
+                    if free >= g:
+                        best = e
+                        break
+        else:
+            need = -(-int(g) // per)
+            idle = cache.get("idle")
+            if idle is None:  # when each full-size node is idle, soonest first
+                idle = cache["idle"] = sorted(
+                    max((expected[v] for v in jobs), default=t)
+                    for node, jobs in enumerate(part.node_jobs)
+                    if part.cap[node] == per
+                )
+            best = idle[need - 1] if len(idle) >= need else INF
+        cache[g] = best = max(best, t)
+        return best
 
     def _node_gpus(self, part: _Part, job: int) -> float:
         """The GPUs of the whole nodes a backfill reservation for `job` takes."""
@@ -778,7 +861,9 @@ class _Profile:
         k = self._step(until)
         self.avail[i:k] -= g
 
-    def reserve(self, g: float, lim: float, horizon: float, node_gpus: float) -> None:
+    def reserve(
+        self, g: float, lim: float, horizon: float, node_gpus: float, after: float = -INF
+    ) -> None:
         """Reserve for a job of `g` GPUs and `lim` seconds at the earliest step where `g` are
         free that long; nothing when that is past `horizon` (bf_window).
 
@@ -786,9 +871,16 @@ class _Profile:
         would start on out of every later job's plan for its window, whatever GPUs of them it
         leaves idle (slurmctld's `_dump_job_sched` shows 1-GPU jobs reserved one after the
         other on an 8-GPU node). In this pooled profile the reservation holds up to
-        `node_gpus` (its whole nodes' GPUs) at each step of the window."""
+        `node_gpus` (its whole nodes' GPUs) at each step of the window; not before `after`
+        (when particular nodes hold the job: `Replay._node_earliest`)."""
+        if after > horizon:
+            return
+        first = 0
+        if after > self.times[0]:
+            first = self._step(after)
         times = self.times
         ok = self.avail >= g
+        ok[:first] = False
         i = int(ok.argmax())
         if not ok[i]:
             return  # never g free in the plan
@@ -810,6 +902,16 @@ class _Profile:
         k = self._step(times[i] + lim)
         held = self.avail[i:k]
         held -= np.minimum(held, max(node_gpus, g))
+
+
+def _forget(cache: dict, alloc: tuple | None) -> None:
+    """Drop what a start changed from a pass's `_node_earliest` cache: every answer, the
+    idle times, and the started job's nodes' lists (a slice start changes no node)."""
+    for key in [k for k in cache if not isinstance(k, tuple)]:
+        del cache[key]
+    if alloc is not None and alloc[0] == "n":
+        for node, _ in alloc[1]:
+            cache.pop(("n", node), None)
 
 
 _all = np.logical_and.reduce  # ndarray.all() without its Python-level wrapper

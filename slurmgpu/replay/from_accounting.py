@@ -120,7 +120,7 @@ def trace_from_frame(frame: Any, gpu_memory_mib: np.ndarray | None = None) -> Re
     jobs = _last_runs(frame, keep, key, submit, start, skipped)
     if not len(jobs.rows):
         return ReplayTrace.from_jobs([], skipped=skipped)
-    sizes = _job_sizes(frame, jobs.rows, start, gpu_memory_mib)
+    sizes = _job_sizes(frame, jobs, start, gpu_memory_mib)
     return _trace(frame, keep, key, start, jobs, sizes, skipped)
 
 
@@ -161,6 +161,7 @@ class _LastRuns:
     submit: np.ndarray  # earliest submit of its runs
     first_start: np.ndarray
     preemptions: np.ndarray
+    cancelled: np.ndarray  # cancelled while pending: replayed waiting until its cancel time
 
 
 def _last_runs(
@@ -193,22 +194,36 @@ def _last_runs(
     g_preempt = np.zeros(len(rows), np.int32)
     np.add.at(g_preempt, group, preempted.astype(np.int32))
     never = np.isnan(start[rows])
-    if never.any():
-        skipped["never started (pending or cancelled while pending)"] = int(never.sum())
-    sel = ~never
-    return _LastRuns(rows[sel], g_submit[sel], g_first_start[sel], g_preempt[sel])
+    # cancelled while pending (CANCELLED, no Start, its End the cancel time): replayed as a
+    # job that waits in the queue until then (it holds its place in the priority order and its
+    # backfill reservation, as in slurmctld) and is cancelled unless it has started
+    end = _seconds(frame, "end")
+    first_word = np.array([str(s).split(" ")[0] for s in state[rows]])
+    cancelled = never & (first_word == "CANCELLED") & np.isfinite(end[rows])
+    cancelled &= end[rows] >= np.nan_to_num(g_submit, nan=np.inf)
+    pending = never & ~cancelled
+    if pending.any():
+        skipped["never started (pending when the dump was taken)"] = int(pending.sum())
+    sel = ~pending
+    return _LastRuns(rows[sel], g_submit[sel], g_first_start[sel], g_preempt[sel], cancelled[sel])
 
 
 def _job_sizes(
-    frame: Any, rows: np.ndarray, start: np.ndarray, gpu_memory_mib: np.ndarray | None
+    frame: Any, jobs: _LastRuns, start: np.ndarray, gpu_memory_mib: np.ndarray | None
 ) -> dict[str, np.ndarray]:
     """Per job (its last run's row): duration, time limit, GPUs and their kind (whole, MIG,
     shard), GPU equivalents and the measured need of one-GPU jobs."""
+    rows, cancelled = jobs.rows, jobs.cancelled
     end = _seconds(frame, "end")
     duration = _col(frame, "elapsed_s")[rows]
     duration = np.where(np.isnan(duration), np.nan_to_num(end[rows] - start[rows]), duration)
     duration = np.maximum(np.nan_to_num(duration), 0.0)
     limit = _col(frame, "timelimit_s")[rows]
+    # a job cancelled while pending did no work: if the replay starts it, it runs until its
+    # cancel time (the user's scancel) or its limit; without a limit, until the cancel
+    until_cancel = np.maximum(end[rows] - jobs.submit, 1.0)
+    known_limit = np.isfinite(limit) & (limit > 0)
+    duration = np.where(cancelled, np.where(known_limit, limit, until_cancel), duration)
     limit = np.where(np.isnan(limit) | (limit <= 0), duration, limit)
     limit = np.maximum(limit, duration)  # a run never outlives its limit in Slurm
     gpu_count = np.nan_to_num(_col(frame, "gpu_count")[rows])
@@ -260,6 +275,11 @@ def _trace(
     prof = profile[order2]
     profiles = sorted({str(p) for p in prof if isinstance(p, str) and p})
     ppos = {p: k for k, p in enumerate(profiles)}
+    cancelled = jobs.cancelled
+    rec_end = np.where(cancelled, np.nan, sizes["end"])
+    cancel_at = np.where(cancelled, sizes["end"] - epoch, np.nan)
+    first_start = jobs.first_start - epoch
+    first_start[~np.isfinite(first_start)] = np.nan
     runs = _recorded_runs(frame, keep, start, epoch, partitions)
     # each run's job: its key's position in the trace (the last run of a key is its row)
     position = {k: i for i, k in enumerate(key[rows][order2])}
@@ -282,8 +302,8 @@ def _trace(
         need_gpu=sizes["need_gpu"][order2],
         need_mib=sizes["need_mib"][order2],
         gpu_equiv=sizes["gpu_equiv"][order2],
-        recorded_start_s=(jobs.first_start - epoch)[order2],
-        recorded_end_s=(sizes["end"] - epoch)[order2],
+        recorded_start_s=first_start[order2],
+        recorded_end_s=(rec_end - epoch)[order2],
         recorded_preemptions=jobs.preemptions[order2],
         partitions=partitions,
         qos_names=qos_names,
@@ -291,6 +311,7 @@ def _trace(
         profiles=profiles,
         skipped=skipped,
         recorded_runs=runs,
+        cancel_s=cancel_at[order2] if cancelled.any() else None,
     )
 
 

@@ -37,6 +37,9 @@ class ReplayJob:
     recorded_start_s: float = float("nan")
     recorded_end_s: float = float("nan")
     recorded_preemptions: int = 0
+    # the job was cancelled while pending at this time (sacct: CANCELLED, no Start): in the
+    # replay it waits in the queue until then and is cancelled if it has not started (NaN: no)
+    cancel_s: float = float("nan")
 
 
 @dataclass(frozen=True)
@@ -81,6 +84,14 @@ class ReplayTrace:
     recorded_runs: RecordedRuns | None = None
     # rows of the dumps the accounting loader rejected: (file, line, reason), reported
     rejected: tuple[tuple[str, int, str], ...] = ()
+    # per job: when it was cancelled while pending (NaN: it was not); None: no such job
+    cancel_s: np.ndarray | None = None
+
+    def cancelled_pending(self) -> np.ndarray:
+        """Per job: whether it was cancelled while pending in the recorded history."""
+        if self.cancel_s is None:
+            return np.zeros(len(self), bool)
+        return np.isfinite(self.cancel_s)
 
     def __len__(self) -> int:
         return len(self.submit_s)
@@ -105,6 +116,7 @@ class ReplayTrace:
             recorded_start_s=float(self.recorded_start_s[i]),
             recorded_end_s=float(self.recorded_end_s[i]),
             recorded_preemptions=int(self.recorded_preemptions[i]),
+            cancel_s=float(self.cancel_s[i]) if self.cancel_s is not None else float("nan"),
         )
 
     def jobs(self) -> Iterator[ReplayJob]:
@@ -156,4 +168,5 @@ class ReplayTrace:
             tier_names=tier_names,
             profiles=profiles,
             skipped=dict(skipped or {}),
+            cancel_s=col("cancel_s") if any(j.cancel_s == j.cancel_s for j in rows) else None,
         )

@@ -36,6 +36,8 @@ def save_trace(trace: ReplayTrace, path: str | os.PathLike[str]) -> Path:
     arrays["job_id"] = np.asarray([str(j) for j in trace.job_id], dtype=str)
     for name in _NAMES:
         arrays[name] = np.asarray(getattr(trace, name), dtype=str)
+    if trace.cancel_s is not None:
+        arrays["cancel_s"] = np.asarray(trace.cancel_s)
     runs = trace.recorded_runs
     if runs is not None:
         for name in _RUNS:
@@ -67,6 +69,7 @@ def load_trace_file(path: str | os.PathLike[str]) -> ReplayTrace:
             cols = {c: data[c] for c in _COLUMNS}
             names = {n: [str(x) for x in data[n]] for n in _NAMES}
             job_id = np.array([str(x) for x in data["job_id"]], dtype=object)
+            cancel = data["cancel_s"] if "cancel_s" in data.files else None
             runs = None
             if header.get("runs"):
                 got = {n: data[f"runs_{n}"] for n in _RUNS if f"runs_{n}" in data.files}
@@ -80,4 +83,5 @@ def load_trace_file(path: str | os.PathLike[str]) -> ReplayTrace:
         **names,
         skipped={str(k): int(v) for k, v in header.get("skipped", {}).items()},
         recorded_runs=runs,
+        cancel_s=cancel,
     )

@@ -54,6 +54,7 @@ MAX_GRACE_S = 65533
 MAX_NESTING = 64
 
 _TOP_KEYS = {
+    "objective",
     "gpu_memory",
     "default_tier",
     "default_kind",
@@ -104,6 +105,21 @@ _KIND_KEYS = {
 }
 _ACCEL_CLASS = re.compile(r"npu|gpu-slice|gpu|linked-gpu")
 _PARTITION_KEYS = {"description"}
+# `[objective]`: number keys -> (lowest, highest) allowed
+_OBJECTIVE_NUMBERS = {
+    "default_mean_wait": (0.0, 1e6),
+    "default_p95_wait": (0.0, 1e6),
+    "max_wait_growth": (0.0, 1e6),
+    "max_wait_growth_s": (0.0, 1e9),
+    "p0_max_wait_s": (0.0, 1e9),
+    "min_useful_gpu_hours": (0.0, 1.0),
+    "calibration_wait_factor": (1.0, 1e6),
+    "calibration_allocation_points": (0.0, 100.0),
+    "perturb_duration": (0.0, 2.0),
+    "perturb_submit_s": (0.0, 1e7),
+}
+_OBJECTIVE_KEYS = {*_OBJECTIVE_NUMBERS, "uncertainty_replays", "tiers", "partitions"}
+_WEIGHT_KEYS = {"mean_wait", "p95_wait", "max_wait_growth"}
 
 # The key-line scanner's patterns (compiled on first use: only error messages need them).
 _HEADER_RE = r"^\s*(\[\[?)\s*(?P<path>[^\]]+?)\s*\]\]?\s*(?:#.*)?$"
@@ -414,12 +430,14 @@ def parse_policy(source: str, path: str = "<policy>") -> Policy:
         check.error(("default_kind",), f"unknown job kind '{default_kind}'")
 
     gpu_memory = _gpu_memory(check, data.get("gpu_memory", {}))
+    objective = _objective(check, data.get("objective", {}), tier_names)
     idle = None
     if "idle" in data:
         idle = _idle(check, data["idle"], tier_names, {p.name for p in partitions})
     if check.errors:
         raise PolicyError("\n".join(check.errors), tuple(check.errors))
     return Policy(
+        objective=objective,
         gpu_memory_mib=gpu_memory,
         tiers=tiers,
         kinds=kinds,
@@ -431,6 +449,64 @@ def parse_policy(source: str, path: str = "<policy>") -> Policy:
         source=path,
         idle=idle,
     )
+
+
+def _number(check: _Checker, keys: tuple[str, ...], value: object, low: float, high: float):
+    """A finite number (int or float) in [low, high], or None (an error is recorded)."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        check.error(keys, f"must be a number, not {_type_name(value)}")
+        return None
+    if value != value or not low <= value <= high:
+        shown = _show_int(value) if isinstance(value, int) else repr(value)
+        check.error(keys, f"{shown} is out of range (must be from {low:g} to {high:g})")
+        return None
+    return float(value)
+
+
+def _objective(check: _Checker, raw: object, tier_names: set[str]):
+    """`[objective]`: what `slurmgpu advise` optimizes and the limits of a plan
+    (`model.policy.Objective`; docs/policy.md)."""
+    from slurmgpu.model.policy import Objective, WaitWeight
+
+    table = check.table(("objective",), raw)
+    check.unknown_keys(("objective",), table, _OBJECTIVE_KEYS)
+    values: dict[str, object] = {}
+    for key, (low, high) in _OBJECTIVE_NUMBERS.items():
+        if key in table:
+            got = _number(check, ("objective", key), table[key], low, high)
+            if got is not None:
+                values[key] = got
+    if "uncertainty_replays" in table:
+        got = check.integer(
+            ("objective", "uncertainty_replays"), table["uncertainty_replays"], maximum=64
+        )
+        if got is not None and got < 0:
+            check.error(("objective", "uncertainty_replays"), "must be >= 0")
+        elif got is not None:
+            values["uncertainty_replays"] = got
+
+    def weights(group: str) -> tuple:
+        out = []
+        for name, body in check.table(("objective", group), table.get(group, {})).items():
+            keys = ("objective", group, name)
+            if group == "tiers" and tier_names and name not in tier_names:
+                known = ", ".join(sorted(tier_names))
+                check.error(keys, f"unknown tier '{name}' (tiers: {known})")
+                continue
+            body = check.table(keys, body)
+            check.unknown_keys(keys, body, _WEIGHT_KEYS)
+            got = {
+                k: _number(check, (*keys, k), body[k], 0.0, 1e6) for k in _WEIGHT_KEYS if k in body
+            }
+            if group == "tiers" and "max_wait_growth" in got:
+                check.error((*keys, "max_wait_growth"), "is a partition's limit, not a tier's")
+                continue
+            if any(v is None for v in got.values()):
+                continue
+            out.append(WaitWeight(name, **got))
+        return tuple(out)
+
+    return Objective(tiers=weights("tiers"), partitions=weights("partitions"), **values)
 
 
 def _gpu_memory(check: _Checker, raw: object) -> tuple[tuple[str, float], ...]:

@@ -31,6 +31,7 @@ from slurmgpu.views.report.tables import (
     fmt_gpu_hours,
     fmt_int,
     fmt_ratio,
+    harm_text,
     printable,
     replayed_text,
 )
@@ -51,6 +52,7 @@ def _html_context(analysis: AnalysisDocument) -> dict[str, Any]:
             "evidence": _evidence_items(r.evidence.to_json()),
             "effect": _effect_text(r.estimated_effect.to_json()),
             "replayed": replayed_text(r.replayed) if r.replayed is not None else "",
+            "harm": harm_text(r.replayed),
         }
         for r in analysis.recommendations
     ]

@@ -371,3 +371,10 @@ def replayed_text(effect: Any) -> str:
 
 def _by_count(item: tuple[str, Any]) -> tuple[float, str]:
     return (-float(item[1]) if is_known(item[1]) else 0.0, item[0])
+
+
+def harm_text(effect: Any) -> str:
+    """`replay shows harm: ...` for a recommendation whose replay breaks the site's objective
+    (`ReplayedEffect.harm`), else ""."""
+    harm = getattr(effect, "harm", ()) if effect is not None else ()
+    return "replay shows harm: " + "; ".join(harm) if harm else ""

@@ -22,6 +22,7 @@ from slurmgpu.views.report.tables import (
     _totals_lines,
     fmt_gpu_hours,
     fmt_int,
+    harm_text,
     left_cols,
     printable,
     replayed_text,
@@ -92,12 +93,21 @@ def render_text(analysis: AnalysisDocument) -> str:
     if len(rejected) > REJECTED_SHOWN:
         out.append(f"  ... {len(rejected) - REJECTED_SHOWN} more (see --format json)")
 
-    recs = analysis.recommendations
-    out += ["", "Recommendations"]
+    out += _recommendation_lines(analysis.recommendations)
+    return "\n".join(out) + "\n"
+
+
+def _recommendation_lines(recs: tuple) -> list[str]:
+    """The Recommendations section: each with its harm mark, evidence and effects."""
+    out = ["", "Recommendations"]
     if not recs:
         out.append("  none")
     for i, rec in enumerate(recs, 1):
-        out.append(f"  {i}. {printable(rec.title)}")
+        harm = harm_text(rec.replayed)
+        mark = "[not advised: its replay shows harm] " if harm else ""
+        out.append(f"  {i}. {mark}{printable(rec.title)}")
+        if harm:
+            out.append(f"     {printable(harm)}")
         if rec.detail:
             out.append(f"     {printable(rec.detail)}")
         evidence = _evidence_items(rec.evidence.to_json())
@@ -108,4 +118,4 @@ def render_text(analysis: AnalysisDocument) -> str:
         )
         if rec.replayed is not None:
             out.append(f"     replayed: {printable(replayed_text(rec.replayed))}")
-    return "\n".join(out) + "\n"
+    return out

@@ -62,7 +62,7 @@ def test_rejected_rows_and_never_started_gpu_jobs_are_said(tmp_path):
     assert res.exit_code == 0, res.output
     base = json.loads(res.output)["baseline"]
     assert base["skipped"] == {
-        "never started (pending or cancelled while pending)": 1,
+        "never started (pending when the dump was taken)": 1,
         "rejected rows of the dumps": 1,
     }
     assert base["rejected"] == [

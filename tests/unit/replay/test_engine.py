@@ -196,3 +196,33 @@ def test_backfill_reserves_whole_nodes():
     assert s["4"] == 10  # the first backfill pass (bf_interval 10)
     assert s["2"] == 50  # job 1 ends early: the main pass starts the 8-GPU job at once
     assert s["3"] == 60  # only after job 2
+
+
+def test_a_job_cancelled_while_pending_holds_its_place_until_its_cancel():
+    """Two 8-GPU nodes; 12 GPUs busy until 100 s. c (16 GPUs, both nodes) waits from 10 s and
+    was cancelled at 60 s (sacct: CANCELLED, no Start); b (4 GPUs, limit 1000 s) from 20 s.
+    While c pends, backfill reserves both nodes for it at 100 s and b (whose limit crosses
+    that) may not start in the 4 free GPUs; at c's cancel b starts (the next pass, 60 s)."""
+    from dataclasses import replace
+
+    jobs = [
+        ReplayJob("a1", "gpu", "q", "q", 0.0, 100.0, 100.0, 8.0),
+        ReplayJob("a2", "gpu", "q", "q", 0.0, 100.0, 100.0, 4.0),
+        ReplayJob("c", "gpu", "q", "q", 10.0, 500.0, 500.0, 16.0, cancel_s=60.0),
+        ReplayJob("b", "gpu", "q", "q", 20.0, 50.0, 1000.0, 4.0),
+    ]
+    trace, out = run(jobs, gpus=16)
+    start = dict(zip(trace.job_id, out.start_s, strict=True))
+    assert start["b"] == 60.0
+    assert start["c"] == float("inf")
+    assert out.unrunnable_reasons == {"cancelled while pending (as recorded)": 1}
+    # without c (as the adapter replayed such jobs before), b starts at once
+    trace, out = run([j for j in jobs if j.job_id != "c"], gpus=16)
+    assert dict(zip(trace.job_id, out.start_s, strict=True))["b"] == 20.0
+    # a replay quicker than the record starts c: it runs until its cancel (the user's scancel)
+    quick = [jobs[0], jobs[1], replace(jobs[2], cancel_s=150.0), jobs[3]]
+    trace, out = run(quick, gpus=16)
+    got = dict(zip(trace.job_id, zip(out.start_s, out.end_s, strict=True), strict=True))
+    assert got["c"] == (100.0, 150.0)
+    assert got["b"][0] == 150.0
+    assert not out.unrunnable_reasons

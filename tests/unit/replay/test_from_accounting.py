@@ -15,10 +15,15 @@ def test_synthetic_mix_becomes_jobs_with_every_row_accounted_for():
     jobs = {j.job_id: j for j in trace.jobs()}
     # not GPU jobs and jobs that never started are counted, not dropped
     assert trace.skipped["not a GPU job"] == 2  # 1011 and 1018, on the cpu partition
-    # 1005 was cancelled before it started and array 1006's range `1006_[3-5]` is pending
-    # (both requested a GPU); the range shares JobIDRaw 1006 with task 1006_2, which ran
-    assert trace.skipped["never started (pending or cancelled while pending)"] == 2
+    # array 1006's range `1006_[3-5]` is pending (it requested a GPU); the range shares
+    # JobIDRaw 1006 with task 1006_2, which ran
+    assert trace.skipped["never started (pending when the dump was taken)"] == 1
     assert "1006_2" in jobs
+    # 1005 was cancelled before it started: replayed as a job pending until its cancel time
+    cancelled = jobs["1005"]
+    assert np.isnan(cancelled.recorded_start_s) and np.isnan(cancelled.recorded_end_s)
+    assert cancelled.cancel_s > cancelled.submit_s
+    assert trace.cancelled_pending().sum() == 1
     assert set(trace.partitions) == {"gpu", "mig"}
     # 1004 was preempted once and ran again: one job, the last run's 600 s of work
     j = jobs["1004"]

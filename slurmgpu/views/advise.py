@@ -1,0 +1,153 @@
+"""`slurmgpu advise` and `slurmgpu replay --calibrate` as text, JSON or HTML.
+
+The renderers only arrange the documents' `to_dict()` (the JSON contract, docs/replay.md
+"Calibration" and "advise").
+"""
+
+from __future__ import annotations
+
+import html
+import json
+from typing import Any
+
+
+def _h(value: Any) -> str:
+    """Seconds as a short duration (`42s`, `3.5m`, `2.1h`, `1.2d`); `-` when unknown."""
+    if value is None:
+        return "-"
+    v = float(value)
+    sign = "-" if v < 0 else ""
+    v = abs(v)
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
+        if v >= size:
+            return f"{sign}{v / size:.1f}{unit}"
+    return f"{sign}{v:.0f}s"
+
+
+def _pct(value: Any) -> str:
+    return "-" if value is None else f"{100 * float(value):.1f}%"
+
+
+def _table(header: list[str], rows: list[list[str]]) -> list[str]:
+    widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header))]
+    fmt = "  ".join(f"{{:<{w}}}" if i == 0 else f"{{:>{w}}}" for i, w in enumerate(widths))
+    return [fmt.format(*header), *(fmt.format(*r) for r in rows)]
+
+
+def _fidelity_rows(fid: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
+    header = ["partition", "jobs", "alloc rec", "alloc base", "mean rec", "mean base",
+              "p95 rec", "p95 base", "in order", "calibrated"]  # fmt: skip
+    rows = []
+    for p in fid["by_partition"]:
+        r, b = p["recorded"], p["baseline"]
+        order = p["same_order_fraction"]
+        rows.append([
+            p["partition"], str(p["jobs"]), _pct(r["allocation_ratio"]),
+            _pct(b["allocation_ratio"]), _h(r["wait_s"]["mean"]), _h(b["wait_s"]["mean"]),
+            _h(r["wait_s"]["p95"]), _h(b["wait_s"]["p95"]),
+            "-" if order is None else f"{100 * order:.1f}%",
+            "yes" if p["calibrated"] else "NO",
+        ])  # fmt: skip
+    return header, rows
+
+
+def _fidelity_text(fid: dict[str, Any]) -> list[str]:
+    header, rows = _fidelity_rows(fid)
+    lines = ["Calibration: the baseline replay against the recorded history", ""]
+    lines += _table(header, rows)
+    for p in fid["by_partition"]:
+        if not p["calibrated"]:
+            lines.append(f"  {p['partition']}: {p['why']}")
+    return lines
+
+
+def _plan_rows(plan: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
+    header = ["partition", "GPUs", "mean before", "mean after", "mean change range",
+              "p95 before", "p95 after", "p95 change range"]  # fmt: skip
+    rows = []
+    for p in plan["by_partition"]:
+        b, a, u = p["before"]["wait_s"], p["after"]["wait_s"], p["uncertainty"]
+        m, q = u["mean_wait_change_s"], u["p95_wait_change_s"]
+        rows.append([
+            p["partition"], f"{p['gpus']['before']}->{p['gpus']['after']}", _h(b["mean"]),
+            _h(a["mean"]), f"{_h(m['low'])} .. {_h(m['high'])}", _h(b["p95"]), _h(a["p95"]),
+            f"{_h(q['low'])} .. {_h(q['high'])}",
+        ])  # fmt: skip
+    return header, rows
+
+
+def render_calibration(doc: dict[str, Any], fmt: str) -> str:
+    """`{"fidelity": {...}}` as text, json or html."""
+    if fmt == "json":
+        return json.dumps(doc, indent=2, sort_keys=True) + "\n"
+    if fmt == "html":
+        return _html("slurmgpu replay --calibrate", _html_fidelity(doc["fidelity"]))
+    return "\n".join(_fidelity_text(doc["fidelity"])) + "\n"
+
+
+def render_advice(doc: dict[str, Any], fmt: str) -> str:
+    """`Advice.to_dict()` as text, json or html."""
+    if fmt == "json":
+        return json.dumps(doc, indent=2, sort_keys=True) + "\n"
+    if fmt == "html":
+        return _html("slurmgpu advise", _html_fidelity(doc["fidelity"]) + _html_plan(doc))
+    plan = doc["plan"]
+    lines = [*_fidelity_text(doc["fidelity"]), ""]
+    if plan["changes"]:
+        lines.append("Plan (changes applied together): " + " + ".join(plan["changes"]))
+        lines.append(
+            f"  score {plan['score']:+.3f}; useful GPU-hours "
+            f"{plan['useful_gpu_hours']['before']:,.1f} -> "
+            f"{plan['useful_gpu_hours']['after']:,.1f}; GPU-hours lost "
+            f"{plan['gpu_hours_lost']['before']:,.1f} -> {plan['gpu_hours_lost']['after']:,.1f}"
+        )
+        lines.append(f"  uncertainty: the range over {plan['perturbed_replays']} perturbed replays")
+        lines += ["  " + x for x in _table(*_plan_rows(plan))]
+        for v in plan["perturbed_violations"]:
+            lines.append(f"  in a perturbed replay: {v}")
+    else:
+        lines.append("Plan: no change")
+    lines += ["", f"Candidates: {doc['candidates']} ({doc['replays']} replays); rejected:"]
+    lines += [f"  {r['change']}: {r['why']}" for r in doc["rejected"]] or ["  none"]
+    lines += [f"note: {n}" for n in doc["notes"]]
+    return "\n".join(lines) + "\n"
+
+
+def _html_table(header: list[str], rows: list[list[str]]) -> str:
+    head = "".join(f"<th>{html.escape(h)}</th>" for h in header)
+    body = "".join(
+        "<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in r) + "</tr>" for r in rows
+    )
+    return f"<table><tr>{head}</tr>{body}</table>"
+
+
+def _html_fidelity(fid: dict[str, Any]) -> str:
+    off = "".join(
+        f"<li>{html.escape(p['partition'])}: {html.escape(p['why'])}</li>"
+        for p in fid["by_partition"]
+        if not p["calibrated"]
+    )
+    return (
+        "<h2>Calibration</h2>"
+        + _html_table(*_fidelity_rows(fid))
+        + (f"<ul>{off}</ul>" if off else "")
+    )
+
+
+def _html_plan(doc: dict[str, Any]) -> str:
+    plan = doc["plan"]
+    title = " + ".join(plan["changes"]) or "no change"
+    out = f"<h2>Plan: {html.escape(title)}</h2>"
+    if plan["changes"]:
+        out += _html_table(*_plan_rows(plan))
+    rows = [[r["change"], r["why"]] for r in doc["rejected"]]
+    out += "<h2>Rejected</h2>" + _html_table(["change", "why"], rows)
+    return out + "".join(f"<p>note: {html.escape(n)}</p>" for n in doc["notes"])
+
+
+def _html(title: str, body: str) -> str:
+    style = "table{border-collapse:collapse}td,th{border:1px solid #ccc;padding:2px 6px}"
+    return (
+        f"<!doctype html><html><head><meta charset='utf-8'><title>{html.escape(title)}</title>"
+        f"<style>{style}</style></head><body><h1>{html.escape(title)}</h1>{body}</body></html>\n"
+    )
