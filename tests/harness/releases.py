@@ -79,7 +79,7 @@ def slurm_release(request: pytest.FixtureRequest) -> SlurmRelease:
     _say(
         config,
         f"Slurm under test: {version} "
-        + (f"(Debian {where.suite} root {where.path})" if where else "(the host's packages)"),
+        + (f"({where.label} root {where.path})" if where else "(the host's packages)"),
     )
     return chosen
 
@@ -110,7 +110,7 @@ def main(argv: list[str] | None = None) -> int:
     where = chosen.root()
     print(
         f"Slurm {chosen.series}: {version}"
-        + (f" (Debian {where.suite} root {where.path})" if where else "")
+        + (f" ({where.label} root {where.path})" if where else "")
     )
     return 0
 
