@@ -80,12 +80,13 @@ def test_host_binds_cover_the_interpreter(tmp_path: Path, monkeypatch) -> None:
     monkeypatch.setattr(debian_root.sys, "base_prefix", "/usr")
     monkeypatch.setattr(debian_root.sys, "version_info", (3, 11, 2))
     binds = debian_root.host_binds(repo)
-    assert binds[:2] == ("/tmp", str(repo))
+    assert binds[0] == "/tmp" and str(repo) not in binds  # under /tmp: bound with it
     assert {"/usr/lib/python3.11", "/usr/bin/python3", "/usr/bin/python3.11"} <= set(binds)
     assert "/usr" not in binds  # never the root's whole /usr
     # a private prefix (pyenv) is bound whole; a checkout under /tmp is not bound twice
     monkeypatch.setattr(debian_root.sys, "base_prefix", "/opt/py311")
     assert debian_root.host_binds(Path("/tmp/ci")) == ("/tmp", "/opt/py311")
+    assert debian_root.host_binds(Path("/srv/co")) == ("/tmp", "/srv/co", "/opt/py311")
 
 
 def test_ubuntu_roots_use_ubuntus_archive_and_key(tmp_path: Path) -> None:
