@@ -189,9 +189,11 @@ class SlurmRelease:
         return version
 
 
-# the Slurm packages, and the C libraries the host's Python (bound in: `host_binds`) loads that
-# a minbase root lacks: libexpat1 (pyexpat, Debian's python3.11 itself), libffi8 (ctypes)
-_PACKAGES = ("slurmd", "slurmctld", "slurmdbd", "slurm-client", "munge", "libexpat1", "libffi8")
+# the Slurm packages; the C libraries the host's Python (bound in: `host_binds`) loads that a
+# minbase root lacks: libexpat1 (pyexpat, Debian's python3.11 itself), libffi8 (ctypes); and
+# iproute2, as on a real node (job steps of the multi-node tests run `ip addr`)
+_PACKAGES = ("slurmd", "slurmctld", "slurmdbd", "slurm-client", "munge")
+_PACKAGES += ("libexpat1", "libffi8", "iproute2")
 
 # Only the trixie root needs these: it sees no cgroup filesystem (/sys is bound without its
 # submounts) and 24.x loads a cgroup plugin in slurmd even with proctrack/linuxproc.
@@ -234,9 +236,15 @@ def host_release() -> SlurmRelease:
     return SlurmRelease(series)
 
 
+# the release a test session runs (`scripts/run-tests --slurm 24.11` sets it)
+ENV = "SLURMGPU_TEST_SLURM"
+
+
 def active_release() -> SlurmRelease:
-    """The release `activate()` last put on PATH (the host's until then)."""
-    return _active or host_release()
+    """The release `activate()` last put on PATH; in a process that did not activate one
+    (a child of the test session: the environment, PATH included, is inherited) the one
+    $SLURMGPU_TEST_SLURM names; else the host's."""
+    return _active or release(os.environ.get(ENV))
 
 
 def release(series: str | None) -> SlurmRelease:

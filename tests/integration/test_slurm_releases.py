@@ -167,7 +167,7 @@ def test_job_submit_lua_plugin_is_built_with_lua_5_1(slurm_release) -> None:
 
 # ---------------------------------------------------------------- the Debian root itself
 
-ROOT_ONLY = pytest.mark.slurm_only("24.11", reason="checks the Debian root the release runs from")
+ROOT_ONLY = pytest.mark.slurm_only("root", reason="checks the root the release runs from")
 
 
 @ROOT_ONLY
