@@ -27,10 +27,7 @@ from slurmgpu.model.measure import RunRef
 from tests.doubles.machines import machine, subprocess_env
 from tests.harness import SlurmCluster
 
-pytestmark = [
-    pytest.mark.integration,
-    pytest.mark.slurm_only("host", reason="built and proven on the host's 22.05 only so far"),
-]
+pytestmark = pytest.mark.integration
 
 TIER = "slurmgpu tier=P1 kind=finetune"
 PIDS = (31001, 31002)  # the job's processes on GPU 0 and GPU 1

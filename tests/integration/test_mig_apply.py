@@ -39,10 +39,7 @@ from slurmgpu.sources.slurmd import check_gres_conf
 from slurmgpu.util.hostlist import parse_id_list
 from tests.harness.multinode import MultiNodeCluster, device_nodes
 
-pytestmark = [
-    pytest.mark.integration,
-    pytest.mark.slurm_only("host", reason="built and proven on the host's 22.05 only so far"),
-]
+pytestmark = pytest.mark.integration
 NODE = "gpu03"
 OTHERS = ("gpu01", "gpu02", "gpu04")
 # GPU 0 stays 7 x 1g.5gb, GPU 1 goes from 2 x 3g.20gb to 7 x 1g.5gb, GPU 2 from MIG to whole,
