@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 import time
@@ -33,11 +34,14 @@ TIER = "slurmgpu tier=P1 kind=finetune"
 PIDS = (31001, 31002)  # the job's processes on GPU 0 and GPU 1
 
 
-def host_tree(root: Path, job_id: int) -> Path:
+def host_tree(root: Path, job_id: int | str) -> Path:
+    """The host tree of the job's two processes; `job_id` a job id (`job_<id>` cgroups) or a
+    SLUID (26.05's cgroup names without CgroupJobIdPaths=yes)."""
+    name = job_id if str(job_id).startswith("s") else f"job_{job_id}"
     for pid in PIDS:
         proc = root / "proc" / str(pid)
         proc.mkdir(parents=True)
-        (proc / "cgroup").write_text(f"0::/system.slice/slurmstepd.scope/job_{job_id}/step_0\n")
+        (proc / "cgroup").write_text(f"0::/system.slice/slurmstepd.scope/{name}/step_0\n")
         (proc / "status").write_text(f"Name:\tpython3\nPid:\t{pid}\nUid:\t0\t0\t0\t0\n")
     (root / "etc").mkdir()
     (root / "etc" / "passwd").write_text("root:x:0:0:root:/root:/bin/sh\n")
@@ -242,3 +246,24 @@ def test_analyze_on_live_sacct_shows_what_the_collector_measured(epilog_cluster,
     # 6000 MiB of an 81559 MiB H100 (the size the summary carries): fits every slice size
     assert fit["basis_counts"]["measured_gpumem"] == 1
     assert fit["1/2"]["jobs"] == 1.0 and fit["1/7"]["jobs"] == 1.0
+
+
+@pytest.mark.slurm_not("22.05", fact="Slurm 22.05's jobs have no SLUID (24.11+ give every job one)")
+def test_a_cgroup_named_by_the_jobs_sluid_is_that_job(slurm_cluster: SlurmCluster, tmp_path):
+    """26.05 names job cgroups by SLUID unless CgroupJobIdPaths=yes: the collector asks this
+    release's slurmctld (`scontrol show job --json`) which job a SLUID is."""
+    c = slurm_cluster
+    job = c.sbatch("--hold", "--gres=gpu:2", script="#!/bin/sh\nsleep 1\n")
+    try:
+        [record] = json.loads(c.scontrol("show", "job", str(job), "--json"))["jobs"]
+        sluid = record["sluid"]
+        assert re.fullmatch(r"s[0-9A-HJKMNP-TV-Z]{13}", sluid), sluid
+        tree = host_tree(tmp_path / "host", sluid)
+        env = subprocess_env(loaded_machine(tmp_path / "m.json", (70, 10))) | c.env
+        out = collector("--state", str(tmp_path / "state.json"), "--host-root", str(tree),
+                        "--node", "gpu01", env=env)  # fmt: skip
+        assert f"jobs: {job}" in out and sluid not in out, out
+        state = json.loads((tmp_path / "state.json").read_text())
+        assert list(state["jobs"]) == [str(job)]
+    finally:
+        c.scancel_all()

@@ -60,8 +60,14 @@ def collect(options: CollectOptions, sample: NodeSample | None = None) -> Collec
     sample = sample if sample is not None else sample_node()
     if not sample.devices and sample.errors:
         raise InventoryError("; ".join(sample.errors))
-    rows = attribute(sample, ProcessMapper(options.host_root))
     problems = list(sample.errors)
+    mapper = ProcessMapper(options.host_root, lambda: job_sluids(options, problems))
+    rows = attribute(sample, mapper)
+    if mapper.unresolved:
+        problems.append(
+            "job cgroups named by SLUID that Slurm did not map to a job id (kept under the "
+            f"SLUID): {', '.join(sorted(mapper.unresolved))}"
+        )
     try:
         with locked_state(options.state, problems) as state:
             update(state, rows, now)
@@ -201,6 +207,25 @@ def _holds(admin_comment: str, summary: JobSummary) -> bool:
         except ValueError:
             continue
     return False
+
+
+def job_sluids(options: CollectOptions, problems: list[str]) -> dict[str, str]:
+    """SLUID -> job id of the jobs slurmctld knows (`scontrol show job --json`, 24.11+:
+    `jobs[].sluid` beside `jobs[].job_id`), for job cgroups named by SLUID (26.05 without
+    CgroupJobIdPaths=yes). A failing scontrol is a problem of this pass, not a failed pass."""
+    import json
+
+    try:
+        doc = json.loads(_run(["scontrol", "show", "job", "--json"], options.slurm_timeout_s))
+    except (SlurmgpuError, ValueError) as exc:
+        problems.append(f"scontrol show job --json (for SLUID-named cgroups): {exc}")
+        return {}
+    jobs = doc.get("jobs") if isinstance(doc, dict) else None
+    out: dict[str, str] = {}
+    for job in jobs if isinstance(jobs, list) else []:
+        if isinstance(job, dict) and job.get("sluid") and job.get("job_id") is not None:
+            out[str(job["sluid"])] = str(job["job_id"])
+    return out
 
 
 def _stored_admin_comment(summary: JobSummary, timeout_s: float) -> str:
