@@ -11,6 +11,13 @@ next starts):
   controller restart command, when the node's Gres changes) -> start_slurmd -> verify
   (scontrol shows the new Gres) -> resume
 
+Slurm 25.11's slurmd unloads its gpu plugin once configured and holds no NVML handle while it
+runs (unless GPU energy accounting, `AcctGatherEnergyType=acct_gather_energy/gpu`, polls
+NVML): there `stop_slurmd` leaves slurmd running through the MIG change (the node keeps
+answering slurmctld, drained) and `start_slurmd` restarts it, since slurmd reads the devices
+only at start. Older releases keep NVML open in slurmd: it is stopped first
+(`slurmd_holds_nvml`; the journal's `slurmd_kept_running` says which was done).
+
 On a failure the steps already taken are undone in reverse (slurmd stopped again if it was
 started, old layout through NVML, old gres.conf/slurm.conf, reconfigure, slurmd started) and
 the node is drained with a reason that names the failed step (also when the failed step was
@@ -35,6 +42,21 @@ from slurmgpu.model.catalog import GpuModel
 from slurmgpu.model.inventory import Inventory
 
 _NODE_NAME = re.compile(r"(?i)NodeName=(\S+)")
+# slurmd releases NVML after its start from this release (25.11 release notes: the gpu plugin
+# is unloaded after configuration unless GPU energy accounting is on)
+NVML_RELEASED_SINCE = (25, 11)
+
+
+def slurmd_holds_nvml(slurm_version: Sequence[int] | None, energy_type: str | None) -> bool:
+    """Whether a running slurmd keeps NVML open, so a MIG change must stop it first.
+
+    Unknown version or energy plugin: yes (stopping is always safe, only slower).
+    """
+    if slurm_version is None or tuple(slurm_version[:2]) < NVML_RELEASED_SINCE:
+        return True
+    return energy_type is None or "gpu" in energy_type
+
+
 STEPS = (
     "drain",
     "wait_jobs",
@@ -100,6 +122,8 @@ class Journal:
     expected_gres: str = ""
     requeued: list[str] = field(default_factory=list)
     error: str = ""
+    # stop_slurmd left slurmd running (25.11+: it holds no NVML handle); start_slurmd restarts
+    slurmd_kept_running: bool = False
 
     def save(self, path: Path) -> None:
         from slurmgpu.util.atomic import write_atomic
@@ -242,7 +266,21 @@ class MigApply:
             self.journal.old_slurm_conf = _read(self.opts.slurm_conf)
 
     def stop_slurmd(self) -> None:
+        if not self._slurmd_holds_nvml():
+            self.journal.slurmd_kept_running = True  # start_slurmd restarts it instead
+            self._save()
+            return
         self.slurm.run_command(self.opts.stop_slurmd)
+
+    def _slurmd_holds_nvml(self) -> bool:
+        version = getattr(self.opts.gres_options, "slurm_version", None)
+        if not slurmd_holds_nvml(version, ""):
+            try:
+                energy = self.slurm.config_value("AcctGatherEnergyType")
+            except SlurmgpuError:
+                energy = None  # cannot tell: stop slurmd, as on older releases
+            return slurmd_holds_nvml(version, energy)
+        return True
 
     def apply_layout(self) -> None:
         parted = shutil.which(self.opts.mig_parted) if self.opts.mig_parted else None
@@ -314,6 +352,9 @@ class MigApply:
             self.slurm.reconfigure()
 
     def start_slurmd(self) -> None:
+        if self.journal.slurmd_kept_running:
+            # slurmd ran through the change: it sees the new devices only from a new start
+            self.slurm.run_command(self.opts.stop_slurmd)
         self.slurm.run_command(self.opts.start_slurmd)
 
     def verify(self) -> None:
@@ -415,8 +456,9 @@ class MigApply:
             except Exception as exc:  # keep undoing the rest; report what failed
                 problems.append(f"{what}: {exc}")
 
-        if "start_slurmd" in j.done:  # slurmd holds the GPUs: MIG changes need it gone
-            attempt("stop slurmd", self.stop_slurmd)
+        if "start_slurmd" in j.done and not j.slurmd_kept_running:
+            # slurmd holds the GPUs: MIG changes need it gone (25.11+: it does not)
+            attempt("stop slurmd", lambda: self.slurm.run_command(self.opts.stop_slurmd))
         if "apply_layout" in started:
             attempt("restore the old MIG layout", self._restore_layout)
         if "write_gres" in started and j.old_gres_conf is not None:
