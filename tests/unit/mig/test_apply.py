@@ -448,7 +448,7 @@ def test_slurmd_is_stopped_only_where_it_holds_nvml(node, version, energy, kept)
 def test_a_failure_after_the_change_restarts_a_slurmd_that_kept_running(node) -> None:
     from slurmgpu.render.gres import GresOptions
 
-    double, root, opts, _result = node
+    _double, root, opts, _result = node
     before = layout_now(root)
     opts = dataclasses.replace(
         opts,
