@@ -210,9 +210,10 @@ def _holds(admin_comment: str, summary: JobSummary) -> bool:
 
 
 def job_sluids(options: CollectOptions, problems: list[str]) -> dict[str, str]:
-    """SLUID -> job id of the jobs slurmctld knows (`scontrol show job --json`, 24.11+:
-    `jobs[].sluid` beside `jobs[].job_id`), for job cgroups named by SLUID (26.05 without
-    CgroupJobIdPaths=yes). A failing scontrol is a problem of this pass, not a failed pass."""
+    """SLUID -> job id of the jobs slurmctld knows (`scontrol show job --json`), for job
+    cgroups named by SLUID (26.05 without CgroupJobIdPaths=yes). The SLUID is
+    `jobs[].step_id.sluid` in 25.11's v0.0.44 (seen on the test cluster) and `jobs[].sluid`
+    in 26.05's v0.0.45. A failing scontrol is a problem of this pass, not a failed pass."""
     import json
 
     try:
@@ -223,8 +224,12 @@ def job_sluids(options: CollectOptions, problems: list[str]) -> dict[str, str]:
     jobs = doc.get("jobs") if isinstance(doc, dict) else None
     out: dict[str, str] = {}
     for job in jobs if isinstance(jobs, list) else []:
-        if isinstance(job, dict) and job.get("sluid") and job.get("job_id") is not None:
-            out[str(job["sluid"])] = str(job["job_id"])
+        if not isinstance(job, dict) or job.get("job_id") is None:
+            continue
+        step_id = job.get("step_id") if isinstance(job.get("step_id"), dict) else {}
+        sluid = job.get("sluid") or step_id.get("sluid")
+        if sluid:
+            out[str(sluid)] = str(job["job_id"])
     return out
 
 

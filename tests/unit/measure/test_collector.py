@@ -80,12 +80,19 @@ def test_a_pass_asks_slurm_for_sluids_and_a_failure_is_a_problem(nvml, tmp_path,
     def fake_run(argv, timeout_s):
         calls.append(argv)
         if len(calls) == 1:
-            return '{"jobs": [{"job_id": 4242, "sluid": "s1XXM8YJHNA100"}, {"job_id": 9}]}'
+            # 26.05 (v0.0.45): jobs[].sluid; 25.11 (v0.0.44): jobs[].step_id.sluid
+            return (
+                '{"jobs": [{"job_id": 4242, "sluid": "s1XXM8YJHNA100"}, {"job_id": 9},'
+                ' {"job_id": 7, "step_id": {"sluid": "s8KNM8YKTSJ100", "job_id": {}}}]}'
+            )
         raise SlurmCommandError("scontrol: error: slurmctld not answering")
 
     monkeypatch.setattr(collector, "_run", fake_run)
     problems: list[str] = []
-    assert collector.job_sluids(options(tmp_path), problems) == {"s1XXM8YJHNA100": "4242"}
+    assert collector.job_sluids(options(tmp_path), problems) == {
+        "s1XXM8YJHNA100": "4242",
+        "s8KNM8YKTSJ100": "7",
+    }
     assert calls[0] == ["scontrol", "show", "job", "--json"] and problems == []
     assert collector.job_sluids(options(tmp_path), problems) == {}
     assert problems and "slurmctld not answering" in problems[0]
