@@ -456,8 +456,10 @@ class MigApply:
             except Exception as exc:  # keep undoing the rest; report what failed
                 problems.append(f"{what}: {exc}")
 
-        if "start_slurmd" in j.done and not j.slurmd_kept_running:
-            # slurmd holds the GPUs: MIG changes need it gone (25.11+: it does not)
+        if "start_slurmd" in j.done:
+            # slurmd holds the GPUs: MIG changes need it gone; and (25.11+, where it holds
+            # none) it runs with the new gres.conf and would register that with the controller
+            # while the old config is put back (seen on the 25.11 test cluster)
             attempt("stop slurmd", lambda: self.slurm.run_command(self.opts.stop_slurmd))
         if "apply_layout" in started:
             attempt("restore the old MIG layout", self._restore_layout)

@@ -537,3 +537,43 @@ mount -o remount,bind,ro "$r/host-etc"
 exec chroot "$r" /bin/sh -c "cd \\"\\$0\\" 2>/dev/null || cd /; exec \\"\\$@\\"" "$wd" "$@"
 ' enter "{root}" "$PWD" "$@"
 """
+
+
+def main(argv: list[str] | None = None) -> int:
+    """`python3 tests/harness/debian_root.py 24.11 25.11`: build (or find cached) those roots.
+
+    Standard library only, so CI can build the roots before the venv exists (.ci/run runs it
+    in the background while the host's tests run); `python -m tests.harness.releases SERIES`
+    is the same for one release, with the venv.
+    """
+    import argparse
+
+    parser = argparse.ArgumentParser(prog="debian_root.py")
+    parser.add_argument("series", nargs="+", help=f"one or more of {', '.join(RELEASES)}")
+    args = parser.parse_args(argv)
+    failed = 0
+    for series in args.series:
+        if series not in RELEASES:
+            print(
+                f"debian_root: no root for Slurm {series} ({', '.join(RELEASES)})", file=sys.stderr
+            )
+            failed += 1
+            continue
+        chosen = RELEASES[series]
+        root = chosen.root()
+        assert root is not None
+        started = time.monotonic()
+        try:
+            root.ensure(series, log=lambda line: print(line, flush=True))
+            version = root.slurm_version()
+        except (RootError, OSError, subprocess.TimeoutExpired) as exc:
+            print(f"debian_root: Slurm {series}: {exc}", file=sys.stderr)
+            failed += 1
+            continue
+        took = time.monotonic() - started
+        print(f"Slurm {series}: {version} ({root.label} root {root.path}; {took:.0f} s)")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -460,5 +460,6 @@ def test_a_failure_after_the_change_restarts_a_slurmd_that_kept_running(node) ->
     with pytest.raises(MigApplyFailed, match="verify"):
         runner(dataclasses.replace(opts, verify_timeout_s=3), stub).run()
     assert layout_now(root) == before  # old layout back
-    # no stop before the layout is restored (slurmd holds nothing); one restart at the end
-    assert _order(stub)[-2:] == ["stop", "start"] and _order(stub).count("stop") == 2
+    # forward: restart after the new config; rollback: slurmd (on the new config) stopped
+    # before the old one is back, then restarted on it
+    assert _order(stub) == ["reconfigure", "stop", "start", "stop", "reconfigure", "stop", "start"]
