@@ -256,7 +256,9 @@ def test_analyze_on_live_sacct_shows_what_the_collector_measured(epilog_cluster,
     assert fit["1/2"]["jobs"] == 1.0 and fit["1/7"]["jobs"] == 1.0
 
 
-@pytest.mark.slurm_not("22.05", fact="Slurm 22.05's jobs have no SLUID (24.11+ give every job one)")
+@pytest.mark.slurm_not(
+    "22.05", "24.11", fact="jobs show no SLUID before Slurm 25.11 (24.11's scontrol --json: none)"
+)
 def test_a_cgroup_named_by_the_jobs_sluid_is_that_job(slurm_cluster: SlurmCluster, tmp_path):
     """26.05 names job cgroups by SLUID unless CgroupJobIdPaths=yes: the collector asks this
     release's slurmctld (`scontrol show job --json`) which job a SLUID is."""
@@ -264,7 +266,7 @@ def test_a_cgroup_named_by_the_jobs_sluid_is_that_job(slurm_cluster: SlurmCluste
     job = c.sbatch("--hold", "--gres=gpu:2", script="#!/bin/sh\nsleep 1\n")
     try:
         [record] = json.loads(c.scontrol("show", "job", str(job), "--json"))["jobs"]
-        sluid = record.get("sluid") or record["step_id"]["sluid"]  # 26.05 / 24.11-25.11
+        sluid = record.get("sluid") or record["step_id"]["sluid"]  # 26.05 / 25.11
         assert re.fullmatch(r"s[0-9A-HJKMNP-TV-Z]{13}", sluid), sluid
         tree = host_tree(tmp_path / "host", sluid)
         env = subprocess_env(loaded_machine(tmp_path / "m.json", (70, 10))) | c.env
