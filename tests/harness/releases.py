@@ -1,13 +1,15 @@
 """Which Slurm release a pytest session runs against, and which tests hold on which.
 
-`SLURMGPU_TEST_SLURM=24.11` (what `scripts/run-tests --slurm 24.11` sets) makes the session
-run every Slurm program from that release's cached Debian root (`debian_root.py`); unset, the
-host's packages (Debian 12: 22.05) run, as before. Every integration test runs on every
-release unless it is marked `@pytest.mark.slurm_only("22.05", reason=...)` ("host": the
-host's own packages, whatever their release): such a test is
-deselected (listed, with its reason, at the start of the run), never skipped. Where a
-release behaves differently, a test asks the `slurm_series` fixture ((22, 5), (24, 11)) and
-asserts that release's own expected behaviour (written down in docs/testing.md).
+`SLURMGPU_TEST_SLURM=25.11` (what `scripts/run-tests --slurm 25.11` sets) makes the session
+run every Slurm program from that release's cached root (`debian_root.py`); unset, the host's
+packages (Debian 12: 22.05) run. Every integration test runs on every release unless a marker
+leaves it out there: `@pytest.mark.slurm_not(SERIES..., fact=...)` (the Slurm fact that makes
+it meaningless there) or `@pytest.mark.slurm_only("host" | "root" | SERIES, reason=...)`.
+Such a test is deselected, never skipped: listed with its reason at collection and in the
+terminal summary (`report_left_out`). Where a release behaves differently, a test asks the
+`slurm_series` fixture ((22, 5), (24, 11), (25, 11)) and asserts that release's own expected
+behaviour (docs/testing.md, whose module x release matrix `tests/harness/matrix.py` writes
+from these same markers).
 """
 
 from __future__ import annotations
