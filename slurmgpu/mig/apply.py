@@ -365,9 +365,13 @@ class MigApply:
         controller restart, seen on the multi-node test cluster). A slurmd that reports fewer
         GPUs than configured gets INVALID_REG: that fails at once, with Slurm's reason.
         """
+        self._wait_for_gres(self.journal.expected_gres)
+
+    def _wait_for_gres(self, expected: str) -> None:
+        """Until slurmctld shows Gres `expected` for the node and its slurmd has registered."""
         from slurmgpu.sources.slurm import parse_gres_string
 
-        want = _gres_set(parse_gres_string(self.journal.expected_gres))
+        want = _gres_set(parse_gres_string(expected))
         deadline = self.clock() + self.opts.verify_timeout_s
         while True:
             record = self.slurm.node_record(self.opts.node)
@@ -387,8 +391,7 @@ class MigApply:
                         f"(State={record.get('State', '?')})"
                     )
                 raise MigApplyFailed(
-                    f"scontrol shows Gres={record.get('Gres', '?')}, expected "
-                    f"{self.journal.expected_gres}"
+                    f"scontrol shows Gres={record.get('Gres', '?')}, expected {expected}"
                 )
             self.sleep(min(self.opts.poll_s, 2.0))
 
@@ -474,6 +477,12 @@ class MigApply:
             attempt("reload slurmctld", self._reload_controller)
         if "stop_slurmd" in started:
             attempt("start slurmd", self.start_slurmd)
+        old_gres = _node_gres(old_conf, self.opts.node) if old_conf else None
+        if "reconfigure" in started and j.node_line_changed and old_gres:
+            # 24.11+ keep the node's registered Gres across a controller restart until its
+            # slurmd registers again (seen on the test clusters: the new Gres still shown
+            # after the old slurm.conf was back); 22.05 took slurm.conf's at once
+            attempt("slurmctld back on the old Gres", lambda: self._wait_for_gres(old_gres))
         # also when the drain itself failed (slurmctld busy): no job may land on a node whose
         # re-layout broke off; if this drain fails too, the error says so
         # one line, no `=`: `scontrol show node` prints Reason= last, and a `key=value` in
@@ -557,6 +566,15 @@ def merge_node_gres(old: str | None, node: str, new: str) -> str:
         kept.pop()
     ours = [ln for ln in new.splitlines() if _gres_nodes(ln) == [node]]
     return "\n".join([*kept, "", header, *ours]) + "\n"
+
+
+def _node_gres(conf: str, node: str) -> str | None:
+    """`Gres=` of the `NodeName=<node>` line of slurm.conf text (None: no such line/key)."""
+    for line in conf.splitlines():
+        words = line.split()
+        if words and words[0] == f"NodeName={node}":
+            return next((w[len("Gres=") :] for w in words if w.startswith("Gres=")), None)
+    return None
 
 
 def replace_node_gres(conf: str, node: str, gres: str) -> tuple[str, bool]:
