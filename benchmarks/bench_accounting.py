@@ -174,7 +174,7 @@ def stage_report(path: Path, _args: argparse.Namespace) -> dict:
     import pyarrow  # noqa: F401
 
     import slurmgpu.accounting  # noqa: F401
-    from slurmgpu.render.report import FORMATS, render_report
+    from slurmgpu.views.report import FORMATS, render_report
 
     base = _peak_rss_mib()
     start, cpu0 = time.perf_counter(), time.process_time()

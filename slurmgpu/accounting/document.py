@@ -2,7 +2,7 @@
 
 Every stage hands typed rows up (`metrics.py` gives `GroupStats`/`GroupRow`/`FitShares`/
 `Timeseries`, `recommend.py` gives `Recommendation`s); `pipeline.py` assembles them into one
-frozen `AnalysisDocument`; the renderers (`render/report.py`) read its attributes.
+frozen `AnalysisDocument`; the renderers (`views/report.py`) read its attributes.
 `AnalysisDocument.to_json()` is the JSON contract (docs/accounting.md, "JSON schema",
 `schema_version` 2) and `AnalysisDocument.from_json()` reads it back (saved reports, test
 fixtures), so `from_json(d).to_json() == d` for every document the contract allows.
@@ -20,11 +20,12 @@ Conventions, one for the whole document:
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, fields
 from datetime import UTC, datetime
 from typing import Any, ClassVar
+
+from slurmgpu.util.json_safe import json_safe
 
 SCHEMA_VERSION = 2
 
@@ -654,7 +655,7 @@ def _evidence_types(kind: str, evidence: Mapping[str, Any]) -> tuple[type, type]
 @dataclass(frozen=True)
 class ReplayedEffect:
     """What `slurmgpu replay` predicts for a recommendation's change(s), replayed on the
-    window's own runs with and without them (`replay/effects.py`, docs/replay.md "Effects").
+    window's own runs with and without them (`advice/effects.py`, docs/replay.md "Effects").
 
     The pairs are (before, after): the baseline replay and the replay with the change. `full`
     is the replay's whole effect (per partition and tier) as its JSON; `unavailable` says why
@@ -695,7 +696,7 @@ class Recommendation:
 
     `evidence` and `estimated_effect` are typed per rule (`recommend.py`): a carve's
     `CarveEvidence`/`CarveEffect`, a node move's `MoveEvidence`/`MoveEffect`, ... `change` /
-    `changes` are the change in `slurmgpu replay --what-if` grammar (`replay/changes.py`):
+    `changes` are the change in `slurmgpu replay --what-if` grammar (`model/changes.py`):
     the first, and all of them (a carve in two layouts lists both); `none` has None, ()."""
 
     kind: str  # "mig_carve", "shard", "move_nodes", "tier_adjust" or "none"
@@ -825,6 +826,20 @@ class AnalysisDocument:
         )
 
 
+@dataclass(frozen=True)
+class ClusterFacts:
+    """What the analysis knows of the cluster model, for a replay of its window
+    (`advice/`): GPUs per partition, GPUs per node, GPU type per partition (keyed by the
+    window's partition labels), the clusters seen, and each run's GPU memory (MiB, NaN
+    unknown; aligned with the result's frame)."""
+
+    capacity: Mapping[str, float]
+    gpus_per_node: Mapping[str, float]
+    gpu_types: Mapping[str, str]
+    clusters: frozenset[str]
+    gpu_memory_mib: Any = field(repr=False, default=None)  # numpy array, one per run
+
+
 @dataclass
 class AnalysisResult:
     """What `analyze` found: the typed document and the per-run frame it came from."""
@@ -832,6 +847,7 @@ class AnalysisResult:
     document: AnalysisDocument
     frame: Any  # pandas.DataFrame (normalized allocation rows, pyarrow dtypes)
     load: Any = field(repr=False, default=None)  # accounting.load.LoadResult
+    cluster: ClusterFacts | None = field(repr=False, default=None)
 
     def to_json(self) -> dict[str, Any]:
         """The JSON contract: `self.document.to_json()`."""
@@ -840,26 +856,11 @@ class AnalysisResult:
     to_dict = to_json
 
 
-def json_safe(value: Any) -> Any:
-    """Recursively turn numpy scalars into Python ones, tuples into lists, NaN/inf into None."""
-    if isinstance(value, dict | Mapping):
-        return {str(k): json_safe(v) for k, v in value.items()}
-    if isinstance(value, list | tuple):
-        return [json_safe(v) for v in value]
-    if isinstance(value, float):
-        return float(value) if math.isfinite(value) else None
-    if type(value).__module__ == "numpy":
-        import numpy as np
-
-        if isinstance(value, np.generic):
-            return json_safe(value.item())
-    return value
-
-
 __all__ = [
     "SCHEMA_VERSION",
     "AnalysisDocument",
     "AnalysisResult",
+    "ClusterFacts",
     "FitFraction",
     "FitShare",
     "FitShares",

@@ -47,7 +47,7 @@ class AnalysisOptions:
     # gres/gpuutil and gres/gpumem of a step are read (sums over GPUs from 24.05 on)
     slurm_version: str | None = None
     measure_sources: Sequence[MeasureSource] = ()
-    # replay each recommendation's change on the window's runs (`slurmgpu.replay.effects`):
+    # replay each recommendation's change on the window's runs (`slurmgpu.advice.effects`):
     # "auto" when the cluster model is known and the window holds at most
     # REPLAY_EFFECTS_AUTO_RUNS runs, "always" when the model is known, "never"
     replay_effects: str = "auto"

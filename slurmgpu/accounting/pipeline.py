@@ -18,14 +18,16 @@ from slurmgpu.accounting import document as doc_mod
 from slurmgpu.accounting import load as load_mod
 from slurmgpu.accounting.capacity import Capacity
 from slurmgpu.accounting.columns import codes as column_codes
-from slurmgpu.accounting.document import SCHEMA_VERSION, AnalysisDocument, AnalysisResult
+from slurmgpu.accounting.document import (
+    SCHEMA_VERSION,
+    AnalysisDocument,
+    AnalysisResult,
+    ClusterFacts,
+)
 from slurmgpu.accounting.options import AnalysisOptions, parse_version
 from slurmgpu.errors import SacctParseError, SlurmCommandError, UsageError
 
 LIVE_DEFAULT_DAYS = 7
-# `replay_effects="auto"` replays recommendations only up to this many runs in the window
-# (a replay of a million runs takes minutes; `slurmgpu replay` is the tool for those)
-REPLAY_EFFECTS_AUTO_RUNS = 100_000
 # Slurm 24.05 changed gres/gpuutil and gres/gpumem of a step to sums over its GPUs
 # (CHANGELOG/slurm-24.05.md: "gpuutil/gpumem will record sums of all GPUS in the step").
 USAGE_SUMS_FROM = (24, 5)
@@ -127,9 +129,6 @@ def analyze(options: AnalysisOptions) -> AnalysisResult:
         gpus_per_node=gpus_per_node,
         cluster_of=cluster_of,
     )
-    recommendations, effects_note = _replay_effects(
-        opts, recommendations, frame, part_gpus, gpus_per_node, types, sizes, cluster_of
-    )
     doc = AnalysisDocument(
         schema_version=SCHEMA_VERSION,
         generated_at=now,
@@ -168,52 +167,17 @@ def analyze(options: AnalysisOptions) -> AnalysisResult:
             doc_mod.Rejected(str(x.file), int(x.line), str(x.reason)) for x in loaded.rejected
         ),
         notes=tuple(_option_notes(opts, raw_partitions | set(cluster_of), part_gpus))
-        + tuple(_gpu_type_notes(frame, types, memory))
-        + effects_note,
+        + tuple(_gpu_type_notes(frame, types, memory)),
         recommendations=tuple(recommendations),
     )
-    return AnalysisResult(document=doc, frame=frame, load=loaded)
-
-
-def _replay_effects(
-    opts, recommendations, frame, part_gpus, gpus_per_node, types, sizes, cluster_of
-):
-    """Each recommendation with its change(s) replayed on the window's runs (its
-    `replayed`), when the cluster model is known; and a note when they were not replayed."""
-    from dataclasses import replace
-
-    wanted = [r.changes for r in recommendations if r.changes]
-    if not wanted or opts.replay_effects == "never":
-        return recommendations, ()
-    if len(set(cluster_of.values())) > 1:
-        return recommendations, (
-            "recommendations were not replayed: the window holds several clusters and the "
-            "replay models one (run `slurmgpu replay --what-if CHANGE` on one cluster's dump)",
-        )
-    if not part_gpus:
-        return recommendations, (
-            "recommendations were not replayed: the cluster's capacity is unknown (give "
-            "capacity PARTITION=GPUS, or analyze the live cluster)",
-        )
-    if opts.replay_effects == "auto" and len(frame) > REPLAY_EFFECTS_AUTO_RUNS:
-        return recommendations, (
-            f"recommendations were not replayed: {len(frame):,} runs in the window is more than "
-            f"{REPLAY_EFFECTS_AUTO_RUNS:,} (ask for replay effects always, or run `slurmgpu "
-            "replay --what-if CHANGE` on the dump)",
-        )
-    from slurmgpu.replay.effects import analysis_replay_options, effect_key, estimate_effects
-
-    options = analysis_replay_options(
-        part_gpus, gpus_per_node=gpus_per_node, gpu_types=types, tiers=opts.tiers
+    cluster = ClusterFacts(
+        capacity=dict(part_gpus),
+        gpus_per_node=dict(gpus_per_node),
+        gpu_types=dict(types),
+        clusters=frozenset(cluster_of.values()),
+        gpu_memory_mib=sizes.per_run_mib,
     )
-    effects = estimate_effects(frame, options, wanted, gpu_memory_mib=sizes.per_run_mib)
-    out = []
-    for rec in recommendations:
-        effect = effects.get(effect_key(list(rec.changes))) if rec.changes else None
-        if effect is not None:
-            rec = replace(rec, replayed=doc_mod.ReplayedEffect.from_json(effect.to_dict()))
-        out.append(rec)
-    return out, ()
+    return AnalysisResult(document=doc, frame=frame, load=loaded, cluster=cluster)
 
 
 def _per_cluster(frame: Any) -> tuple[Any, dict[str, str]]:

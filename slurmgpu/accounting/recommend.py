@@ -512,7 +512,7 @@ SUGGESTED_GRACE_S = 300  # time a preempted job gets to checkpoint, suggested in
 
 def _replay_changes():
     """The replay's change grammar (one grammar for `analyze` and `replay --what-if`)."""
-    from slurmgpu.replay import changes
+    from slurmgpu.model import changes
 
     return changes
 

@@ -30,10 +30,10 @@ def analyze(
     """GPU-hours, utilization, waits, preemption losses and partition recommendations."""
     from datetime import datetime
 
-    from slurmgpu.accounting import analyze as run_analysis
     from slurmgpu.accounting.when import parse_when
-    from slurmgpu.render.report import render_report
+    from slurmgpu.advice import analyze as run_analysis
     from slurmgpu.util.atomic import write_atomic
+    from slurmgpu.views.report import render_report
 
     now = datetime.now(UTC).replace(microsecond=0)
     t_since = parse_when(since, now=now, option="--since") if since else None

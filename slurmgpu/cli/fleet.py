@@ -19,15 +19,14 @@ def gen_cluster_gres(
     opts,
     output: str,
     check: bool,
-    show_diff: bool,
+    writing: dict,
     node_line: bool,
 ) -> None:
     """`gen-gres --snapshot A --snapshot B ... | --snapshot-dir DIR`: one cluster-wide file."""
-    from pathlib import Path
-
+    from slurmgpu.cli.emit_options import exit_with
     from slurmgpu.fleet.cluster_gres import check_cluster_gres
     from slurmgpu.fleet.cluster_gres import gen_cluster_gres as generate
-    from slurmgpu.util.atomic import diff_against_file, write_atomic
+    from slurmgpu.util.emit import emit
 
     result = generate(snapshot_paths, snapshot_dir, opts)
     for warning in result.warnings:
@@ -48,11 +47,6 @@ def gen_cluster_gres(
             err=True,
         )
 
-    if show_diff:
-        sys.stdout.write(diff_against_file(output, result.gres_conf))
-        if check:
-            validate(result.gres_conf)
-        return
     if output == "-":
         if check:
             validate(result.gres_conf)
@@ -60,14 +54,10 @@ def gen_cluster_gres(
             click.echo(result.node_conf)
         click.echo(result.gres_conf, nl=False)
         return
-    backup = write_atomic(
-        output,
-        result.gres_conf,
-        validate=(lambda tmp: validate(Path(tmp).read_text(encoding="utf-8"))) if check else None,
-    )
-    click.echo(f"wrote {output}" + (f" (previous kept as {backup})" if backup else ""), err=True)
-    if node_line:
+    status = emit(result.gres_conf, output, check=validate if check else None, **writing)
+    if node_line and not writing["diff"]:
         click.echo(result.node_conf, nl=False)
+    exit_with(status)
 
 
 def inventory_nodes(
@@ -154,8 +144,8 @@ def check(
     from pathlib import Path
 
     from slurmgpu.fleet import check as lib
-    from slurmgpu.render import fleet_check
     from slurmgpu.util.atomic import write_atomic
+    from slurmgpu.views import fleet_check
 
     gres_text = Path(gres_conf).read_text(encoding="utf-8") if gres_conf else None
     if local or health_check:
@@ -163,6 +153,8 @@ def check(
         report = lib.check_local(node, host_root=host_root, gres_conf=gres_text)
         if health_check:
             report = lib.apply_health_action(node, report)
+            if report.action and report.action.kind == "skipped":
+                click.secho(f"slurmgpu: warning: {report.action.reason}", fg="yellow", err=True)
     else:
         report = lib.check_cluster(nodes=nodes, snapshot_dir=snapshot_dir, gres_conf=gres_text)
     render = fleet_check.render_json if fmt == "json" else fleet_check.render_text
@@ -237,7 +229,7 @@ def rebalance_plan(floor, floor_for, min_pending, min_idle, cooldown, max_moves,
     from pathlib import Path
 
     from slurmgpu.fleet.rebalance import current_plan
-    from slurmgpu.render.rebalance import render_plan
+    from slurmgpu.views.rebalance import render_plan
 
     opts = _opts(floor, floor_for, min_pending, min_idle, cooldown, max_moves)
     click.echo(render_plan(current_plan(opts, Path(log_path)), applied=False), nl=False)
@@ -247,22 +239,53 @@ def rebalance_plan(floor, floor_for, min_pending, min_idle, cooldown, max_moves,
 @_rebalance_options
 @click.option("--dry-run", is_flag=True, help="Print the plan and change nothing.")
 @click.option("--undo", is_flag=True, help="Put back the partitions of the last apply.")
+@click.option(
+    "--partitions-conf",
+    type=click.Path(dir_okay=False),
+    help="The slurm.conf include file rebalance owns (its PartitionName= lines): moves are "
+    "written there too, so `scontrol reconfigure` keeps them (docs/rebalance.md).",
+)
+@click.option(
+    "--emit",
+    "emit_dir",
+    type=click.Path(file_okay=False),
+    help="Write the new --partitions-conf and a unified diff into this directory; change "
+    "nothing live.",
+)
 def rebalance_apply(
-    floor, floor_for, min_pending, min_idle, cooldown, max_moves, log_path, dry_run, undo
+    floor,
+    floor_for,
+    min_pending,
+    min_idle,
+    cooldown,
+    max_moves,
+    log_path,
+    dry_run,
+    undo,
+    partitions_conf,
+    emit_dir,
 ):
     """Move the nodes with `scontrol update PartitionName=... Nodes=...` and log each move."""
     from pathlib import Path
 
-    from slurmgpu.fleet.rebalance import apply_plan, current_plan, undo_last
-    from slurmgpu.render.rebalance import render_plan
+    from slurmgpu.fleet import rebalance as lib
+    from slurmgpu.views.rebalance import render_plan
 
-    log = Path(log_path)
+    log, conf = Path(log_path), Path(partitions_conf) if partitions_conf else None
     if undo:
-        restored = undo_last(log)
-        for name, hostlist in sorted(restored.items()):
+        result = lib.undo_last(log, partitions_conf=conf)
+        for name, hostlist in sorted(result.restored.items()):
             click.echo(f"restored PartitionName={name} Nodes={hostlist}")
+        for name, hostlist in sorted(result.unchanged.items()):
+            click.echo(f"unchanged PartitionName={name} Nodes={hostlist} (already so: nothing set)")
         return
-    plan = current_plan(_opts(floor, floor_for, min_pending, min_idle, cooldown, max_moves), log)
-    if not dry_run:
-        apply_plan(plan, log)
-    click.echo(render_plan(plan, applied=not dry_run), nl=False)
+    opts = _opts(floor, floor_for, min_pending, min_idle, cooldown, max_moves)
+    plan = lib.rebalance_apply(
+        opts,
+        log,
+        partitions_conf=conf,
+        dry_run=dry_run,
+        emit_dir=Path(emit_dir) if emit_dir else None,
+    )
+    applied = not dry_run and emit_dir is None
+    click.echo(render_plan(plan, applied=applied, durable=str(conf) if conf else None), nl=False)

@@ -6,10 +6,9 @@ inside the commands.
 
 from __future__ import annotations
 
-import sys
-
 import click
 
+from slurmgpu.cli.emit_options import emit_options, exit_with
 from slurmgpu.errors import ConfigCheckError, UsageError
 
 
@@ -19,13 +18,13 @@ def _warn(message: str, *, loud: bool = False) -> None:
 
 
 def _read_inventory(snapshot_path: str | None, host_root: str | None, allow_partial: bool):
-    from slurmgpu.sources import nvml, snapshot
+    from slurmgpu.sources import accelerators, snapshot
 
     if snapshot_path and host_root is not None:
         raise UsageError("--host-root and --snapshot exclude each other: a snapshot is read as is")
     if snapshot_path:
         return snapshot.load(snapshot_path)
-    return nvml.read_inventory(host_root or "/", allow_partial=allow_partial)
+    return accelerators.read_inventory(host_root or "/", allow_partial=allow_partial)
 
 
 @click.command()
@@ -42,6 +41,13 @@ def _read_inventory(snapshot_path: str | None, host_root: str | None, allow_part
 @click.option(
     "--allow-partial", is_flag=True, help="Record the healthy GPUs when some GPU fails (loudly)."
 )
+@click.option(
+    "--vendor",
+    "vendor",
+    default="auto",
+    show_default=True,
+    help="auto (every vendor present), or a list of nvidia, amd, ascend (docs/vendors.md).",
+)
 @click.option("--nodes", help="Inventory these nodes (hostlist) through srun (docs/fleet.md).")
 @click.option(
     "--output-dir", type=click.Path(file_okay=False), help="With --nodes: NODE.json here."
@@ -57,13 +63,15 @@ def inventory(
     host_root: str,
     output: str,
     allow_partial: bool,
+    vendor: str,
     nodes: str | None,
     output_dir: str | None,
     remote_command: str,
     srun_args: tuple[str, ...],
 ) -> None:
-    """Read NVML and the host into a versioned JSON snapshot (see docs/snapshot.md)."""
-    from slurmgpu.sources import nvml, snapshot
+    """Read the accelerators (NVML, amdsmi, DCMI/npu-smi) and the host into a versioned JSON
+    snapshot (see docs/snapshot.md, docs/vendors.md)."""
+    from slurmgpu.sources import accelerators, snapshot
     from slurmgpu.util.atomic import write_atomic
 
     if nodes or output_dir:
@@ -72,7 +80,9 @@ def inventory(
         inventory_nodes(nodes, output_dir, host_root, remote_command, srun_args)
         return
 
-    inv = nvml.read_inventory(host_root, allow_partial=allow_partial)
+    inv = accelerators.read_inventory(
+        host_root, allow_partial=allow_partial, vendors=accelerators.parse_vendors(vendor)
+    )
     for warning in inv.warnings:
         _warn(warning, loud=warning.startswith("left out") or "caps minor" in warning)
     if inv.partial:
@@ -82,7 +92,15 @@ def inventory(
         click.echo(text, nl=False)
     else:
         write_atomic(output, text)
-        click.echo(f"wrote {output} ({len(inv.gpus)} GPUs)", err=True)
+        click.echo(f"wrote {output} ({len(inv.gpus)} devices)", err=True)
+
+
+def _write_task_prolog(path: str, inventories, opts) -> None:
+    from slurmgpu.render import gres
+    from slurmgpu.util.emit import emit
+
+    # the TaskProlog that sets ASCEND_RT_VISIBLE_DEVICES; `wrote PATH` or `PATH: unchanged`
+    emit(gres.render_task_prolog(list(inventories), opts), path, mode=0o755)
 
 
 def _slurm_version(text: str | None):
@@ -128,12 +146,7 @@ def _slurm_version(text: str | None):
 @click.option(
     "--check", is_flag=True, help="Validate with Slurm's own parser (slurmd -G) before installing."
 )
-@click.option(
-    "--diff",
-    "show_diff",
-    is_flag=True,
-    help="Show a unified diff against --output and write nothing.",
-)
+@emit_options
 @click.option(
     "--slurm-version",
     default=None,
@@ -177,6 +190,13 @@ def _slurm_version(text: str | None):
     is_flag=True,
     help="Generate for the healthy GPUs when some are missing (loudly).",
 )
+@click.option(
+    "--task-prolog",
+    "task_prolog",
+    default=None,
+    type=click.Path(dir_okay=False),
+    help="Also write the TaskProlog that sets ASCEND_RT_VISIBLE_DEVICES (Ascend NPUs).",
+)
 def gen_gres(
     snapshot_paths: tuple[str, ...],
     snapshot_dir: str | None,
@@ -184,6 +204,8 @@ def gen_gres(
     output: str,
     check: bool,
     show_diff: bool,
+    dry_run: bool,
+    emit_dir: str | None,
     slurm_version: str | None,
     shards_per_gpu: int | None,
     gpu_types: str,
@@ -192,6 +214,7 @@ def gen_gres(
     node_name: str | None,
     numa_as_socket: bool,
     allow_partial: bool,
+    task_prolog: str | None,
 ) -> None:
     """Generate gres.conf (and with --node-line the slurm.conf node definition).
 
@@ -200,14 +223,13 @@ def gen_gres(
     (old file kept as PATH.bak) and the node definition goes to stdout.
     """
 
-    from pathlib import Path
-
     from slurmgpu.render import gres
     from slurmgpu.sources import slurmd, snapshot
-    from slurmgpu.util.atomic import diff_against_file, write_atomic
+    from slurmgpu.util.emit import emit
 
-    if show_diff and output == "-":
-        raise UsageError("--diff needs --output PATH (the file to compare with)")
+    if (show_diff or dry_run or emit_dir) and output == "-":
+        raise UsageError("--diff, --dry-run and --emit need --output PATH (the live file)")
+    writing = {"diff": show_diff, "dry_run": dry_run, "emit_dir": emit_dir}
     opts = gres.GresOptions(
         slurm_version=_slurm_version(slurm_version),
         gpu_types=gpu_types,
@@ -225,9 +247,13 @@ def gen_gres(
                 "--host-root and --snapshot exclude each other: a snapshot is read as is"
             )
 
-        gen_cluster_gres(snapshot_paths, snapshot_dir, opts, output, check, show_diff, node_line)
+        if task_prolog:
+            _write_task_prolog(task_prolog, snapshot.load_many(snapshot_paths, snapshot_dir), opts)
+        gen_cluster_gres(snapshot_paths, snapshot_dir, opts, output, check, writing, node_line)
         return
     inv = _read_inventory(snapshot_paths[0] if snapshot_paths else None, host_root, allow_partial)
+    if task_prolog:
+        _write_task_prolog(task_prolog, [inv], opts)
     sha = snapshot.inventory_sha256(inv)
     gres_text = gres.render_gres_conf(inv, opts, inventory_sha256=sha)
     node_text = gres.render_node_conf(inv, opts, inventory_sha256=sha)
@@ -238,7 +264,7 @@ def gen_gres(
         result = slurmd.check_gres_conf(
             text,
             gres.node_line(inv, opts),
-            gres_types=gres.gres_types(opts),
+            gres_types=gres.gres_types(opts, inv),
             expected=gres.expected_records(inv, opts),
         )
         for note in result.notes:
@@ -260,12 +286,6 @@ def gen_gres(
             err=True,
         )
 
-    if show_diff:
-        sys.stdout.write(diff_against_file(output, gres_text))
-        if check:
-            validate(gres_text)
-        return
-
     if output == "-":
         if check:
             validate(gres_text)
@@ -273,12 +293,7 @@ def gen_gres(
             click.echo(node_text)
         click.echo(gres_text, nl=False)
         return
-
-    backup = write_atomic(
-        output,
-        gres_text,
-        validate=(lambda tmp: validate(Path(tmp).read_text(encoding="utf-8"))) if check else None,
-    )
-    click.echo(f"wrote {output}" + (f" (previous kept as {backup})" if backup else ""), err=True)
-    if node_line:
+    status = emit(gres_text, output, check=validate if check else None, **writing)
+    if node_line and not show_diff:
         click.echo(node_text, nl=False)
+    exit_with(status)

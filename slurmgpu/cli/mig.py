@@ -79,7 +79,7 @@ def plan(
 ) -> None:
     """Choose per-GPU MIG layouts that meet a demand with the fewest GPUs carved."""
     from slurmgpu.mig.plan import plan_nodes
-    from slurmgpu.render import mig as render_mig
+    from slurmgpu.views import mig as render_mig
 
     result = plan_nodes(
         snapshots=snapshots,
@@ -101,17 +101,9 @@ def plan(
         )
     else:
         text = render_mig.render_text(result)
-    if output == "-":
-        click.echo(text, nl=False)
-    else:
-        from slurmgpu.errors import UsageError
-        from slurmgpu.util.atomic import write_atomic
+    from slurmgpu.util.emit import emit
 
-        try:
-            write_atomic(output, text)
-        except OSError as exc:
-            raise UsageError(f"--output {output}: cannot write: {exc.strerror}") from None
-        click.echo(f"wrote {output}", err=True)
+    emit(text, output)
     if result.unmet:
         missing = ", ".join(f"{k}={v}" for k, v in result.unmet)
         click.secho(f"slurmgpu: warning: demand not met, missing {missing}", fg="yellow", err=True)
@@ -182,6 +174,16 @@ def plan(
 @click.option("--no-check", is_flag=True, help="Do not validate the new gres.conf with slurmd -G.")
 @click.option("--slurm-version", default=None, help="Target Slurm X.Y[.Z] for gres.conf.")
 @click.option("--recover", is_flag=True, help="Finish or roll back an interrupted apply.")
+@click.option(
+    "--dry-run", is_flag=True, help="Print the steps and the files' diffs; change nothing."
+)
+@click.option(
+    "--emit",
+    "emit_dir",
+    type=click.Path(file_okay=False),
+    help="Write the new gres.conf (and slurm.conf), a unified diff and the steps into this "
+    "directory; change nothing live (docs/mig.md).",
+)
 def apply(
     node: str,
     config_name: str | None,
@@ -200,6 +202,8 @@ def apply(
     no_check: bool,
     slurm_version: str | None,
     recover: bool,
+    dry_run: bool,
+    emit_dir: str | None,
 ) -> None:
     """Drain NODE, apply a MIG layout, rewrite gres.conf, restart slurmd, resume (journaled)."""
     import shlex
@@ -231,6 +235,14 @@ def apply(
         gres_options=GresOptions(slurm_version=_slurm_version(slurm_version), node_name=node),
     )
     validate = None if no_check else apply_mod.slurmd_check
+    if (dry_run or emit_dir) and recover:
+        raise UsageError("mig apply: --recover acts on a journal; no --dry-run or --emit with it")
+    if dry_run or emit_dir:
+        if emit_dir:
+            apply_mod.emit(opts, Path(emit_dir), validate_gres=validate)
+        else:
+            click.echo(apply_mod.preview(opts, validate_gres=validate).text(), nl=False)
+        return
     if recover:
         journal = apply_mod.recover(opts, validate_gres=validate)
     else:

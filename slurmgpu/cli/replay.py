@@ -139,8 +139,8 @@ WORKDIR_DEFAULT = "slurmgpu-sweep"
 @click.option("--output", "-o", default="-", show_default=True, help="File to write, or -.")
 def replay(sacct_files: tuple[str, ...], fmt: str, output: str, **params: object) -> None:
     """Predict a change's effect: replay the history (baseline) and each what-if side by side."""
-    from slurmgpu.render.replay import render_replay
     from slurmgpu.replay import replay as run_replay
+    from slurmgpu.views.replay import render_replay
 
     slurm = sweep_options(params)
     if slurm is None:

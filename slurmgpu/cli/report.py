@@ -26,8 +26,8 @@ def expand_output(path: str, when: dt.datetime) -> str:
 def write_report(path: str | os.PathLike[str], text: str, fmt: str) -> Path:
     """Write a report file atomically (mode 0644, no backup), validating JSON/Prometheus."""
     from slurmgpu.errors import SlurmgpuError, UsageError
-    from slurmgpu.render.report import check_prom_text
     from slurmgpu.util.atomic import write_atomic
+    from slurmgpu.views.report import check_prom_text
 
     target = Path(path)
     if target.is_dir():
@@ -108,11 +108,11 @@ def report(
       slurmgpu report --since 1d --format prom \\
           --output /var/lib/prometheus/node-exporter/slurmgpu.prom
     """
-    from slurmgpu.accounting import analyze
     from slurmgpu.accounting.when import parse_when
+    from slurmgpu.advice import analyze
     from slurmgpu.cli.progress import LoadProgress
     from slurmgpu.errors import UsageError
-    from slurmgpu.render.report import render_report
+    from slurmgpu.views.report import render_report
 
     now = dt.datetime.now(dt.UTC).replace(microsecond=0)
     if not sacct_files:  # live: the last 7 days unless told otherwise

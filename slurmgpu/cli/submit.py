@@ -9,7 +9,7 @@ from __future__ import annotations
 import click
 
 USAGE = (
-    "Usage: slurmgpu submit [--tier T] [--kind K] [--gpu-mem SIZE] [--policy FILE] "
+    "Usage: slurmgpu submit [--tier T] [--kind K] [--gpu-mem SIZE] [--accel SPEC] [--policy FILE] "
     "[--dry-run] [SBATCH OPTIONS...] -- SCRIPT [ARGS...]"
 )
 HELP = f"""{USAGE}
@@ -21,6 +21,9 @@ HELP = f"""{USAGE}
                    kind's GPU slice, partition and time limit where the job sets none
   --gpu-mem SIZE   GPU memory the job needs (10G): the smallest slice that holds it among
                    the cluster's GPU types (sinfo, cached 60 s) or the policy's slices
+  --accel SPEC     mem>=SIZE[,vendor=amd|nvidia|ascend][,class=npu|gpu-slice|gpu|linked-gpu]:
+                   the smallest fitting device across vendors (MIG slices, AMD partitions,
+                   Ascend NPUs, whole GPUs); the classes default to the kind's `accel`
   --policy FILE    site policy (default: $SLURMGPU_POLICY, else /etc/slurmgpu/slurmgpu.toml)
   --dry-run        print the sbatch command instead of running it
 
@@ -32,6 +35,7 @@ _OURS_WITH_VALUE = {
     "--tier": "tier",
     "--kind": "kind",
     "--gpu-mem": "gpu_mem",
+    "--accel": "accel",
     "--policy": "policy",
 }
 
@@ -74,6 +78,10 @@ class RawArgsCommand(click.Command):
     def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
         ctx.params["args"] = tuple(args)
         return []
+
+    def get_help(self, ctx: click.Context) -> str:
+        """What `slurmgpu submit --help` prints (for the CLI reference, docs/cli.md)."""
+        return HELP.rstrip("\n")
 
 
 @click.command("submit", cls=RawArgsCommand, add_help_option=False)
@@ -166,6 +174,8 @@ def plan_submission(arglist: list[str]) -> list[str]:
     gres = kind.slice.gres if kind else None
     if "gpu_mem" in ours and not given.has_gpu_request():
         gres = _slice_for_memory(ours["gpu_mem"], policy)
+    if "accel" in ours and not given.has_gpu_request():
+        gres = _device_for_request(ours["accel"], kind, policy)
     add = Additions(
         qos=qos,
         gres=gres,
@@ -196,6 +206,21 @@ def _requeued_tier(policy, tier_name: str | None, given) -> str | None:
     if tier is not None and policy.requeued_when_preempted(tier):
         return tier.name
     return None
+
+
+def _device_for_request(text: str, kind, policy) -> str:
+    """`--accel`: the --gres of the smallest fitting device across vendors (docs/vendors.md)."""
+    from slurmgpu.errors import SlurmCommandError, UsageError
+    from slurmgpu.model import accel
+    from slurmgpu.sources.cluster_gres import node_gres
+
+    request = accel.parse_request(text, default_classes=kind.accel if kind else ())
+    try:
+        nodes = node_gres()
+    except SlurmCommandError as exc:
+        raise UsageError(f"--accel needs the cluster's GRES (sinfo): {exc}") from exc
+    shards = policy.shards_per_gpu if policy else None
+    return accel.route(nodes, request, shards).gres
 
 
 def _slice_for_memory(text: str, policy) -> str:

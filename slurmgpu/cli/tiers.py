@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import click
 
+from slurmgpu.cli.emit_options import emit_options, exit_with
+
 POLICY_OPTION = click.option(
     "--policy",
     "policy_path",
@@ -58,16 +60,9 @@ def qos() -> None:
 
 
 def _plan(policy_path: str | None, prune: bool):
-    from slurmgpu.render.qos import build_plan
-    from slurmgpu.sources import sacctmgr
-    from slurmgpu.sources.slurm import scontrol_show_config
+    from slurmgpu.fleet.qos import plan
 
-    pol = _load(policy_path)
-    config = scontrol_show_config()
-    live = sacctmgr.show_qos()
-    assocs = sacctmgr.show_associations(config.get("ClusterName", ""))
-    in_use = sacctmgr.qos_in_use([q.name for q in live])
-    return build_plan(pol, live, assocs, config, in_use=in_use, prune=prune)
+    return plan(_load(policy_path), prune)
 
 
 def _print_plan(plan) -> None:
@@ -99,30 +94,55 @@ def qos_plan(policy_path: str | None, prune: bool) -> None:
 @qos.command("apply")
 @POLICY_OPTION
 @click.option("--prune", is_flag=True, help="Also delete slurmgpu's stale QOS that jobs still use.")
-def qos_apply(policy_path: str | None, prune: bool) -> None:
+@click.option("--dry-run", is_flag=True, help="Print the plan; run nothing.")
+@click.option(
+    "--emit",
+    "emit_dir",
+    type=click.Path(file_okay=False),
+    help="Write the plan's sacctmgr commands as qos-apply.sh (and the steps) into this "
+    "directory; run nothing.",
+)
+@click.option(
+    "--log",
+    "log_path",
+    default="/var/lib/slurmgpu/qos.jsonl",
+    show_default=True,
+    help="Change log (JSON lines): each round's commands and the QOS before it.",
+)
+@click.option("--undo", is_flag=True, help="Put the QOS and associations of the last apply back.")
+def qos_apply(
+    policy_path: str | None,
+    prune: bool,
+    dry_run: bool,
+    emit_dir: str | None,
+    log_path: str,
+    undo: bool,
+) -> None:
     """Run the plan's sacctmgr commands (with -i), then check that nothing is left to do."""
-    from slurmgpu.errors import SlurmgpuError
-    from slurmgpu.render.qos import format_command
-    from slurmgpu.sources.sacctmgr import run_sacctmgr
+    from pathlib import Path
 
-    plan = _plan(policy_path, prune)
-    _print_plan(plan)
-    total = 0
-    # Association QOS lists inherit: an account's qos-= also reaches its users, so a user
-    # the policy names may need a second round. Three rounds always settle a valid policy.
-    for _ in range(3):
-        if plan.nothing_to_do:
-            break
-        for cmd in plan.commands:
-            run_sacctmgr(cmd)
-            click.echo(f"ran: {format_command(cmd)}")
-        total += len(plan.commands)
-        plan = _plan(policy_path, prune)
-    if not plan.nothing_to_do:
-        left = "; ".join(format_command(c) for c in plan.commands)
-        raise SlurmgpuError(f"after apply, slurmdbd still differs from the policy: {left}")
-    if total:
-        click.echo(f"applied {total} command(s); slurmdbd matches the policy")
+    from slurmgpu.fleet.qos import qos_apply as apply
+    from slurmgpu.fleet.qos import qos_undo
+    from slurmgpu.render.qos import format_command
+
+    if undo:
+        ran = qos_undo(Path(log_path), on_run=lambda c: click.echo(f"ran: {format_command(c)}"))
+        click.echo(f"undone with {len(ran)} command(s); slurmdbd is as before the last apply")
+        return
+
+    result = apply(
+        _load(policy_path),
+        prune=prune,
+        log=Path(log_path),
+        dry_run=dry_run,
+        emit_dir=Path(emit_dir) if emit_dir else None,
+        on_plan=_print_plan,
+        on_run=lambda cmd: click.echo(f"ran: {format_command(cmd)}"),
+    )
+    if result.ran:
+        click.echo(f"applied {len(result.ran)} command(s); slurmdbd matches the policy")
+    elif dry_run and not result.first.nothing_to_do:
+        click.echo("# dry run: nothing run")
 
 
 @click.command("gen-job-submit")
@@ -137,8 +157,15 @@ def qos_apply(policy_path: str | None, prune: bool) -> None:
 )
 @click.option("--check", is_flag=True, help="Compile (luac5.1 -p) and dry-run it in Lua first.")
 @click.option("--slurm-version", help="Target Slurm release, e.g. 24.11 (default: installed).")
+@emit_options
 def gen_job_submit(
-    policy_path: str | None, output: str, check: bool, slurm_version: str | None
+    policy_path: str | None,
+    output: str,
+    check: bool,
+    slurm_version: str | None,
+    show_diff: bool,
+    dry_run: bool,
+    emit_dir: str | None,
 ) -> None:
     """Render job_submit.lua from the policy (checked and installed atomically with -o)."""
     from pathlib import Path
@@ -147,7 +174,7 @@ def gen_job_submit(
     from slurmgpu.sources import lua_check
     from slurmgpu.sources.slurm import target_slurm_version
     from slurmgpu.sources.users import uids_for
-    from slurmgpu.util.atomic import write_atomic
+    from slurmgpu.util.emit import emit
 
     pol = _load(policy_path)
     uid_of, missing = uids_for(u for t in pol.tiers for u in t.users)
@@ -172,20 +199,13 @@ def gen_job_submit(
         for runtime in runtimes:
             lua_check.dry_run(path.read_text(encoding="utf-8"), samples, runtime)
 
-    if output == "-":
-        if check:
-            import tempfile
+    def check_text(text: str) -> None:
+        import tempfile
 
-            with tempfile.TemporaryDirectory() as tmp:
-                probe = Path(tmp) / "job_submit.lua"
-                probe.write_text(text, encoding="utf-8")
-                validate(probe)
-        click.echo(text, nl=False)
-        return
-    try:
-        write_atomic(output, text, mode=0o644, validate=validate if check else None)
-    except OSError as exc:
-        from slurmgpu.errors import SlurmgpuError
+        with tempfile.TemporaryDirectory() as tmp:
+            probe = Path(tmp) / "job_submit.lua"
+            probe.write_text(text, encoding="utf-8")
+            validate(probe)
 
-        raise SlurmgpuError(f"cannot write {output}: {exc.strerror}") from exc
-    click.echo(f"wrote {output}" + (" (checked)" if check else ""), err=True)
+    writing = {"diff": show_diff, "dry_run": dry_run, "emit_dir": emit_dir}
+    exit_with(emit(text, output, check=check_text if check else None, mode=0o644, **writing))

@@ -6,6 +6,8 @@ from pathlib import Path
 
 import click
 
+from slurmgpu.cli.emit_options import emit_options, exit_with
+
 
 @click.command("gen-topology")
 @click.argument("snapshots", nargs=-1, type=click.Path(dir_okay=False))
@@ -29,7 +31,7 @@ import click
     type=click.Path(file_okay=False),
     help="Write topology.conf (and topology.yaml for Slurm >= 25.05) here, atomically.",
 )
-@click.option("--diff", is_flag=True, help="Show what would change in --output-dir; write nothing.")
+@emit_options
 def gen_topology(
     snapshots: tuple[str, ...],
     switches_file: str,
@@ -37,7 +39,9 @@ def gen_topology(
     slurm_version: str | None,
     plugin: str | None,
     output_dir: str | None,
-    diff: bool,
+    show_diff: bool,
+    dry_run: bool,
+    emit_dir: str | None,
 ) -> None:
     """Write Slurm topology files for the nodes in SNAPSHOTS.
 
@@ -77,27 +81,27 @@ def gen_topology(
     for warning in result.warnings:
         click.secho(f"slurmgpu: warning: {warning}", fg="yellow", err=True)
     if output_dir is None:
+        if show_diff or dry_run or emit_dir:
+            raise click.UsageError("--diff, --dry-run and --emit need --output-dir DIR")
         for name, text in result.files.items():
             if len(result.files) > 1:
                 click.echo(f"# ---- {name} ----")
             click.echo(text, nl=False)
         return
-    _write_outputs(Path(output_dir), result.files, diff)
+    exit_with(_write_outputs(Path(output_dir), result.files, show_diff, dry_run, emit_dir))
 
 
-def _write_outputs(directory: Path, files: dict[str, str], diff: bool) -> None:
-    from slurmgpu.util.atomic import diff_against_file, read_existing, write_atomic
+def _write_outputs(
+    directory: Path, files: dict[str, str], diff: bool, dry_run: bool, emit_dir: str | None
+) -> int:
+    from slurmgpu.util.emit import change_of, emit, emit_files
 
     if not directory.is_dir():
         raise click.UsageError(f"--output-dir {directory}: not a directory")
+    if emit_dir is not None:
+        emit_files(emit_dir, [change_of(directory / name, text) for name, text in files.items()])
+        return 0
+    status = 0
     for name, text in files.items():
-        target = directory / name
-        if diff:
-            click.echo(diff_against_file(target, text), nl=False)
-            continue
-        if read_existing(target) == text:
-            click.echo(f"{target}: unchanged", err=True)
-            continue
-        backup = write_atomic(target, text)
-        note = f" (previous kept as {backup})" if backup else ""
-        click.echo(f"{target}: written{note}", err=True)
+        status = max(status, emit(text, directory / name, diff=diff, dry_run=dry_run))
+    return status

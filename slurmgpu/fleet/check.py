@@ -11,6 +11,7 @@ import dataclasses
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 
 from slurmgpu.model.fleet import ERROR, WARNING, GpuHealth, Problem
 from slurmgpu.model.inventory import Inventory
@@ -312,7 +313,7 @@ def health_problems(node: str, health: Sequence[GpuHealth]) -> list[Problem]:
 class HealthAction:
     """What the HealthCheckProgram mode does to the node: drain, resume or nothing."""
 
-    kind: str  # "drain" | "resume" | "none"
+    kind: str  # "drain" | "resume" | "none" | "skipped" (another command holds the node)
     reason: str = ""
 
 
@@ -442,19 +443,35 @@ def check_cluster(
 
 
 def apply_health_action(
-    node: str, report: CheckReport, env: Mapping[str, str] | None = None
+    node: str,
+    report: CheckReport,
+    env: Mapping[str, str] | None = None,
+    lock_dir: Path | None = None,
 ) -> CheckReport:
-    """HealthCheckProgram mode: drain the node with the first error, or resume it when clean."""
+    """HealthCheckProgram mode: drain the node with the first error, or resume it when clean.
+
+    Holds the node's lock (`util.lock`, the one `mig apply` holds) while it acts: while
+    another command changes the node (a re-layout stops slurmd and the GPUs change under it),
+    the action is skipped, not taken (`HealthAction("skipped", why)`)."""
     from slurmgpu.sources.slurm import scontrol_show
+    from slurmgpu.util.lock import DEFAULT_LOCK_DIR, LockUnavailable, NodeLocked, node_locks
     from slurmgpu.util.proc import run
 
-    records = scontrol_show("node", node, env=env)
-    action = health_check_action(records[0] if records else {}, report.problems)
-    if action.kind == "drain":
-        run(
-            ["scontrol", "update", f"NodeName={node}", "State=DRAIN", f"Reason={action.reason}"],
-            env=env,
-        )
-    elif action.kind == "resume":
-        run(["scontrol", "update", f"NodeName={node}", "State=RESUME"], env=env)
+    def act() -> HealthAction:
+        records = scontrol_show("node", node, env=env)
+        action = health_check_action(records[0] if records else {}, report.problems)
+        if action.kind == "drain":
+            argv = ["scontrol", "update", f"NodeName={node}", "State=DRAIN"]
+            run([*argv, f"Reason={action.reason}"], env=env)
+        elif action.kind == "resume":
+            run(["scontrol", "update", f"NodeName={node}", "State=RESUME"], env=env)
+        return action
+
+    try:
+        with node_locks(lock_dir or DEFAULT_LOCK_DIR, [node], "check --health-check"):
+            action = act()
+    except NodeLocked as exc:
+        action = HealthAction("skipped", str(exc))
+    except LockUnavailable:  # no lock directory here (not root): a health check still acts
+        action = act()
     return CheckReport(report.nodes, report.problems, action)

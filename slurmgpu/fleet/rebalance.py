@@ -8,20 +8,29 @@ partition keeps its floor of nodes. `apply_plan` changes partitions with
 node lists before it, to a JSON-lines log that `undo_last` reads back.
 
 scontrol's partition changes live in slurmctld's memory: a restart without `-R` or an
-`scontrol reconfigure` goes back to slurm.conf (seen on 22.05 in the tests), so the plan also
-prints the `PartitionName=` node lists that make it permanent.
+`scontrol reconfigure` goes back to slurm.conf (seen on 22.05 in the tests). With
+`partitions_conf` (a slurm.conf include file rebalance owns) every change is also written
+there, so a reconfigure keeps it; without, the plan prints the `PartitionName=` node lists
+to put in slurm.conf. The log is the journal of `util.journal` (typed, sealed, validated);
+moved nodes are locked (`util.lock`); `undo_last` starts from the live partitions.
 """
 
 from __future__ import annotations
 
 import datetime as dt
-import json
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from slurmgpu.errors import SlurmgpuError, UsageError
-from slurmgpu.model.rebalance import Move, NodeState, Partition, PendingJob, RebalancePlan
+from slurmgpu.model.rebalance import (
+    Move,
+    NodeState,
+    Partition,
+    PendingJob,
+    RebalancePlan,
+    UndoResult,
+)
 from slurmgpu.util.hostlist import compress_hostlist, expand_hostlist
 
 
@@ -44,6 +53,11 @@ def _fits(node: NodeState, job: PendingJob) -> bool:
     return node.gpus >= job.gpus_per_node and (
         job.gpu_type is None or node.gpu_type == job.gpu_type
     )
+
+
+def _usable(names: Sequence[str], by_name: Mapping[str, NodeState]) -> int:
+    """The nodes of a partition that can run jobs: a drained or down node keeps no floor."""
+    return sum(1 for n in names if n in by_name and by_name[n].usable)
 
 
 def plan_rebalance(
@@ -96,7 +110,7 @@ def plan_rebalance(
                 for p in node.partitions
                 if p in members
                 and p not in starved
-                and len(members[p]) - 1 >= opts.floor_of(p)
+                and _usable(members[p], by_name) - 1 >= opts.floor_of(p)
                 and node.name in members[p]
             ]
             if not donors:
@@ -109,8 +123,8 @@ def plan_rebalance(
                     target,
                     f"job {job.job_id} in {target} has waited {job.pending_s} s for "
                     f"{job.nodes} node(s) x {job.gpus_per_node} GPU(s); {node.name} was idle "
-                    f"{node.idle_s} s in {source} ({len(members[source]) - 1} node(s) left "
-                    f"there, floor {opts.floor_of(source)})",
+                    f"{node.idle_s} s in {source} ({_usable(members[source], by_name) - 1} "
+                    f"usable node(s) left there, floor {opts.floor_of(source)})",
                 )
             )
             members[source].remove(node.name)  # so the floor counts this move
@@ -131,33 +145,70 @@ def plan_rebalance(
     return RebalancePlan(tuple(moves), before, after, tuple(notes))
 
 
-# -- the live cluster --------------------------------------------------------------------------
-def _log_entries(log: Path) -> list[dict]:
-    try:
-        text = log.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        return []
-    except OSError as exc:
-        raise SlurmgpuError(f"cannot read the change log {log}: {exc.strerror}") from exc
-    entries = []
-    for n, line in enumerate(text.splitlines(), 1):
-        if line.strip():
-            try:
-                entries.append(json.loads(line))
-            except ValueError as exc:
-                raise SlurmgpuError(f"{log}:{n}: not a rebalance log line: {exc}") from exc
-    return entries
+# -- the change log (util.journal: typed, sealed, validated when read back) ---------------------
+@dataclass(frozen=True)
+class LogEntry:
+    """One line of the change log: an apply (its moves with reasons, the changed partitions'
+    node lists before and after, the include file it also rewrote) or the undo of one
+    (`undoes`: the apply's time; `after`: the lists it set again)."""
+
+    time: str
+    action: str  # apply | undo
+    moves: tuple[Move, ...] = ()
+    before: dict[str, str] = field(default_factory=dict)
+    after: dict[str, str] = field(default_factory=dict)
+    undoes: str = ""
+    partitions_conf: str = ""
+
+    def check(self) -> str | None:
+        if self.action not in ("apply", "undo"):
+            return f"action {self.action!r:.30} is neither apply nor undo"
+        for label, stamp in (("time", self.time), ("undoes", self.undoes)):
+            if stamp or label == "time":
+                try:
+                    dt.datetime.fromisoformat(stamp)
+                except ValueError:
+                    return f"{label} {stamp!r:.40} is not an ISO time"
+        for label, lists in (("before", self.before), ("after", self.after)):
+            for name, hostlist in lists.items():
+                try:
+                    nodes = expand_hostlist(hostlist)
+                except ValueError:
+                    nodes = []
+                if not nodes:
+                    return (
+                        f"{label}: partition {name!r:.30} has no valid node list {hostlist!r:.40}"
+                    )
+        if self.action == "apply":
+            if not self.moves or set(self.before) != set(self.after):
+                return "an apply without moves, or with other partitions before than after"
+            for m in self.moves:
+                if not {m.source, m.target} <= set(self.before):
+                    return f"move of {m.node!r:.30}: its partitions are not in the node lists"
+        elif not self.undoes:
+            return "an undo that names no apply"
+        return None
+
+
+def _entries(log: Path) -> list[LogEntry]:
+    from slurmgpu.util.journal import read_records
+
+    return read_records(log, LogEntry)
+
+
+def _now() -> str:
+    return dt.datetime.now().isoformat(timespec="seconds")
 
 
 def recently_moved(log: Path, now: dt.datetime) -> dict[str, int]:
     """{node: seconds since it was last moved} from the change log."""
     ages: dict[str, int] = {}
-    for entry in _log_entries(log):
-        if entry.get("action") != "apply":
+    for entry in _entries(log):
+        if entry.action != "apply":
             continue
-        age = int((now - dt.datetime.fromisoformat(entry["time"])).total_seconds())
-        for move in entry.get("moves", []):
-            ages[move["node"]] = min(age, ages.get(move["node"], age))
+        age = int((now - dt.datetime.fromisoformat(entry.time)).total_seconds())
+        for move in entry.moves:
+            ages[move.node] = min(age, ages.get(move.node, age))
     return ages
 
 
@@ -177,6 +228,41 @@ def current_plan(
     )
 
 
+# -- the include file rebalance owns (durable moves) --------------------------------------------
+def partitions_conf_text(text: str, lists: Mapping[str, Sequence[str]], path: Path) -> str:
+    """The include file's text with `Nodes=` of each partition in `lists` set (every other
+    word and line as it was); a partition it has no `PartitionName=` line for is an error."""
+    out, seen = [], set()
+    for line in text.splitlines(keepends=True):
+        words = line.split()
+        key, _, name = words[0].partition("=") if words else ("", "", "")
+        if key.lower() == "partitionname" and name in lists:
+            seen.add(name)
+            kept = [w for w in words[1:] if not w.lower().startswith("nodes=")]
+            hostlist = compress_hostlist(lists[name])
+            line = " ".join([words[0], f"Nodes={hostlist}", *kept]) + "\n"
+        out.append(line)
+    missing = sorted(set(lists) - seen)
+    if missing:
+        raise UsageError(
+            f"{path}: no PartitionName= line for {', '.join(missing)}; move the lines of the "
+            "partitions rebalance may change from slurm.conf into this file (docs/rebalance.md)"
+        )
+    return "".join(out)
+
+
+def _include_change(path: Path, lists: Mapping[str, Sequence[str]]):
+    from slurmgpu.util.emit import change_of
+
+    old = change_of(path, "").old
+    if old is None:
+        raise UsageError(
+            f"--partitions-conf {path}: no such file; create it with the PartitionName= lines "
+            "of the partitions rebalance may change and `Include` it from slurm.conf"
+        )
+    return change_of(path, partitions_conf_text(old, lists, path))
+
+
 def _set_partitions(lists: Mapping[str, Sequence[str]], env: Mapping[str, str] | None) -> None:
     from slurmgpu.util.proc import run
 
@@ -189,50 +275,147 @@ def _set_partitions(lists: Mapping[str, Sequence[str]], env: Mapping[str, str] |
         )
 
 
-def _append(log: Path, entry: dict) -> None:
+def _change_live(
+    lists: Mapping[str, Sequence[str]], conf: Path | None, env: Mapping[str, str] | None
+) -> None:
+    """The include file (when there is one) and slurmctld's partitions to `lists`; the file
+    goes back to what it held when scontrol fails."""
+    from slurmgpu.util.atomic import write_atomic
+
+    change = _include_change(conf, lists) if conf is not None else None
+    if change is not None and change.changed:
+        write_atomic(change.path, change.new)
     try:
-        log.parent.mkdir(parents=True, exist_ok=True)
-        with open(log, "a", encoding="utf-8") as fh:
-            fh.write(json.dumps(entry, sort_keys=True) + "\n")
-    except OSError as exc:
-        # before any scontrol change: no move without its log line
-        raise SlurmgpuError(f"cannot write the change log {log}: {exc.strerror}") from exc
+        _set_partitions(lists, env)
+    except BaseException:
+        if change is not None and change.changed and change.old is not None:
+            write_atomic(change.path, change.old, backup=False)
+        raise
 
 
-def apply_plan(plan: RebalancePlan, log: Path, env: Mapping[str, str] | None = None) -> None:
-    """Change the partitions the plan moves nodes between; log it first (undo needs it)."""
+def _lock_dir(log: Path) -> Path:
+    return log.parent / "locks"
+
+
+def apply_plan(
+    plan: RebalancePlan,
+    log: Path,
+    env: Mapping[str, str] | None = None,
+    *,
+    partitions_conf: Path | None = None,
+) -> None:
+    """Change the partitions the plan moves nodes between, holding the moved nodes' locks:
+    log it first (undo needs it), then the include file, then scontrol."""
+    from slurmgpu.util.journal import append_record
+    from slurmgpu.util.lock import node_locks
+
     changed = sorted({m.source for m in plan.moves} | {m.target for m in plan.moves})
     if not changed:
         return
-    _append(
-        log,
-        {
-            "time": dt.datetime.now().isoformat(timespec="seconds"),
-            "action": "apply",
-            "moves": [asdict(m) for m in plan.moves],
-            "before": {p: compress_hostlist(plan.before[p]) for p in changed},
-            "after": {p: compress_hostlist(plan.after[p]) for p in changed},
-        },
+    lists = {p: plan.after[p] for p in changed}
+    if partitions_conf is not None:
+        _include_change(partitions_conf, lists)  # refuses before anything is logged or set
+    with node_locks(_lock_dir(log), [m.node for m in plan.moves], "rebalance apply"):
+        append_record(
+            log,
+            LogEntry(
+                time=_now(),
+                action="apply",
+                moves=plan.moves,
+                before={p: compress_hostlist(plan.before[p]) for p in changed},
+                after={p: compress_hostlist(plan.after[p]) for p in changed},
+                partitions_conf=str(partitions_conf or ""),
+            ),
+        )
+        _change_live(lists, partitions_conf, env)
+
+
+def emit_plan(plan: RebalancePlan, directory: Path, partitions_conf: Path | None) -> list[Path]:
+    """`rebalance apply --emit DIR`: the include file with the plan's node lists and its diff
+    into DIR, nothing live touched; installing it and one `scontrol reconfigure` on the
+    controller give the state `apply` gives."""
+    from slurmgpu.util.emit import emit_files
+
+    if partitions_conf is None:
+        raise UsageError("--emit needs --partitions-conf FILE (the include file rebalance owns)")
+    changed = sorted({m.source for m in plan.moves} | {m.target for m in plan.moves})
+    change = _include_change(partitions_conf, {p: plan.after[p] for p in changed})
+    steps = (
+        f"install {change.path.name} as {partitions_conf} on the controller",
+        "scontrol reconfigure",
     )
-    _set_partitions({p: plan.after[p] for p in changed}, env)
+    return emit_files(directory, [change], steps if change.changed else ())
 
 
-def undo_last(log: Path, env: Mapping[str, str] | None = None) -> dict[str, str]:
-    """Put back the node lists from before the last apply that was not undone yet."""
-    entries = _log_entries(log)
-    undone = {e.get("undoes") for e in entries if e.get("action") == "undo"}
-    applies = [e for e in entries if e.get("action") == "apply" and e["time"] not in undone]
+def rebalance_apply(
+    opts: RebalanceOptions,
+    log: Path,
+    *,
+    partitions_conf: Path | None = None,
+    dry_run: bool = False,
+    emit_dir: Path | None = None,
+    env: Mapping[str, str] | None = None,
+) -> RebalancePlan:
+    """`slurmgpu rebalance apply`: plan from the live queue, then apply it, or with `dry_run`
+    only plan it, or with `emit_dir` hand the include file and its diff over."""
+    plan = current_plan(opts, log, env)
+    if dry_run and partitions_conf is not None:  # what apply would refuse, a dry run says
+        changed = {m.source for m in plan.moves} | {m.target for m in plan.moves}
+        _include_change(partitions_conf, {p: plan.after[p] for p in changed})
+    if emit_dir is not None:
+        emit_plan(plan, emit_dir, partitions_conf)
+    elif not dry_run:
+        apply_plan(plan, log, env, partitions_conf=partitions_conf)
+    return plan
+
+
+def undo_last(
+    log: Path,
+    env: Mapping[str, str] | None = None,
+    *,
+    partitions_conf: Path | None = None,
+    live=None,
+) -> UndoResult:
+    """Put back the node lists from before the last apply not undone yet, where the live
+    partitions still have the apply's lists; one already as before (a reconfigure or restart
+    undid the move) is reported unchanged; one changed since by someone else stops the undo.
+    The undo is logged once scontrol has done it."""
+    from slurmgpu.sources import queue
+    from slurmgpu.util.journal import append_record
+    from slurmgpu.util.lock import node_locks
+
+    entries = _entries(log)
+    undone = {e.undoes for e in entries if e.action == "undo"}
+    applies = [e for e in entries if e.action == "apply" and e.time not in undone]
     if not applies:
         raise UsageError(f"nothing to undo in {log}")
     last = applies[-1]
-    _append(
-        log,
-        {
-            "time": dt.datetime.now().isoformat(timespec="seconds"),
-            "action": "undo",
-            "undoes": last["time"],
-            "after": last["before"],
-        },
-    )
-    _set_partitions({p: expand_hostlist(h) for p, h in last["before"].items()}, env)
-    return last["before"]
+    conf = partitions_conf or (Path(last.partitions_conf) if last.partitions_conf else None)
+    with node_locks(_lock_dir(log), [m.node for m in last.moves], "rebalance apply --undo"):
+        now = {p.name: set(p.nodes) for p in (live or queue.partitions)(env)}
+        restore, unchanged = {}, {}
+        for name, hostlist in sorted(last.before.items()):
+            have = now.get(name, set())
+            if have == set(expand_hostlist(hostlist)):
+                unchanged[name] = hostlist
+            elif have == set(expand_hostlist(last.after[name])):
+                restore[name] = hostlist
+            else:
+                raise SlurmgpuError(
+                    f"partition {name} has Nodes={compress_hostlist(sorted(have)) or '(none)'} "
+                    f"now, neither {hostlist} (before the apply of {last.time}) nor "
+                    f"{last.after[name]} (after it): changed since; not undone"
+                )
+        before = {p: expand_hostlist(h) for p, h in last.before.items()}
+        if restore:
+            _change_live({p: before[p] for p in restore}, conf, env)
+        if conf is not None:  # the file as before for every partition (also the unchanged)
+            from slurmgpu.util.atomic import write_atomic
+
+            change = _include_change(conf, before)
+            if change.changed:
+                write_atomic(conf, change.new)
+        append_record(
+            log, LogEntry(time=_now(), action="undo", undoes=last.time, after=last.before)
+        )
+    return UndoResult(restore, unchanged)

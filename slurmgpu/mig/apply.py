@@ -22,24 +22,27 @@ On a failure the steps already taken are undone in reverse (slurmd stopped again
 started, old layout through NVML, old gres.conf/slurm.conf, reconfigure, slurmd started) and
 the node is drained with a reason that names the failed step (also when the failed step was
 the drain itself: a second try usually gets through). A crash leaves the journal: `recover`
-finishes a run that got as far as starting slurmd, and rolls back any other.
+finishes a run that got as far as starting slurmd, and rolls back any other, once the journal
+has passed `util.journal`'s checks (`Journal.check`); journal text is written back only after
+the checks a fresh file gets. A run holds the node's lock (`util.lock`). `preview` says what a
+run would do (`--dry-run`, `--emit DIR`) without touching anything.
 """
 
 from __future__ import annotations
 
-import json
 import re
+import shlex
 import shutil
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 from slurmgpu.errors import SlurmgpuError, UsageError
-from slurmgpu.mig.layout import Layout, place
 from slurmgpu.model.catalog import GpuModel
 from slurmgpu.model.inventory import Inventory
+from slurmgpu.model.mig_layout import Layout, place
 
 _NODE_NAME = re.compile(r"(?i)NodeName=(\S+)")
 # slurmd releases NVML after its start from this release (25.11 release notes: the gpu plugin
@@ -107,9 +110,15 @@ class ApplyOptions:
         return self.journal_dir / f"mig-apply-{self.node}.json"
 
 
+STATES = ("running", "done", "rolled-back", "failed")
+# the release before write_gres/reconfigure were two steps journaled one `write_config`
+_LEGACY_STEPS = {"write_config": ("write_gres", "reconfigure")}
+
+
 @dataclass
 class Journal:
-    """What has been done, and what is needed to undo it (JSON on disk after every step)."""
+    """What has been done, and what is needed to undo it (JSON on disk after every step,
+    through `slurmgpu.util.journal`: sealed with its checksum, validated when read back)."""
 
     node: str
     config_name: str
@@ -125,18 +134,65 @@ class Journal:
     # stop_slurmd left slurmd running (25.11+: it holds no NVML handle); start_slurmd restarts
     slurmd_kept_running: bool = False
 
-    def save(self, path: Path) -> None:
-        from slurmgpu.util.atomic import write_atomic
+    def steps_done(self) -> list[str]:
+        return [s for step in self.done for s in _LEGACY_STEPS.get(step, (step,))]
 
-        path.parent.mkdir(parents=True, exist_ok=True)
-        write_atomic(path, json.dumps(asdict(self), indent=1) + "\n", backup=False)
+    def check(self) -> str | None:
+        """What makes no sense in this journal (None: nothing), for `util.journal`."""
+        if self.state not in STATES:
+            return f"state {self.state!r:.40} is none of {', '.join(STATES)}"
+        done = self.steps_done()
+        if done != list(STEPS[: len(done)]):
+            return f"steps done {self.done!r:.120} are not the workflow's steps in order"
+        if self.state == "done" and len(done) != len(STEPS):
+            return f"state done, but only {len(done)} of {len(STEPS)} steps were done"
+        if self.state in ("rolled-back", "failed") and not self.error:
+            return f"state {self.state} without the error that caused it"
+        if "save_old" in done and not self.old_layout:
+            return "save_old done but no old layout recorded"
+        for gpu, slices in self.old_layout.items():
+            if not gpu.isdigit():
+                return f"old layout of GPU {gpu!r:.20}: not a GPU index"
+            for item in slices or []:
+                if not (len(item) == 2 and isinstance(item[0], str) and type(item[1]) is int):
+                    return f"old layout of GPU {gpu}: {item!r:.40} is not [profile, start]"
+        if "write_gres" in done and not self.expected_gres:
+            return "write_gres done but no expected Gres recorded"
+        return None
+
+    def save(self, path: Path) -> None:
+        from slurmgpu.util.journal import write_record
+
+        write_record(path, self)
 
     @classmethod
-    def load(cls, path: Path) -> Journal:
-        try:
-            return cls(**json.loads(path.read_text(encoding="utf-8")))
-        except (OSError, ValueError, TypeError) as exc:
-            raise UsageError(f"cannot read the journal {path}: {exc}") from None
+    def load(cls, path: Path, node: str | None = None) -> Journal:
+        """The journal at `path`, validated (one JournalError line when it cannot be trusted)."""
+        from slurmgpu.util.journal import JournalError, read_record
+
+        journal = read_record(path, cls)
+        if node is not None and journal.node != node:
+            raise JournalError(f"journal {path} is of node {journal.node!r:.40}, not {node}")
+        return journal
+
+
+@dataclass(frozen=True)
+class ApplyPreview:
+    """What `mig apply` would do to a node: its steps in words and its file changes."""
+
+    node: str
+    config_name: str
+    steps: tuple[str, ...]
+    changes: tuple[Any, ...]  # util.emit.FileChange: gres.conf, and slurm.conf when it changes
+
+    def text(self) -> str:
+        """The `--dry-run` output: the steps, then each file's unified diff."""
+        lines = [f"# mig apply {self.config_name} on {self.node}: dry run, nothing changed"]
+        lines += [f"{n}. {step}" for n, step in enumerate(self.steps, 1)]
+        body = "\n".join(lines) + "\n"
+        for change in self.changes:
+            body += change.diff() or f"# {change.path}: unchanged\n"
+        return body
 
 
 # -- the mig-parted config ---------------------------------------------------------------------
@@ -305,19 +361,22 @@ class MigApply:
             if have != planned:
                 raise MigApplyFailed(f"GPU {gpu.index} shows {have or 'whole'}, not {planned}")
 
-    def write_gres(self) -> None:
+    def new_gres_conf(self, inv: Inventory, old: str | None) -> tuple[str, str]:
+        """(the gres.conf to write, the node line) for `inv`, the node's GPUs after the layout."""
         from slurmgpu.render import gres
         from slurmgpu.sources.snapshot import inventory_sha256
-        from slurmgpu.util.atomic import write_atomic
 
-        assert self.inv is not None
         opts = self.opts.gres_options or gres.GresOptions()
         if opts.node_name is None:
             opts = replace(opts, node_name=self.opts.node)
-        sha = inventory_sha256(self.inv)
-        text = gres.render_gres_conf(self.inv, opts, inventory_sha256=sha)
-        text = merge_node_gres(self.journal.old_gres_conf, self.opts.node, text)
-        line = gres.node_line(self.inv, opts)
+        text = gres.render_gres_conf(inv, opts, inventory_sha256=inventory_sha256(inv))
+        return merge_node_gres(old, self.opts.node, text), gres.node_line(inv, opts)
+
+    def write_gres(self) -> None:
+        from slurmgpu.util.atomic import write_atomic
+
+        assert self.inv is not None
+        text, line = self.new_gres_conf(self.inv, self.journal.old_gres_conf)
         self.journal.expected_gres = line.rsplit("Gres=", 1)[1]
         self._save()
         validate = self.validate_gres
@@ -400,6 +459,75 @@ class MigApply:
         if "DRAIN" in state or "DOWN" in state:
             self.slurm.resume(self.opts.node)
 
+    # what a run would do (--dry-run, --emit) -------------------------------------------------
+    def preview(self) -> ApplyPreview:
+        """The steps and file changes of a run, from the node as it is now; nothing changed
+        (the same checks as a run first: config, shared gres.conf lines, GresTypes)."""
+        from slurmgpu.mig.preview import planned_devices
+        from slurmgpu.util.emit import FileChange
+
+        self.prepare()
+        assert self.inv is not None
+        inv = self.inv
+        gpus = tuple(
+            replace(g, mig_mode_current=False, mig_mode_pending=False, mig_devices=())
+            if self.targets[g.index] is None
+            else replace(
+                g,
+                mig_mode_current=True,
+                mig_mode_pending=True,
+                mig_devices=_in_nvml_order(planned_devices(inv, g, self.targets[g.index])),
+            )
+            for g in inv.gpus
+        )
+        planned = replace(inv, gpus=gpus, warnings=(), generator=f"{inv.generator} + mig apply")
+        o = self.opts
+        old_gres = _read(o.gres_conf)
+        gres_text, line = self.new_gres_conf(planned, old_gres)
+        gres_now = line.rsplit("Gres=", 1)[1]
+        if self.validate_gres is not None:
+            self.validate_gres(gres_text, line)
+        changes = [FileChange(o.gres_conf, gres_text, old_gres)]
+        reload = "`scontrol reconfigure`"
+        if o.restart_slurmctld:
+            reload = f"`{shlex.join(o.restart_slurmctld)}` (then drain {o.node} again)"
+        node_step = f"reconfigure: {o.slurm_conf or 'slurm.conf'} unchanged (no --slurm-conf)"
+        old_conf = _read(o.slurm_conf) if o.slurm_conf is not None else None
+        if o.slurm_conf is not None and old_conf is not None:
+            new_conf, changed = replace_node_gres(old_conf, o.node, gres_now)
+            node_step = f"reconfigure: NodeName={o.node} already has Gres={gres_now}"
+            if changed:
+                changes.append(FileChange(o.slurm_conf, new_conf, old_conf))
+                node_step = (
+                    f"reconfigure: NodeName={o.node} Gres={gres_now} in {o.slurm_conf}, {reload}"
+                )
+        parted = shutil.which(o.mig_parted) if o.mig_parted else None
+        how = (
+            f"`{parted} apply -f {o.config_file} -c {o.config_name}`"
+            if parted
+            else "through NVML: "
+            + "; ".join(
+                f"GPU {i}: {_describe(layout)}" for i, layout in sorted(self.targets.items())
+            )
+        )
+        requeue = f", requeue jobs of QOS {','.join(o.requeue_qos)}" if o.requeue_qos else ""
+        steps = (
+            f"drain: scontrol update NodeName={o.node} State=DRAIN "
+            f'Reason="slurmgpu mig apply {o.config_name}"',
+            f"wait_jobs: until no job runs on {o.node} (at most {o.drain_timeout_s:g} s{requeue})",
+            f"save_old: the old layout, gres.conf and slurm.conf into {o.journal}",
+            f"stop_slurmd: `{shlex.join(o.stop_slurmd)}`",
+            f"apply_layout: {how}",
+            "inventory: NVML shows the planned slices",
+            f"write_gres: {o.gres_conf}"
+            + (" (checked with slurmd -G)" if self.validate_gres else ""),
+            node_step,
+            f"start_slurmd: `{shlex.join(o.start_slurmd)}`",
+            f"verify: scontrol shows {o.node} Gres={gres_now}, slurmd registered",
+            f"resume: scontrol update NodeName={o.node} State=RESUME",
+        )
+        return ApplyPreview(o.node, o.config_name, steps, tuple(changes))
+
     # running and undoing ---------------------------------------------------------------------
     def prepare(self) -> None:
         """Check the config against the node before anything changes (errors: nothing done)."""
@@ -446,7 +574,6 @@ class MigApply:
 
     def rollback(self) -> list[str]:
         """Undo what the journal says was done; return what could not be undone."""
-        from slurmgpu.util.atomic import write_atomic
 
         j, problems = self.journal, []
         started = set(j.done) | {j.error.split(":", 1)[0]}
@@ -467,13 +594,10 @@ class MigApply:
         if "apply_layout" in started:
             attempt("restore the old MIG layout", self._restore_layout)
         if "write_gres" in started and j.old_gres_conf is not None:
-            attempt(
-                "restore gres.conf",
-                lambda: write_atomic(self.opts.gres_conf, j.old_gres_conf, backup=False),
-            )
+            attempt("restore gres.conf", self._restore_gres_conf)
         slurm_conf, old_conf = self.opts.slurm_conf, j.old_slurm_conf
         if "reconfigure" in started and j.node_line_changed and slurm_conf and old_conf:
-            attempt("restore slurm.conf", lambda: write_atomic(slurm_conf, old_conf, backup=False))
+            attempt("restore slurm.conf", lambda: self._restore_slurm_conf(slurm_conf, old_conf))
             attempt("reload slurmctld", self._reload_controller)
         if "stop_slurmd" in started:
             attempt("start slurmd", self.start_slurmd)
@@ -494,6 +618,31 @@ class MigApply:
         self._save()
         return problems
 
+    def _restore_gres_conf(self) -> None:
+        """The old gres.conf back, checked as a fresh one is (journal text is never written
+        blind): gres.conf statements that describe this node's GPUs, accepted by `slurmd -G`
+        with the old node line (unless --no-check)."""
+        from slurmgpu.util.atomic import write_atomic
+
+        text = self.journal.old_gres_conf or ""
+        problem = gres_conf_problem(text, self.opts.node)
+        if problem:
+            raise MigApplyFailed(f"the journal's old gres.conf {problem}: not written")
+        old_line = _node_line(self.journal.old_slurm_conf, self.opts.node)
+        if self.validate_gres is not None and old_line is not None:
+            self.validate_gres(text, old_line)
+        write_atomic(self.opts.gres_conf, text, backup=False)
+
+    def _restore_slurm_conf(self, path: Path, text: str) -> None:
+        """The old slurm.conf back, once it holds this node's line (never blind)."""
+        from slurmgpu.util.atomic import write_atomic
+
+        if _node_line(text, self.opts.node) is None:
+            raise MigApplyFailed(
+                f"the journal's old slurm.conf has no NodeName={self.opts.node} line: not written"
+            )
+        write_atomic(path, text, backup=False)
+
     def _restore_layout(self) -> None:
         inv = self.inv or self.read_inventory()
         nv = self.nvml_factory()
@@ -509,8 +658,22 @@ class MigApply:
             nv.close()
 
 
+def _in_nvml_order(devices: tuple[Any, ...]) -> tuple[Any, ...]:
+    """Planned MIG devices in the order NVML enumerates created ones: by GPU-instance id
+    (as the recorded machines show), so the emitted gres.conf lists them as the live run's."""
+    ordered = sorted(devices, key=lambda d: (d.gi_id, d.ci_id))
+    return tuple(replace(d, index=i) for i, d in enumerate(ordered))
+
+
+def _describe(layout: Layout | None) -> str:
+    if layout is None:
+        return "whole (MIG off)"
+    names = sorted(p.profile.name for p in layout.placements)
+    return " + ".join(f"{names.count(n)} x {n}" for n in sorted(set(names)))
+
+
 def _placed(model: GpuModel, instances: list[tuple[str, int]]) -> Layout:
-    from slurmgpu.mig.layout import Placement
+    from slurmgpu.model.mig_layout import Placement
 
     placements = []
     for name, start in instances:
@@ -519,6 +682,43 @@ def _placed(model: GpuModel, instances: list[tuple[str, int]]) -> Layout:
             raise MigApplyFailed(f"old layout has {name}, unknown to {model.key}")
         placements.append(Placement(start, profile))
     return Layout(model.key, tuple(sorted(placements)))
+
+
+_GRES_KEYS = (
+    "Name",
+    "NodeName",
+    "AutoDetect",
+    "Type",
+    "File",
+    "Files",
+    "Count",
+    "Cores",
+)  # and Flags=, Links=...
+
+
+def gres_conf_problem(text: str, node: str) -> str | None:
+    """What makes `text` no gres.conf for `node`'s GPUs (None: it is one)."""
+    statements = [ln.strip() for ln in text.splitlines() if ln.strip() and ln.strip()[0] != "#"]
+    for ln in statements:
+        for word in ln.split():
+            key, sep, value = word.partition("=")
+            if (
+                not sep
+                or not value
+                or not (key in _GRES_KEYS or (key.isalpha() and key[0].isupper()))
+            ):
+                return f"has a line that is no gres.conf statement ({ln[:60]!r})"
+    ours = [ln for ln in statements if (_gres_nodes(ln) is None or node in _gres_nodes(ln))]
+    if not any("Name=gpu" in ln.split() for ln in ours):
+        return f"has no Name=gpu line for {node}"
+    return None
+
+
+def _node_line(conf: str | None, node: str) -> str | None:
+    for line in (conf or "").splitlines():
+        if line.split()[:1] == [f"NodeName={node}"]:
+            return line.strip()
+    return None
 
 
 def _gres_set(items) -> set[tuple[str, str | None, int]]:
@@ -595,36 +795,61 @@ def replace_node_gres(conf: str, node: str, gres: str) -> tuple[str, bool]:
     return "".join(out), changed
 
 
+def _lock(opts: ApplyOptions, what: str):
+    from slurmgpu.util.lock import node_locks
+
+    return node_locks(opts.journal_dir / "locks", [opts.node], what)
+
+
 def apply_config(opts: ApplyOptions, **kwargs: Any) -> Journal:
-    """`slurmgpu mig apply`: run the workflow for one node (refuses a pending journal)."""
-    if opts.journal.exists():
-        pending = Journal.load(opts.journal)
-        if pending.state == "running":
-            raise UsageError(
-                f"{opts.journal}: a previous mig apply of {pending.node} did not finish; "
-                "run `slurmgpu mig apply --recover` first"
-            )
-    return MigApply(opts, **kwargs).run()
+    """`slurmgpu mig apply`: run the workflow for one node, holding the node's lock (a second
+    apply of the node refuses at once), refusing a pending journal."""
+    with _lock(opts, f"mig apply {opts.config_name}"):
+        if opts.journal.exists():
+            pending = Journal.load(opts.journal, opts.node)
+            if pending.state == "running":
+                raise UsageError(
+                    f"{opts.journal}: a previous mig apply of {pending.node} did not finish; "
+                    "run `slurmgpu mig apply --recover` first"
+                )
+        return MigApply(opts, **kwargs).run()
 
 
 def recover(opts: ApplyOptions, **kwargs: Any) -> Journal:
-    """`mig apply --recover`: finish a run that started slurmd, else roll it back."""
-    if not opts.journal.exists():
-        raise UsageError(f"no journal at {opts.journal}: nothing to recover")
-    journal = Journal.load(opts.journal)
-    if journal.state != "running":
+    """`mig apply --recover`: finish a run that started slurmd, else roll it back (the journal
+    validated first: a corrupted or nonsense one is an error, nothing is done from it)."""
+    with _lock(opts, "mig apply --recover"):
+        if not opts.journal.exists():
+            raise UsageError(f"no journal at {opts.journal}: nothing to recover")
+        journal = Journal.load(opts.journal, opts.node)
+        if journal.state != "running":
+            return journal
+        runner = MigApply(replace(opts, config_name=journal.config_name), **kwargs)
+        runner.journal = journal
+        if "start_slurmd" in journal.steps_done():
+            return runner.run()
+        if not journal.error:
+            step = next((s for s in STEPS if s not in journal.steps_done()), "resume")
+            journal.error = f"{step}: the run stopped midway (mig apply --recover)"
+        problems = runner.rollback()
+        if problems:
+            raise MigApplyFailed(f"{opts.node}: rollback incomplete: {'; '.join(problems)}")
         return journal
-    runner = MigApply(replace(opts, config_name=journal.config_name), **kwargs)
-    runner.journal = journal
-    if "start_slurmd" in journal.done:
-        return runner.run()
-    if not journal.error:
-        step = next((s for s in STEPS if s not in journal.done), "resume")
-        journal.error = f"{step}: the run stopped midway (mig apply --recover)"
-    problems = runner.rollback()
-    if problems:
-        raise MigApplyFailed(f"{opts.node}: rollback incomplete: {'; '.join(problems)}")
-    return journal
+
+
+def preview(opts: ApplyOptions, **kwargs: Any) -> ApplyPreview:
+    """`mig apply --dry-run`: the steps and diffs of a run; nothing touched, no lock needed."""
+    return MigApply(opts, **kwargs).preview()
+
+
+def emit(opts: ApplyOptions, directory: Path, **kwargs: Any) -> ApplyPreview:
+    """`mig apply --emit DIR`: the new gres.conf (and slurm.conf), their diff and the steps
+    into DIR for config management; nothing live touched (docs/mig.md, "Config management")."""
+    from slurmgpu.util.emit import emit_files
+
+    result = preview(opts, **kwargs)
+    emit_files(directory, result.changes, result.steps)
+    return result
 
 
 def slurmd_check(gres_text: str, node_line: str) -> None:
@@ -632,7 +857,8 @@ def slurmd_check(gres_text: str, node_line: str) -> None:
     from slurmgpu.errors import ConfigCheckError
     from slurmgpu.sources.slurmd import check_gres_conf
 
-    result = check_gres_conf(gres_text, node_line)
+    names = {w[5:] for ln in gres_text.splitlines() for w in ln.split() if w.startswith("Name=")}
+    result = check_gres_conf(gres_text, node_line, gres_types=",".join(sorted(names)) or "gpu")
     if not result.ok:
         raise ConfigCheckError(
             "slurmd -G rejected the new gres.conf: " + " | ".join(result.errors[:3])

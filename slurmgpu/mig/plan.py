@@ -17,10 +17,10 @@ from dataclasses import dataclass
 
 from slurmgpu.errors import UsageError
 from slurmgpu.mig.demand import Demand, profile_for
-from slurmgpu.mig.layout import Layout, maximal_layouts, place
 from slurmgpu.model.catalog import GpuModel, MigProfile
-from slurmgpu.model.gpu import Gpu
+from slurmgpu.model.gpu import VENDOR_NVIDIA, Gpu
 from slurmgpu.model.inventory import Inventory
+from slurmgpu.model.mig_layout import Layout, maximal_layouts, place
 
 
 @dataclass(frozen=True)
@@ -226,6 +226,10 @@ def plan(
     names = [inv.node_name for inv in inventories]
     if len(set(names)) != len(names):
         raise UsageError(f"two snapshots describe the same node: {sorted(names)}")
+    # MIG (and mig-parted) is NVIDIA's: nodes with only AMD GPUs or Ascend NPUs are not planned
+    inventories = [inv for inv in inventories if any(g.vendor == VENDOR_NVIDIA for g in inv.gpus)]
+    if not inventories:
+        raise UsageError("no node with an NVIDIA GPU to plan MIG layouts for")
     mig_models = [
         g.model for inv in inventories for g in inv.gpus if g.model and g.model.supports_mig
     ]

@@ -12,10 +12,10 @@ from __future__ import annotations
 
 import dataclasses
 
-from slurmgpu.mig.layout import Layout, Placement
 from slurmgpu.mig.plan import NodePlan
 from slurmgpu.model.gpu import Gpu, MigDevice
 from slurmgpu.model.inventory import Inventory
+from slurmgpu.model.mig_layout import Layout, Placement
 from slurmgpu.sources.nvml import mig_caps_paths
 
 MINORS_PER_GPU = 135

@@ -90,6 +90,7 @@ class GpuModel:
     memory_slices: int = 0  # MIG memory slices (the placement grid)
     note: str = ""
     mig_source: str = ""
+    fabric: str = ""  # nvlink / xgmi: GPUs on linked baseboards (SXM, OAM)
 
     def profile(self, name: str) -> MigProfile | None:
         return next((p for p in self.mig_profiles if p.name == name), None)
@@ -167,6 +168,7 @@ def _model(raw: dict[str, Any]) -> GpuModel:
             memory_slices=memory,
             note=raw.get("note", ""),
             mig_source=mig.get("source", ""),
+            fabric=raw.get("fabric", ""),
         )
     except KeyError as exc:
         raise CatalogError(f"{where}: missing key {exc.args[0]!r}") from None

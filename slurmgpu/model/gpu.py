@@ -1,6 +1,9 @@
-"""A GPU as NVML reports it: identity, memory, PCI/NUMA placement, MIG devices, NVLinks.
+"""An accelerator device: identity, memory, PCI/NUMA placement, MIG devices, links.
 
-Pure data (no I/O): `slurmgpu.sources.nvml` fills it through pynvml.
+`Gpu` is one device of any vendor (`vendor`: nvidia, amd, ascend). NVIDIA GPUs come from NVML
+(`slurmgpu.sources.nvml`), AMD GPUs from amdsmi (`sources.amdsmi`; one `Gpu` per logical GPU
+of a compute partition), Ascend NPUs from DCMI or `npu-smi` (`sources.dcmi`,
+`sources.npu_smi`). Pure data (no I/O).
 """
 
 from __future__ import annotations
@@ -16,6 +19,40 @@ REMOTE_NVSWITCH = "NVSWITCH"
 REMOTE_IBMNPU = "IBMNPU"
 REMOTE_UNKNOWN = "UNKNOWN"
 REMOTE_TYPES = (REMOTE_GPU, REMOTE_NVSWITCH, REMOTE_IBMNPU, REMOTE_UNKNOWN)
+
+VENDOR_NVIDIA = "nvidia"
+VENDOR_AMD = "amd"
+VENDOR_ASCEND = "ascend"
+VENDORS = (VENDOR_NVIDIA, VENDOR_AMD, VENDOR_ASCEND)
+# the Slurm GRES name of each vendor's devices (Ascend has no upstream plugin: plain `npu`)
+GRES_NAME = {VENDOR_NVIDIA: "gpu", VENDOR_AMD: "gpu", VENDOR_ASCEND: "npu"}
+# the device file of device minor N, per vendor: NVIDIA /dev/nvidiaN, AMD the DRM render node
+# (major 226, minors from 128), Ascend /dev/davinciN (N = the NPU's physical id)
+DEVICE_FILE = {
+    VENDOR_NVIDIA: "/dev/nvidia{}",
+    VENDOR_AMD: "/dev/dri/renderD{}",
+    VENDOR_ASCEND: "/dev/davinci{}",
+}
+# peer links that are not NVLink: AMD Infinity Fabric (XGMI), Huawei HCCS
+LINK_XGMI = "XGMI"
+LINK_HCCS = "HCCS"
+LINK_KINDS = (LINK_XGMI, LINK_HCCS)
+# AMD MI300 compute partition modes and the logical GPUs each makes of one package
+COMPUTE_PARTITIONS = {"SPX": 1, "DPX": 2, "TPX": 3, "QPX": 4, "CPX": 8}
+MEMORY_PARTITIONS = ("NPS1", "NPS2", "NPS4", "NPS8")
+
+
+@dataclass(frozen=True)
+class PeerLink:
+    """A direct device-to-device link that is not NVLink: XGMI (AMD) or HCCS (Ascend).
+
+    `count` is the number of links between the two devices (one per pair on a fully meshed
+    MI300X or Atlas 800T A2 board); Slurm's `Links=` takes it as is.
+    """
+
+    remote_pci_bus_id: str
+    kind: str  # one of LINK_KINDS
+    count: int = 1
 
 
 @dataclass(frozen=True)
@@ -76,10 +113,27 @@ class Gpu:
     mig_mode_pending: bool = False
     mig_devices: tuple[MigDevice, ...] = ()
     nvlinks: tuple[NvLink, ...] = ()
+    # -- since schema 2 (absent in older snapshots: an NVIDIA GPU) --------------------------
+    vendor: str = VENDOR_NVIDIA
+    peer_links: tuple[PeerLink, ...] = ()
+    # AMD MI300: the package's compute/memory partition modes and this logical GPU's
+    # partition id (the BDF's function number in amdsmi); None on unpartitioned parts
+    compute_partition: str | None = None
+    memory_partition: str | None = None
+    partition_id: int | None = None
 
     @property
     def device_file(self) -> str:
-        return f"/dev/nvidia{self.minor_number}"
+        return DEVICE_FILE.get(self.vendor, DEVICE_FILE[VENDOR_NVIDIA]).format(self.minor_number)
+
+    @property
+    def gres_name(self) -> str:
+        """`gpu` (NVIDIA, AMD) or `npu` (Ascend)."""
+        return GRES_NAME.get(self.vendor, "gpu")
+
+    @property
+    def is_npu(self) -> bool:
+        return self.vendor == VENDOR_ASCEND
 
     @property
     def model(self) -> GpuModel | None:
@@ -95,5 +149,6 @@ class Gpu:
 
     @property
     def label(self) -> str:
-        """How messages name this GPU: `GPU 3 (00000000:4E:00.0)`."""
-        return f"GPU {self.index} ({self.pci_bus_id})"
+        """How messages name this device: `GPU 3 (00000000:4E:00.0)`, `NPU 2 (...)`."""
+        kind = "NPU" if self.is_npu else "GPU"
+        return f"{kind} {self.index} ({self.pci_bus_id})"

@@ -7,7 +7,23 @@ from dataclasses import dataclass
 from slurmgpu.model.gpu import Gpu
 from slurmgpu.model.host import Host
 
-SCHEMA_VERSION = 1
+# 2: devices of several vendors (`gpus[].vendor`, `peer_links`, AMD partitions; `drivers`)
+SCHEMA_VERSION = 2
+
+
+@dataclass(frozen=True)
+class VendorDriver:
+    """The driver and management library one non-NVIDIA vendor's devices were read through.
+
+    `device_count` is what the library counted (amdsmi processor handles, DCMI devices,
+    `npu-smi` rows): how a snapshot knows a device is missing, as `nvml_device_count` does.
+    """
+
+    vendor: str
+    driver_version: str
+    library: str  # amdsmi, dcmi, npu-smi
+    library_version: str
+    device_count: int | None = None
 
 
 @dataclass(frozen=True)
@@ -21,7 +37,7 @@ class SkippedGpu:
 
 @dataclass(frozen=True)
 class Inventory:
-    """NVML + host facts of one node; what `slurmgpu inventory` saves and gen-gres reads."""
+    """Accelerator + host facts of one node; what `slurmgpu inventory` saves and gen-gres reads."""
 
     generator: str
     driver_version: str
@@ -33,12 +49,20 @@ class Inventory:
     # nvmlDeviceGetCount() when the inventory was taken: how a snapshot knows a GPU is
     # missing from `gpus` (None in snapshots written before it was recorded)
     nvml_device_count: int | None = None
+    # since schema 2: AMD and Ascend drivers (NVIDIA's stay in driver_version / nvml_version,
+    # which are empty strings on a node without NVIDIA GPUs)
+    drivers: tuple[VendorDriver, ...] = ()
     schema_version: int = SCHEMA_VERSION
 
     @property
     def node_name(self) -> str:
         """The node this inventory describes (its short host name)."""
         return self.host.hostname
+
+    @property
+    def vendors(self) -> tuple[str, ...]:
+        """The vendors of the devices, in first-appearance order."""
+        return tuple(dict.fromkeys(g.vendor for g in self.gpus))
 
     @property
     def partial(self) -> bool:

@@ -97,6 +97,9 @@ class JobKind:
     partition: str | None = None
     time_limit_min: int | None = None
     description: str = ""
+    # accelerator classes (slurmgpu.model.accel.CLASSES) `submit --accel` may route this kind
+    # to, e.g. inference: npu, gpu-slice; training: linked-gpu (empty: any)
+    accel: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)

@@ -27,6 +27,7 @@ class NodeState:
     gpus: int
     gpu_type: str | None
     idle_s: int  # since its last job ended (LastBusyTime)
+    usable: bool = True  # not drained, down, failed or not responding: counts for a floor
 
 
 @dataclass(frozen=True)
@@ -53,3 +54,11 @@ class RebalancePlan:
     before: dict[str, tuple[str, ...]]
     after: dict[str, tuple[str, ...]]
     notes: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class UndoResult:
+    """What `rebalance apply --undo` did, partition by partition, from the live state."""
+
+    restored: dict[str, str]  # partition -> the node list set again
+    unchanged: dict[str, str]  # partition -> its node list, already as before the apply

@@ -20,7 +20,16 @@ import re
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-from slurmgpu.model.gpu import REMOTE_TYPES
+from slurmgpu.model.gpu import (
+    COMPUTE_PARTITIONS,
+    LINK_KINDS,
+    MEMORY_PARTITIONS,
+    REMOTE_TYPES,
+    VENDOR_AMD,
+    VENDOR_ASCEND,
+    VENDOR_NVIDIA,
+    VENDORS,
+)
 from slurmgpu.model.inventory import Inventory
 
 _UUID = r"[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}"
@@ -59,6 +68,12 @@ MIG_UUID = Pattern(
     rf"MIG-(?:{_UUID}|GPU-{_UUID}/\d+/\d+)", 64, "a MIG UUID (MIG-xxxxxxxx-xxxx-...)"
 )
 PCI_BUS_ID = Pattern(_PCI, 16, "a PCI bus id like 00000000:07:00.0")
+# amdsmi_get_gpu_device_uuid: a plain 8-4-4-4-12 UUID
+AMD_UUID = Pattern(_UUID, 36, "an AMD GPU UUID (xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx)")
+# Ascend: "NPU-" and the five words of the chip's die id (dcmi_get_device_die_v2), or empty
+# when only `npu-smi info` was read (it prints no id)
+NPU_ID = Pattern(r"(?:NPU(?:-[0-9A-Fa-f]{1,8}){5})?", 50, "an NPU id (NPU- and 5 hex words)")
+UUIDS = {VENDOR_NVIDIA: GPU_UUID, VENDOR_AMD: AMD_UUID, VENDOR_ASCEND: NPU_ID}
 # NVML_DEVICE_NAME_V2_BUFFER_SIZE is 96; names are like "NVIDIA A100-SXM4-40GB"
 GPU_NAME = Pattern(
     r"[A-Za-z0-9][A-Za-z0-9 ._()/+-]*", 95, "a GPU name (letters, digits, spaces, . _ ( ) / + -)"
@@ -70,13 +85,22 @@ MIG_MINOR_KEY = Pattern(
     "a mig-minors entry like gpu0/gi1/access",
 )
 DEVICE_NODE = Pattern(
-    r"/dev/nvidia[a-z0-9-]*|/dev/nvidia-caps/nvidia-cap\d+", 64, "an NVIDIA device node path"
+    r"/dev/nvidia[a-z0-9-]*|/dev/nvidia-caps/nvidia-cap\d+"
+    r"|/dev/dri/renderD\d+|/dev/dri/card\d+|/dev/kfd"
+    r"|/dev/davinci\d+|/dev/davinci_manager|/dev/devmm_svm|/dev/hisi_hdc",
+    64,
+    "an accelerator device node path (/dev/nvidia*, /dev/dri/*, /dev/kfd, /dev/davinci*, ...)",
 )
+LIBRARIES = ("amdsmi", "dcmi", "npu-smi")
 # free text (warnings, reasons, generator): printed in comments, so one printable line
 TEXT = Pattern(r"[^\x00-\x1f\x7f\u0085\u2028\u2029]*", 1000, "one line of printable text")
 
 # (low, high) inclusive ranges. Device minors: /dev/nvidia0..254 (255 is nvidiactl).
 NVIDIA_MINORS = (0, 254)
+# DRM render nodes start at minor 128; Ascend /dev/davinciN by physical id
+MINORS = {VENDOR_NVIDIA: NVIDIA_MINORS, VENDOR_AMD: (128, 1 << 20), VENDOR_ASCEND: (0, 1023)}
+PARTITION_ID = (0, 7)
+PEER_LINK_COUNT = (1, 64)
 GPU_INDEX = (0, 1023)
 MEMORY_MIB_GPU = (1, 16 * 1024 * 1024)  # up to 16 TiB per GPU
 MEMORY_MIB_HOST = (1, 1 << 40)  # Slurm's RealMemory is a 64-bit MiB count
@@ -121,14 +145,29 @@ def problems(inv: Inventory) -> list[str]:
 
 def _top(inv: Inventory) -> Iterator[str]:
     yield from _text("generator", inv.generator, TEXT)
-    yield from _text("driver_version", inv.driver_version, VERSION)
-    yield from _text("nvml_version", inv.nvml_version, VERSION)
+    nvidia = any(g.vendor == VENDOR_NVIDIA for g in inv.gpus) or not inv.drivers
+    for name in ("driver_version", "nvml_version"):
+        value = getattr(inv, name)
+        if value or nvidia:  # empty on a node read without NVML (no NVIDIA GPU)
+            yield from _text(name, value, VERSION)
+    seen_vendor: dict[object, str] = {}
+    for i, d in enumerate(inv.drivers):
+        p = f"drivers[{i}]"
+        if d.vendor not in VENDORS or d.vendor == VENDOR_NVIDIA:
+            yield f"{p}.vendor: expected amd or ascend, got {d.vendor[:30]!r}"
+        yield from _unique(seen_vendor, d.vendor, f"{p}.vendor", "vendor")
+        yield from _text(f"{p}.driver_version", d.driver_version, VERSION)
+        yield from _text(f"{p}.library_version", d.library_version, VERSION)
+        if d.library not in LIBRARIES:
+            yield f"{p}.library: expected one of {', '.join(LIBRARIES)}, got {d.library[:30]!r}"
+        yield from _range(f"{p}.device_count", d.device_count, DEVICE_COUNT)
     yield from _range("nvml_device_count", inv.nvml_device_count, DEVICE_COUNT)
     for i, warning in enumerate(inv.warnings):
         yield from _text(f"warnings[{i}]", warning, TEXT)
     seen: dict[object, str] = {}
     for i, gpu in enumerate(inv.gpus):
-        seen.setdefault(gpu.index, f"gpus[{i}]")
+        if gpu.vendor == VENDOR_NVIDIA:  # skipped_gpus are NVML's
+            seen.setdefault(gpu.index, f"gpus[{i}]")
     for i, s in enumerate(inv.skipped_gpus):
         path = f"skipped_gpus[{i}]"
         yield from _range(f"{path}.index", s.index, GPU_INDEX)
@@ -172,18 +211,25 @@ def _gpus(inv: Inventory) -> Iterator[str]:
     seen: dict[str, dict[object, str]] = {k: {} for k in ("index", "minor", "uuid", "pci")}
     for i, gpu in enumerate(inv.gpus):
         p = f"gpus[{i}]"
+        if gpu.vendor not in VENDORS:
+            yield f"{p}.vendor: expected one of {', '.join(VENDORS)}, got {gpu.vendor[:30]!r}"
+            continue
         yield from _range(f"{p}.index", gpu.index, GPU_INDEX)
-        yield from _range(f"{p}.minor_number", gpu.minor_number, NVIDIA_MINORS)
-        yield from _text(f"{p}.uuid", gpu.uuid, GPU_UUID)
+        yield from _range(f"{p}.minor_number", gpu.minor_number, MINORS[gpu.vendor])
+        yield from _text(f"{p}.uuid", gpu.uuid, UUIDS[gpu.vendor])
+        yield from _vendor_fields(p, gpu)
         yield from _text(f"{p}.name", gpu.name, GPU_NAME)
         yield from _range(f"{p}.memory_mib", gpu.memory_mib, MEMORY_MIB_GPU)
         yield from _text(f"{p}.pci_bus_id", gpu.pci_bus_id, PCI_BUS_ID)
         yield from _range(f"{p}.numa_node", gpu.numa_node, NUMA_ID)
         if gpu.numa_node is not None and numa and gpu.numa_node not in numa:
             yield f"{p}.numa_node: {gpu.numa_node} is not in host.numa_nodes"
-        yield from _unique(seen["index"], gpu.index, f"{p}.index", "index")
-        yield from _unique(seen["minor"], gpu.minor_number, f"{p}.minor_number", "minor")
-        yield from _unique(seen["uuid"], gpu.uuid.lower(), f"{p}.uuid", "UUID")
+        yield from _unique(seen["index"], key_of(gpu, gpu.index), f"{p}.index", "index")
+        yield from _unique(
+            seen["minor"], key_of(gpu, gpu.minor_number), f"{p}.minor_number", "minor"
+        )
+        if gpu.uuid:
+            yield from _unique(seen["uuid"], gpu.uuid.lower(), f"{p}.uuid", "UUID")
         yield from _unique(seen["pci"], gpu.pci_bus_id.upper(), f"{p}.pci_bus_id", "PCI id")
         stray = sorted(set(gpu.cpu_affinity) - cpus)
         if stray:
@@ -200,6 +246,46 @@ def _gpus(inv: Inventory) -> Iterator[str]:
                     f"{lp}.remote_type: expected one of {', '.join(REMOTE_TYPES)}, "
                     f"got {link.remote_type[:30]!r}"
                 )
+
+
+def key_of(gpu, number: int) -> str:
+    """How a per-vendor number is shown and compared: `4` (NVIDIA), `amd 4`, `ascend 4`."""
+    return str(number) if gpu.vendor == VENDOR_NVIDIA else f"{gpu.vendor} {number}"
+
+
+def _vendor_fields(p: str, gpu) -> Iterator[str]:
+    """Schema-2 fields: peer links (XGMI/HCCS), AMD partitions, and what only NVIDIA has."""
+    if gpu.vendor != VENDOR_NVIDIA and (gpu.mig_devices or gpu.nvlinks or gpu.mig_mode_current):
+        yield f"{p}: MIG and NVLink are NVIDIA's; a {gpu.vendor} device has neither"
+    seen: dict[object, str] = {}
+    for j, link in enumerate(gpu.peer_links):
+        lp = f"{p}.peer_links[{j}]"
+        if link.kind not in LINK_KINDS:
+            yield f"{lp}.kind: expected one of {', '.join(LINK_KINDS)}, got {link.kind[:30]!r}"
+        yield from _text(f"{lp}.remote_pci_bus_id", link.remote_pci_bus_id, PCI_BUS_ID)
+        yield from _range(f"{lp}.count", link.count, PEER_LINK_COUNT)
+        yield from _unique(seen, link.remote_pci_bus_id.upper(), f"{lp}.remote_pci_bus_id", "peer")
+    parts = (gpu.compute_partition, gpu.memory_partition, gpu.partition_id)
+    if gpu.vendor != VENDOR_AMD and any(v is not None for v in parts):
+        yield f"{p}: compute/memory partitions are AMD's; a {gpu.vendor} device has none"
+    if gpu.compute_partition is not None and gpu.compute_partition not in COMPUTE_PARTITIONS:
+        yield (
+            f"{p}.compute_partition: expected one of {', '.join(COMPUTE_PARTITIONS)}, "
+            f"got {gpu.compute_partition[:30]!r}"
+        )
+    if gpu.memory_partition is not None and gpu.memory_partition not in MEMORY_PARTITIONS:
+        yield (
+            f"{p}.memory_partition: expected one of {', '.join(MEMORY_PARTITIONS)}, "
+            f"got {gpu.memory_partition[:30]!r}"
+        )
+    yield from _range(f"{p}.partition_id", gpu.partition_id, PARTITION_ID)
+    if gpu.partition_id is not None and gpu.compute_partition:
+        most = COMPUTE_PARTITIONS.get(gpu.compute_partition, 8)
+        if gpu.partition_id >= most:
+            yield (
+                f"{p}.partition_id: {gpu.partition_id} but {gpu.compute_partition} makes "
+                f"{most} partition(s)"
+            )
 
 
 def _mig(inv: Inventory) -> Iterator[str]:
@@ -255,6 +341,10 @@ def _mig(inv: Inventory) -> Iterator[str]:
 
 
 _NVIDIA_DEV = re.compile(r"^/dev/nvidia(\d+)$")
+_VENDOR_DEV = {
+    VENDOR_AMD: re.compile(r"^/dev/dri/renderD(\d+)$"),
+    VENDOR_ASCEND: re.compile(r"^/dev/davinci(\d+)$"),
+}
 
 
 def missing_gpus(inv: Inventory) -> list[str]:
@@ -265,7 +355,9 @@ def missing_gpus(inv: Inventory) -> list[str]:
     with no GPU (or a GPU without its device node).
     """
     out = []
-    described = len(inv.gpus) + len(inv.skipped_gpus)
+    nvidia = [g for g in inv.gpus if g.vendor == VENDOR_NVIDIA]
+    described = len(nvidia) + len(inv.skipped_gpus)
+    out.extend(_missing_other_vendors(inv))
     if inv.nvml_device_count is not None and described != inv.nvml_device_count:
         out.append(
             f"NVML counted {inv.nvml_device_count} GPU(s) (nvml_device_count) but the "
@@ -275,7 +367,7 @@ def missing_gpus(inv: Inventory) -> list[str]:
         int(m.group(1)) for m in map(_NVIDIA_DEV.match, inv.host.device_nodes) if m is not None
     }
     if dev_minors:
-        gpu_minors = {g.minor_number for g in inv.gpus}
+        gpu_minors = {g.minor_number for g in nvidia}
         orphan = sorted(dev_minors - gpu_minors)
         if len(orphan) > len(inv.skipped_gpus):
             out.append(
@@ -288,4 +380,35 @@ def missing_gpus(inv: Inventory) -> list[str]:
                 f"GPU(s) with minor {', '.join(map(str, absent))} have no /dev/nvidiaN "
                 "device node in host.device_nodes"
             )
+    return out
+
+
+def _missing_other_vendors(inv: Inventory) -> list[str]:
+    """AMD/Ascend: the library's device count and the device nodes against the devices."""
+    out = []
+    for d in inv.drivers:
+        mine = [g for g in inv.gpus if g.vendor == d.vendor]
+        if d.device_count is not None and d.device_count != len(mine):
+            out.append(
+                f"{d.library} counted {d.device_count} {d.vendor} device(s) "
+                f"(drivers[].device_count) but the snapshot describes {len(mine)}"
+            )
+        pattern = _VENDOR_DEV.get(d.vendor)
+        if pattern is None:
+            continue
+        nodes = {int(m.group(1)) for m in map(pattern.match, inv.host.device_nodes) if m}
+        if not nodes:
+            continue
+        minors = {g.minor_number for g in mine}
+        orphan = sorted(nodes - minors)
+        # AMD: card/render nodes of non-accelerator devices (a BMC's VGA) are not GPUs
+        if orphan and d.vendor == VENDOR_ASCEND:
+            out.append(
+                f"device node(s) {', '.join(f'/dev/davinci{m}' for m in orphan)} have no NPU "
+                "in the snapshot"
+            )
+        absent = sorted(minors - nodes)
+        if absent:
+            shown = ", ".join(g.device_file for g in mine if g.minor_number in absent)
+            out.append(f"{d.vendor} device(s) without a device node in host.device_nodes: {shown}")
     return out

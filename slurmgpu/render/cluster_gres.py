@@ -141,12 +141,12 @@ def render_cluster_gres(
         "cluster-nodes.conf.j2",
         header=["slurm.conf node definitions " + header[0], *header[1:]],
         groups=groups,
-        gres_types=gres.gres_types(opts),
+        gres_types=gres.gres_types(opts, list(inventories)),
     )
     return ClusterGres(
         groups=tuple(groups),
         gres_conf=gres_conf,
         node_conf=node_conf,
-        gres_types=gres.gres_types(opts),
+        gres_types=gres.gres_types(opts, list(inventories)),
         warnings=warnings,
     )

@@ -8,6 +8,10 @@ Every Slurm-specific choice is computed here and explained in a comment of the o
   AutoDetect=nvml leaves them 0 because an NVSwitch's bus id is not another GPU's.
 - Cores= are Slurm's abstract core ids, widened to whole sockets where the target Slurm
   rejects partial sockets (gres.c _check_core_range_matches_sock, 24.05.5+).
+- Other vendors (docs/vendors.md): AMD GPUs are `Name=gpu File=/dev/dri/renderD<minor>` with
+  XGMI `Links=` (one line per logical GPU of a compute partition, typed `mi300x_cpx`); Ascend
+  NPUs are `Name=npu File=/dev/davinci<phy id>` with HCCS `Links=`. Links= count within one
+  GRES name (Slurm indexes them among the node's records of that name).
 """
 
 from __future__ import annotations
@@ -17,7 +21,15 @@ from dataclasses import dataclass, field
 
 from slurmgpu import __version__
 from slurmgpu.errors import InventoryError, UsageError
-from slurmgpu.model.gpu import REMOTE_GPU, REMOTE_NVSWITCH, Gpu, MigDevice
+from slurmgpu.model.gpu import (
+    REMOTE_GPU,
+    REMOTE_NVSWITCH,
+    VENDOR_AMD,
+    VENDOR_ASCEND,
+    VENDOR_NVIDIA,
+    Gpu,
+    MigDevice,
+)
 from slurmgpu.model.gres_record import GresDevice
 from slurmgpu.model.inventory import Inventory
 from slurmgpu.model.validate import GRES_TYPE, HOST_NAME, missing_gpus
@@ -102,6 +114,11 @@ class GresRecord:
     links: tuple[int, ...] | None = None
     notes: tuple[str, ...] = ()
 
+    @property
+    def name(self) -> str:
+        """The GRES name: `gpu`, or `npu` for an Ascend NPU."""
+        return self.gpu.gres_name
+
 
 @dataclass
 class GresPlan:
@@ -121,11 +138,19 @@ def gpu_type(gpu: Gpu, style: str = "short") -> str:
     """`a100` (catalogue short type) or `nvidia_a100-sxm4-40gb` (Slurm autodetect style)."""
     model = gpu.model
     if style == "full":
-        return model.autodetect_type if model else _underscorify(gpu.name)
-    if model:
-        return model.short_type
-    # unknown model: drop the vendor word, keep something a user can type
-    return _underscorify(re.sub(r"^(NVIDIA\s+)(GeForce\s+)?", "", gpu.name)) or "gpu"
+        base = model.autodetect_type if model else _underscorify(gpu.name)
+    elif model:
+        base = model.short_type
+    else:  # unknown model: drop the vendor word, keep something a user can type
+        base = (
+            _underscorify(re.sub(r"^((NVIDIA|AMD)\s+)?(GeForce\s+|Instinct\s+)?", "", gpu.name))
+            or gpu.gres_name
+        )
+    # a logical GPU of an MI300 compute partition is a smaller device: its own type, so a
+    # job asking for whole mi300x GPUs never gets a CPX slice
+    if gpu.compute_partition and gpu.compute_partition != "SPX":
+        return f"{base}_{gpu.compute_partition.lower()}"
+    return base
 
 
 def mig_type(gpu: Gpu, mig: MigDevice, style: str = "short") -> str:
@@ -145,7 +170,8 @@ def gpu_cores(inv: Inventory, gpu: Gpu, opts: GresOptions) -> tuple[tuple[int, .
     all_cores = tuple(range(sockets * per_socket))
     exact = tuple(host.abstract_cores(gpu.cpu_affinity, numa_as_socket=opts.numa_as_socket))
     if not exact:
-        return all_cores, f"{gpu.label}: NVML reports no CPU affinity; Cores= lists every core"
+        source = {VENDOR_NVIDIA: "NVML", VENDOR_AMD: "amdsmi"}.get(gpu.vendor, "DCMI/npu-smi")
+        return all_cores, f"{gpu.label}: {source} reports no CPU affinity; Cores= lists every core"
     touched = sorted({c // per_socket for c in exact})
     unit = "NUMA node" if opts.numa_as_socket else "socket"
     if opts.slurm_version >= ONE_SOCKET_FROM:
@@ -175,6 +201,15 @@ def _switches(gpu: Gpu) -> set[str]:
         for link in gpu.active_nvlinks
         if link.remote_type == REMOTE_NVSWITCH
     }
+
+
+def link_count(a: Gpu, b: Gpu) -> int:
+    """Links between two devices of one GRES name: NVLink, XGMI or HCCS (0: none)."""
+    if a.vendor != b.vendor:
+        return 0
+    if a.vendor == VENDOR_NVIDIA:
+        return nvlink_count(a, b)
+    return sum(link.count for link in a.peer_links if link.remote_pci_bus_id == b.pci_bus_id)
 
 
 def nvlink_count(a: Gpu, b: Gpu) -> int:
@@ -246,20 +281,29 @@ def _entries(inv: Inventory, opts: GresOptions, plan: GresPlan) -> list[Entry]:
     return entries
 
 
-def _link_rows(entries: list[Entry]) -> list[tuple[int, ...]] | None:
-    """Links= per record (-1 self), or None when no pair is NVLink-connected (PCIe boards)."""
-    rows: list[tuple[int, ...]] = []
-    for i, (gpu, mig) in enumerate(entries):
-        row = []
-        for j, (other, other_mig) in enumerate(entries):
-            if i == j:
-                row.append(-1)
-            elif mig is not None or other_mig is not None:
-                row.append(0)  # MIG devices do no peer-to-peer over NVLink (Slurm: same)
-            else:
-                row.append(nvlink_count(gpu, other))
-        rows.append(tuple(row))
-    return rows if any(v > 0 for row in rows for v in row) else None
+def _link_rows(entries: list[Entry]) -> list[tuple[int, ...] | None]:
+    """Links= per record (-1 self), counted among the records of the same GRES name; None for
+    every record of a name where no pair is linked (PCIe boards)."""
+    out: list[tuple[int, ...] | None] = [None] * len(entries)
+    for name in dict.fromkeys(gpu.gres_name for gpu, _mig in entries):
+        group = [i for i, (gpu, _mig) in enumerate(entries) if gpu.gres_name == name]
+        rows: list[tuple[int, ...]] = []
+        for i in group:
+            gpu, mig = entries[i]
+            row = []
+            for j in group:
+                other, other_mig = entries[j]
+                if i == j:
+                    row.append(-1)
+                elif mig is not None or other_mig is not None:
+                    row.append(0)  # MIG devices do no peer-to-peer over NVLink (Slurm: same)
+                else:
+                    row.append(link_count(gpu, other))
+            rows.append(tuple(row))
+        if any(v > 0 for row in rows for v in row):
+            for i, row in zip(group, rows, strict=True):
+                out[i] = row
+    return out
 
 
 def _layout_warnings(inv: Inventory) -> list[str]:
@@ -302,7 +346,7 @@ def plan_gres(inv: Inventory, opts: GresOptions) -> GresPlan:
                 gres_type=gtype,
                 files=files,
                 cores=cores,
-                links=link_rows[i] if link_rows else None,
+                links=link_rows[i],
                 notes=notes,
             )
         )
@@ -327,7 +371,10 @@ def _lines(plan: GresPlan, opts: GresOptions) -> list[GresLine]:
     prefix = [("NodeName", opts.node_name)] if opts.node_name else []
     lines: list[GresLine] = []
     records = plan.records
-    compressible = all(r.links is None for r in records)
+    compressible = {
+        name: all(r.links is None for r in records if r.name == name)
+        for name in {r.name for r in records}
+    }
     done: set[int] = set()
     for i, rec in enumerate(records):
         if i in done:
@@ -339,18 +386,19 @@ def _lines(plan: GresPlan, opts: GresOptions) -> list[GresLine]:
             )
             fields = [
                 *prefix,
-                ("Name", "gpu"),
+                ("Name", rec.name),
                 ("Type", rec.gres_type),
                 ("MultipleFiles", ",".join(rec.files)),
             ]
             group = [i]
         else:
             group = [i]
-            if compressible:
+            if compressible[rec.name]:
                 group += [
                     j
                     for j in range(i + 1, len(records))
                     if records[j].mig is None
+                    and records[j].name == rec.name
                     and records[j].gres_type == rec.gres_type
                     and records[j].cores == rec.cores
                 ]
@@ -360,7 +408,7 @@ def _lines(plan: GresPlan, opts: GresOptions) -> list[GresLine]:
             else:
                 comment = ", ".join(m.gpu.label for m in members) + f": {rec.gpu.name}"
             files = compress_hostlist(m.files[0] for m in members)
-            fields = [*prefix, ("Name", "gpu"), ("Type", rec.gres_type), ("File", files)]
+            fields = [*prefix, ("Name", rec.name), ("Type", rec.gres_type), ("File", files)]
         done.update(group)
         fields.append(("Cores", format_id_list(rec.cores)))
         if rec.links is not None:
@@ -385,16 +433,32 @@ def _shard_lines(plan: GresPlan, opts: GresOptions) -> list[GresLine]:
             ),
         )
         for r in sorted(plan.records, key=lambda r: r.gpu.minor_number)
-        if r.mig is None
+        if r.mig is None and r.name == "gpu"
     ]
 
 
+def _devices_and_drivers(inv: Inventory) -> str:
+    """`8 GPUs, driver 550.54.15` (NVIDIA only, as before) or each vendor's count and driver."""
+    if all(g.vendor == VENDOR_NVIDIA for g in inv.gpus) and not inv.drivers:
+        return f"{len(inv.gpus)} GPUs, driver {inv.driver_version}"
+    parts = []
+    for vendor in inv.vendors:
+        n = sum(1 for g in inv.gpus if g.vendor == vendor)
+        what = "NPUs" if vendor == VENDOR_ASCEND else "GPUs"
+        if vendor == VENDOR_NVIDIA:
+            driver = f"NVIDIA driver {inv.driver_version}"
+        else:
+            info = next((d for d in inv.drivers if d.vendor == vendor), None)
+            driver = f"{vendor} driver {info.driver_version} ({info.library})" if info else vendor
+        parts.append(f"{n} {vendor} {what}, {driver}")
+    return "; ".join(parts)
+
+
 def _header(inv: Inventory, sha256: str, opts: GresOptions, what: str) -> list[str]:
-    gpus = len(inv.gpus)
     return [
         f"{what} for {inv.host.hostname}: generated by slurmgpu {__version__} (slurmgpu gen-gres).",
         "Do not edit by hand: regenerate from the inventory instead.",
-        f"Inventory: host {inv.host.hostname}, {gpus} GPUs, driver {inv.driver_version}, "
+        f"Inventory: host {inv.host.hostname}, {_devices_and_drivers(inv)}, "
         f"snapshot sha256 {sha256}",
         f"Target Slurm {format_version(opts.slurm_version)}.",
     ]
@@ -404,11 +468,25 @@ def render_gres_conf(inv: Inventory, opts: GresOptions, *, inventory_sha256: str
     """The whole gres.conf text (deterministic: same inventory and options, same bytes)."""
     plan = plan_gres(inv, opts)
     comments = _header(inv, inventory_sha256, opts, "gres.conf")
-    comments.append(
-        "AutoDetect=off: every GPU below is stated from the inventory. File= uses each GPU's "
-        "minor number (/dev/nvidiaN), which can differ from NVML's index."
-    )
-    if any(r.links for r in plan.records):
+    vendors = set(inv.vendors)
+    if VENDOR_NVIDIA in vendors or not vendors:
+        comments.append(
+            "AutoDetect=off: every GPU below is stated from the inventory. File= uses each "
+            "GPU's minor number (/dev/nvidiaN), which can differ from NVML's index."
+        )
+    if VENDOR_AMD in vendors:
+        comments.append(
+            "AMD: File= is each logical GPU's DRM render node (amdsmi drm_render); /dev/kfd is "
+            "shared by every job and stays out of gres.conf. Links= count XGMI links."
+        )
+    if VENDOR_ASCEND in vendors:
+        comments.append(
+            "Ascend: Name=npu File=/dev/davinciN (N = physical id). /dev/davinci_manager, "
+            "/dev/devmm_svm and /dev/hisi_hdc stay out of gres.conf so every job keeps them. "
+            "Slurm sets no variable for npu: the generated TaskProlog sets "
+            "ASCEND_RT_VISIBLE_DEVICES. Links= count HCCS links."
+        )
+    if any(r.links for r in plan.records if r.gpu.vendor == VENDOR_NVIDIA):
         comments.append(
             "Links= counts NVLinks to each GPU in the order of this file (-1 = self); GPUs on "
             "one NVSwitch fabric count as fully connected. MIG devices do no NVLink P2P: 0."
@@ -468,8 +546,8 @@ def gres_counts(plan: GresPlan, opts: GresOptions) -> list[tuple[str, str, int]]
     """(name, type, count) in first-appearance order, for the node line's Gres=."""
     counts: dict[tuple[str, str], int] = {}
     for r in plan.records:
-        counts[("gpu", r.gres_type)] = counts.get(("gpu", r.gres_type), 0) + 1
-    shards = opts.shards_per_gpu * sum(1 for r in plan.records if r.mig is None)
+        counts[(r.name, r.gres_type)] = counts.get((r.name, r.gres_type), 0) + 1
+    shards = opts.shards_per_gpu * sum(1 for r in plan.records if r.mig is None and r.name == "gpu")
     out = [(name, gtype, n) for (name, gtype), n in counts.items()]
     if shards:
         out.append(("shard", "", shards))
@@ -497,8 +575,15 @@ def node_line(inv: Inventory, opts: GresOptions) -> str:
     return " ".join(parts)
 
 
-def gres_types(opts: GresOptions) -> str:
-    return "gpu,shard" if opts.shards_per_gpu else "gpu"
+def gres_types(opts: GresOptions, inventories: Inventory | list[Inventory] | None = None) -> str:
+    """`GresTypes=`: gpu, npu where an inventory has Ascend NPUs, shard with --shards-per-gpu
+    (the union over several inventories for a cluster-wide file)."""
+    invs = [inventories] if isinstance(inventories, Inventory) else list(inventories or [])
+    names = {g.gres_name for inv in invs for g in inv.gpus} or {"gpu"}
+    out = [n for n in ("gpu", "npu") if n in names]
+    if opts.shards_per_gpu and "gpu" in names:
+        out.append("shard")
+    return ",".join(out)
 
 
 def render_node_conf(inv: Inventory, opts: GresOptions, *, inventory_sha256: str) -> str:
@@ -514,12 +599,42 @@ def render_node_conf(inv: Inventory, opts: GresOptions, *, inventory_sha256: str
         "slurm-node.conf.j2",
         header=_header(inv, inventory_sha256, opts, "slurm.conf node definition"),
         notes=notes,
-        gres_types=gres_types(opts),
+        gres_types=gres_types(opts, inv),
         node_line=line,
     )
-    return check_config_lines(text, [f"GresTypes={gres_types(opts)}", line], "node line")
+    return check_config_lines(text, [f"GresTypes={gres_types(opts, inv)}", line], "node line")
 
 
 def plan_warnings(inv: Inventory, opts: GresOptions) -> list[str]:
     """What gen-gres prints on stderr for this inventory (partial, MIG without devices)."""
     return [*inv.warnings, *plan_gres(inv, opts).warnings]
+
+
+def npu_logical_ids(inv: Inventory, opts: GresOptions) -> list[int]:
+    """The logical ids of the node's NPUs in gres.conf order (Slurm's npu index -> id)."""
+    return [r.gpu.index for r in plan_gres(inv, opts).records if r.name == "npu"]
+
+
+def render_task_prolog(inventories: list[Inventory], opts: GresOptions) -> str:
+    """The TaskProlog that sets ASCEND_RT_VISIBLE_DEVICES from the job's npu allocation.
+
+    One `case` arm per node type (nodes with the same id order share one hostlist-free
+    pattern list `a|b`); nodes without NPUs are left out (the script exits 0 there).
+    """
+    by_ids: dict[str, list[str]] = {}
+    for inv in inventories:
+        ids = npu_logical_ids(inv, opts)
+        if ids:
+            by_ids.setdefault(" ".join(map(str, ids)), []).append(inv.node_name)
+    if not by_ids:
+        raise UsageError("--task-prolog: no Ascend NPU in the inventory (nothing to map)")
+    header = [
+        f"TaskProlog for Ascend NPUs: generated by slurmgpu {__version__} "
+        "(slurmgpu gen-gres --task-prolog).",
+        "Do not edit by hand: regenerate from the inventory instead.",
+    ]
+    nodes = []
+    for ids, names in by_ids.items():
+        names = list(expand_hostlist(opts.node_name)) if opts.node_name else names
+        nodes.append(("|".join(names), ids))
+    return render("task-prolog-npu.sh.j2", header=header, nodes=nodes)

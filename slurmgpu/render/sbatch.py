@@ -81,7 +81,7 @@ class SbatchOptions:
 
     def has_gpu_request(self) -> bool:
         gres = self.values.get("gres", "")
-        return "gpu" in gres or "shard" in gres or "gpus" in self.values
+        return "gpu" in gres or "shard" in gres or "npu" in gres or "gpus" in self.values
 
 
 def scan_options(args: Sequence[str]) -> SbatchOptions:

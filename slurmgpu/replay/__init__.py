@@ -14,7 +14,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from slurmgpu.errors import UsageError
-from slurmgpu.replay.changes import Change, format_change, parse_change
+from slurmgpu.model.changes import Change, format_change, parse_change
 from slurmgpu.replay.cluster import ClusterModel, QosSpec, apply_change, from_capacity
 from slurmgpu.replay.engine import SchedConfig
 from slurmgpu.replay.engine import replay as run_engine
@@ -68,7 +68,7 @@ class ReplayReport:
     rejected: tuple[tuple[str, int, str], ...] = ()  # rows of the dumps the loader rejected
 
     def to_dict(self) -> dict[str, Any]:
-        from slurmgpu.accounting import json_safe
+        from slurmgpu.util.json_safe import json_safe
 
         base = self.baseline.to_dict()
         base["recorded"] = self.recorded.to_dict() if self.recorded else None
@@ -243,7 +243,7 @@ def check_changes(model: ClusterModel, trace: ReplayTrace, changes: Sequence[Cha
 def _check_qos(change: Change, model: ClusterModel, trace: ReplayTrace) -> None:
     """A `tier:` change must name a QOS the policy or the dumps know (a typo replays to "no
     difference", which would read as "no effect")."""
-    from slurmgpu.replay.changes import TierChange, Together
+    from slurmgpu.model.changes import TierChange, Together
 
     if isinstance(change, Together):
         for one in change.changes:

@@ -13,7 +13,7 @@ from dataclasses import dataclass, replace
 
 from slurmgpu.errors import UsageError
 from slurmgpu.model.catalog import MigProfile, model_for_type
-from slurmgpu.replay.changes import Carve, Change, Move, Shard, TierChange, Together
+from slurmgpu.model.changes import Carve, Change, Move, Shard, TierChange, Together
 
 DEFAULT_GPUS_PER_NODE = 8
 MIG_MEMORY_SLICES = 8  # A100/H100/H200: profiles are placed on an 8-memory-slice grid

@@ -31,6 +31,7 @@ from pathlib import Path
 import numpy as np
 
 from slurmgpu.errors import SlurmCommandError, UsageError
+from slurmgpu.model.changes import format_change, parse_change
 from slurmgpu.replay import (
     ReplayOptions,
     ReplayReport,
@@ -40,7 +41,6 @@ from slurmgpu.replay import (
     check_changes,
     load_for_replay,
 )
-from slurmgpu.replay.changes import format_change, parse_change
 from slurmgpu.replay.cluster import QosSpec
 from slurmgpu.replay.engine import SchedConfig
 from slurmgpu.replay.engine import replay as run_engine

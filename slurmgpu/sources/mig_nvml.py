@@ -12,8 +12,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from slurmgpu.errors import SlurmgpuError
-from slurmgpu.mig.layout import Layout
 from slurmgpu.model.catalog import GpuModel
+from slurmgpu.model.mig_layout import Layout
 
 MAX_GPU_INSTANCES = 15  # ids 0-14 on the 8-slot grid (the driver's tree numbering)
 MAX_COMPUTE_INSTANCES = 8

@@ -70,7 +70,16 @@ _TIER_KEYS = {
     "users",
     "description",
 }
-_KIND_KEYS = {"slice", "gpu_model", "gres_type", "partition", "time_limit_min", "description"}
+_KIND_KEYS = {
+    "slice",
+    "gpu_model",
+    "gres_type",
+    "partition",
+    "time_limit_min",
+    "description",
+    "accel",
+}
+_ACCEL_CLASS = re.compile(r"npu|gpu-slice|gpu|linked-gpu")
 _PARTITION_KEYS = {"description"}
 
 # The key-line scanner's patterns (compiled on first use: only error messages need them).
@@ -500,6 +509,7 @@ def _kinds(
                 f"unknown partition '{partition}' (partitions: {', '.join(sorted(part_names))})",
             )
         time_limit = check.integer((*keys, "time_limit_min"), body.get("time_limit_min"), minimum=1)
+        accel = check.names((*keys, "accel"), body.get("accel"), pattern=_ACCEL_CLASS)
         if sl is not None:
             out.append(
                 JobKind(
@@ -511,6 +521,7 @@ def _kinds(
                         (*keys, "description"), body.get("description"), free_text=True
                     )
                     or "",
+                    accel=accel,
                 )
             )
     return tuple(out)

@@ -21,6 +21,10 @@ WAITING_FOR_NODES = frozenset(
 _FORMAT = "%i|%P|%D|%b|%r|%V"
 
 
+# node state flags (`scontrol show node` State=A+B) of a node no job can start on
+UNUSABLE = frozenset({"DRAIN", "DOWN", "FAIL", "NOT_RESPONDING", "FUTURE", "INVALID_REG"})
+
+
 def _age_s(stamp: str, now: dt.datetime) -> int:
     try:
         return max(0, int((now - dt.datetime.fromisoformat(stamp)).total_seconds()))
@@ -80,10 +84,11 @@ def nodes(env: Mapping[str, str] | None = None, now: dt.datetime | None = None):
             NodeState(
                 name=r["NodeName"],
                 partitions=tuple(p for p in r.get("Partitions", "").split(",") if p),
-                idle="IDLE" in flags and not flags & {"DRAIN", "DOWN", "NOT_RESPONDING"},
+                idle="IDLE" in flags and not flags & UNUSABLE,
                 gpus=gpus,
                 gpu_type=gtype,
                 idle_s=_age_s(r.get("LastBusyTime", ""), now),
+                usable=not flags & UNUSABLE,
             )
         )
     return out

@@ -111,6 +111,15 @@ def _device_paths(gres_text: str) -> list[str]:
     return paths
 
 
+def _major(path: str) -> int:
+    """A plausible char major for a stand-in: NVIDIA 195, DRM 226, else a local-use 240."""
+    if path.startswith("/dev/nvidia"):
+        return 195
+    if path.startswith("/dev/dri/"):
+        return 226
+    return 240
+
+
 def _stand_ins(gres_text: str, dev_dir: Path) -> tuple[str, list[str], dict[str, str]]:
     """Rewrite missing device paths to stand-in char devices; return text, notes, mapping."""
     missing = [p for p in _device_paths(gres_text) if not _is_device(p)]
@@ -121,7 +130,7 @@ def _stand_ins(gres_text: str, dev_dir: Path) -> tuple[str, list[str], dict[str,
     for i, path in enumerate(missing):
         stand_in = dev_dir / path.strip("/").replace("/", "_")
         if can_mknod:
-            os.mknod(stand_in, 0o600 | stat.S_IFCHR, os.makedev(195, i % 256))
+            os.mknod(stand_in, 0o600 | stat.S_IFCHR, os.makedev(_major(path), i % 256))
         else:
             # a symlink per device: slurmd follows it to a character device, and the names
             # stay distinct (one /dev/null for all fails as a "duplicate device file name")

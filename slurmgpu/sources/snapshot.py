@@ -30,11 +30,28 @@ def _is_id_tuple(tp: Any) -> bool:
     return typing.get_origin(tp) is tuple and typing.get_args(tp) == (int, Ellipsis)
 
 
+# fields added by schema 2 (other vendors): written only when they differ from their default,
+# so an NVIDIA-only snapshot keeps its schema-1 shape (and old readers' field list)
+_SCHEMA2_FIELDS = frozenset(
+    {"vendor", "peer_links", "compute_partition", "memory_partition", "partition_id", "drivers"}
+)
+
+
+def _at_default(f: dataclasses.Field, value: Any) -> bool:
+    if f.default is not dataclasses.MISSING:
+        return value == f.default
+    if f.default_factory is not dataclasses.MISSING:  # type: ignore[misc]
+        return value == f.default_factory()  # type: ignore[misc]
+    return False
+
+
 def _to_plain(obj: Any, tp: Any = None) -> Any:
     if dataclasses.is_dataclass(obj):
         hints = typing.get_type_hints(type(obj))
         return {
-            f.name: _to_plain(getattr(obj, f.name), hints[f.name]) for f in dataclasses.fields(obj)
+            f.name: _to_plain(getattr(obj, f.name), hints[f.name])
+            for f in dataclasses.fields(obj)
+            if not (f.name in _SCHEMA2_FIELDS and _at_default(f, getattr(obj, f.name)))
         }
     if tp is not None and _is_id_tuple(tp):
         return format_id_list(obj)
@@ -181,9 +198,24 @@ def from_dict(data: Any) -> Inventory:
         )
     if version < 1:
         raise SnapshotError(f"schema_version: {version} is not a valid version")
+    if version == 1:
+        _no_schema2_fields(data)
     inventory = _from_plain(data, Inventory, "")
     _check_semantics(inventory)
     return inventory
+
+
+def _no_schema2_fields(data: dict) -> None:
+    """A version-1 file is NVIDIA-only: a schema-2 field in it is a mislabelled file."""
+    if "drivers" in data:
+        raise SnapshotError("drivers: a schema 2 field in a schema_version 1 snapshot")
+    gpus = data.get("gpus")
+    for i, gpu in enumerate(gpus if isinstance(gpus, list) else []):
+        if isinstance(gpu, dict):
+            for name in sorted(_SCHEMA2_FIELDS & set(gpu)):
+                raise SnapshotError(
+                    f"gpus[{i}].{name}: a schema 2 field in a schema_version 1 snapshot"
+                )
 
 
 def _check_semantics(inv: Inventory) -> None:

@@ -104,14 +104,26 @@ def read_mig_minors(root: Path) -> dict[str, int]:
     return parse_mig_minors(_read(path), source=str(path))
 
 
+# Ascend's shared control devices (every NPU job needs them) and AMD's compute device
+_SHARED_NODES = ("kfd", "davinci_manager", "devmm_svm", "hisi_hdc")
+_DAVINCI = re.compile(r"^davinci\d+$")
+_RENDER = re.compile(r"^renderD\d+$")
+
+
 def read_device_nodes(root: Path) -> tuple[str, ...]:
-    """`/dev/nvidia*` and `/dev/nvidia-caps/*` present under the root, as absolute paths."""
+    """Accelerator device nodes under the root, as absolute paths: `/dev/nvidia*`,
+    `/dev/nvidia-caps/*`, `/dev/dri/renderD*` and `/dev/kfd` (AMD), `/dev/davinci*` and the
+    Ascend control devices."""
     dev = root / "dev"
     found = []
     if dev.is_dir():
         for entry in os.listdir(dev):
-            if entry.startswith("nvidia") and entry != "nvidia-caps":
+            nvidia = entry.startswith("nvidia") and entry != "nvidia-caps"
+            if nvidia or entry in _SHARED_NODES or _DAVINCI.match(entry):
                 found.append(f"/dev/{entry}")
+        dri = dev / "dri"
+        if dri.is_dir():
+            found.extend(f"/dev/dri/{e}" for e in os.listdir(dri) if _RENDER.match(e))
         caps = dev / "nvidia-caps"
         if caps.is_dir():
             found.extend(f"/dev/nvidia-caps/{entry}" for entry in os.listdir(caps))

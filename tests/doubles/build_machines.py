@@ -281,7 +281,24 @@ def pcie_8gpu() -> dict:
     }
 
 
-MACHINES = {"dgx-a100-mig": dgx_a100, "dgx-h100": dgx_h100, "pcie-8gpu": pcie_8gpu}
+def _vendor_machines() -> dict:
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    import vendor_machines as vm  # tests/doubles, run as a script or imported
+
+    return {
+        "mi300x-8gpu": vm.mi300x_8gpu,
+        "mi300x-cpx-nps4": lambda: vm.mi300x_8gpu("CPX", "NPS4"),
+        "atlas-800t-a2": vm.atlas_800t_a2,
+        "mixed-gpu-npu": lambda: vm.mixed_gpu_npu(_gpu),
+    }
+
+
+MACHINES = {
+    "dgx-a100-mig": dgx_a100,
+    "dgx-h100": dgx_h100,
+    "pcie-8gpu": pcie_8gpu,
+    **_vendor_machines(),
+}
 
 
 def render(name: str) -> str:

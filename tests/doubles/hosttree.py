@@ -66,13 +66,23 @@ def build_host_tree(machine: dict | str | Path, root: Path, *, drop_minors=()) -
     (etc / "hostname").write_text(host["hostname"] + "\n")
     dev = root / "dev"
     (dev / "nvidia-caps").mkdir(parents=True, exist_ok=True)
-    markers = ["nvidiactl", "nvidia-uvm", "nvidia-uvm-tools"]
+    nvidia = [g for g in machine["gpus"] if g.get("vendor", "nvidia") == "nvidia"]
+    markers = ["nvidiactl", "nvidia-uvm", "nvidia-uvm-tools"] if nvidia else []
     if host.get("nvswitch"):
         markers.append("nvidia-nvswitchctl")
-    markers += [f"nvidia{g['minor_number']}" for g in machine["gpus"]]
+    markers += [f"nvidia{g['minor_number']}" for g in nvidia]
+    if any(g.get("vendor") == "amd" for g in machine["gpus"]):
+        from tests.doubles.amdsmi import render_minors
+
+        (dev / "dri").mkdir(parents=True, exist_ok=True)
+        markers += ["kfd", *(f"dri/renderD{m}" for m in render_minors(machine))]
+    npus = [g for g in machine["gpus"] if g.get("vendor") == "ascend"]
+    if npus:
+        markers += ["davinci_manager", "devmm_svm", "hisi_hdc"]
+        markers += [f"davinci{g['phy_id']}" for g in npus]
     for name in markers:
         (dev / name).write_text("")
-    mig_capable = any(g.get("mig_mode") is not None for g in machine["gpus"])
+    mig_capable = any(g.get("mig_mode") is not None for g in nvidia)
     if mig_capable:
         table = mig_minor_table()
         caps = proc / "driver/nvidia-caps"
@@ -81,7 +91,7 @@ def build_host_tree(machine: dict | str | Path, root: Path, *, drop_minors=()) -
         (caps / "mig-minors").write_text("\n".join(lines) + "\n")
         # the driver creates cap device nodes for config/monitor and existing instances
         used = {1, 2}
-        for g in machine["gpus"]:
+        for g in nvidia:
             for mig in g.get("mig_devices", []):
                 gi = f"gpu{g['minor_number']}/gi{mig['gi_id']}"
                 used.add(table[f"{gi}/access"])

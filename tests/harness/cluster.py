@@ -186,11 +186,22 @@ def map_dev_paths(gres_conf: str, dev_dir: Path) -> tuple[str, list[Path]]:
     return text + "\n", devices
 
 
+# other vendors' fixed majors (DRM 226) and dynamic ones as picks (kfd, davinci*: the
+# kernel assigns them at load time on real hosts)
+_VENDOR_MAJORS = (
+    (re.compile(r"(renderD|card)\d+"), 226),
+    (re.compile(r"kfd"), 235),
+    (re.compile(r"davinci\d+"), 236),
+    (re.compile(r"davinci_manager|devmm_svm|hisi_hdc"), 237),
+)
+
+
 def make_device_nodes(paths: Iterable[Path]) -> None:
-    """Create char devices: nvidiaN -> 195:N (NVIDIA's major), nvidia-capN -> 511:N, else 240:N.
+    """Create char devices: nvidiaN -> 195:N (NVIDIA's major), nvidia-capN -> 511:N, AMD
+    renderD/card -> 226:N (DRM), /dev/kfd, Ascend davinciN and its control devices, else 240:N.
 
     slurmd only checks that `File=` names a char/block device; the numbers only need to be
-    plausible (the caps major is dynamic on real hosts).
+    plausible (the caps, kfd and davinci majors are dynamic on real hosts).
     """
     for path in paths:
         if path.exists():
@@ -205,7 +216,7 @@ def make_device_nodes(paths: Iterable[Path]) -> None:
         elif path.name.startswith("nvidia-cap"):
             major = 511
         else:
-            major = 240
+            major = next((n for rx, n in _VENDOR_MAJORS if rx.fullmatch(path.name)), 240)
         os.mknod(path, 0o666 | stat.S_IFCHR, os.makedev(major, minor % 1048576))
 
 
@@ -633,6 +644,11 @@ class SlurmCluster:
         s = self._settings
         self.slurm_conf.write_text(self.render_slurm_conf())
         gres_text, devices = map_dev_paths(s["gres_conf"], self.dev_dir)
+        # the shared devices every AMD / Ascend job opens besides its own (never in gres.conf)
+        if "/dri/renderD" in gres_text:
+            devices.append(self.dev_dir / "kfd")
+        if "/davinci" in gres_text:
+            devices += [self.dev_dir / n for n in ("davinci_manager", "devmm_svm", "hisi_hdc")]
         make_device_nodes(devices)
         (self.conf_dir / "gres.conf").write_text(gres_text)
         lua = self.conf_dir / "job_submit.lua"

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import re
+import subprocess
 import sys
 
 import pytest
@@ -90,3 +91,123 @@ def test_a_backlog_takes_an_idle_node(fleet_cluster: MultiNodeCluster, tmp_path)
         assert partition_nodes(fleet_cluster, "train") == "gpu[01-02]"
     finally:
         fleet_cluster.reset()
+
+
+# -- durable moves: the include file rebalance owns (issue #24) ---------------------------------
+
+
+def _include(cluster: MultiNodeCluster):
+    conf = cluster.conf_dir / "slurmgpu-partitions.conf"
+    conf.write_text(
+        "# the partitions slurmgpu rebalance may change\n" + "\n".join(PARTITIONS) + "\n"
+    )
+    cluster.reconfigure(partitions=(f"Include {conf}",))
+    return conf
+
+
+def _backlog(cluster: MultiNodeCluster) -> int:
+    """Two whole-node jobs fill train, a third waits for a node."""
+    script = "#!/bin/sh\nsleep 120\n"
+    for _ in range(2):
+        job = cluster.sbatch("-p", "train", "--gres=gpu:8", "--exclusive", script=script)
+        cluster.wait_job_state(job, "RUNNING", timeout=30)
+    waiting = cluster.sbatch("-p", "train", "--gres=gpu:8", "--exclusive", script=script)
+    cluster.wait_job_state(waiting, "PENDING", timeout=10)
+    return waiting
+
+
+def test_emit_changes_nothing_and_a_move_in_the_include_file_survives_reconfigure(
+    fleet_cluster: MultiNodeCluster, tmp_path
+) -> None:
+    cluster = fleet_cluster
+    log = tmp_path / "rebalance.jsonl"
+    try:
+        conf = _include(cluster)
+        original = conf.read_text()
+        _backlog(cluster)
+        durable = ("--partitions-conf", str(conf))
+
+        # --emit: the new include file and its diff in DIR, nothing live changed
+        out = tmp_path / "emit"
+        emitted = rebalance(cluster, log, "apply", *FAST, *durable, "--emit", str(out))
+        assert emitted.returncode == 0, emitted.stderr
+        assert "nothing live was touched" in emitted.stderr
+        assert conf.read_text() == original and not log.exists()
+        assert partition_nodes(cluster, "train") == "gpu[01-02]"
+        assert partition_nodes(cluster, "infer") == "gpu[03-04]"
+        new = (out / conf.name).read_text()
+        assert new != original and f"--- {conf}" in (out / "changes.diff").read_text()
+        assert (out / "steps.txt").read_text().splitlines()[-1] == "scontrol reconfigure"
+
+        # applied by hand: the diff patched into the live file, one `scontrol reconfigure`
+        subprocess.run(["patch", "-s", str(conf), str(out / "changes.diff")], check=True)
+        assert conf.read_text() == new
+        cluster.scontrol("reconfigure")
+        by_hand = {p: partition_nodes(cluster, p) for p in ("train", "infer")}
+        assert by_hand["train"] != "gpu[01-02]", by_hand
+
+        # put it back, then the live run: the same file and the same partitions
+        conf.write_text(original)
+        cluster.scontrol("reconfigure")
+        assert partition_nodes(cluster, "train") == "gpu[01-02]"
+        applied = rebalance(cluster, log, "apply", *FAST, *durable)
+        assert applied.returncode == 0, applied.stderr
+        assert f"written to {conf}" in applied.stdout
+        assert conf.read_text() == new
+        assert {p: partition_nodes(cluster, p) for p in ("train", "infer")} == by_hand
+
+        # durable: a reconfigure and a slurmctld restart keep the move
+        cluster.scontrol("reconfigure")
+        assert {p: partition_nodes(cluster, p) for p in ("train", "infer")} == by_hand
+        cluster.restart_slurmctld()
+        assert {p: partition_nodes(cluster, p) for p in ("train", "infer")} == by_hand
+
+        # --undo puts both the live partitions and the file back
+        undo = rebalance(cluster, log, "apply", "--undo")
+        assert undo.returncode == 0, undo.stderr
+        assert "restored PartitionName=train Nodes=gpu[01-02]" in undo.stdout
+        assert conf.read_text() == original
+        cluster.scontrol("reconfigure")
+        assert partition_nodes(cluster, "train") == "gpu[01-02]"
+    finally:
+        cluster.reset()
+
+
+def test_undo_after_a_reconfigure_says_nothing_was_restored(
+    fleet_cluster: MultiNodeCluster, tmp_path
+) -> None:
+    cluster = fleet_cluster
+    log = tmp_path / "rebalance.jsonl"
+    cluster.reconfigure(partitions=PARTITIONS)
+    try:
+        _backlog(cluster)
+        assert rebalance(cluster, log, "apply", *FAST).returncode == 0
+        assert partition_nodes(cluster, "train") != "gpu[01-02]"
+        cluster.scontrol("reconfigure")  # memory-only moves: slurm.conf wins
+        assert partition_nodes(cluster, "train") == "gpu[01-02]"
+        undo = rebalance(cluster, log, "apply", "--undo")
+        assert undo.returncode == 0, undo.stderr
+        assert "restored" not in undo.stdout
+        assert "unchanged PartitionName=train Nodes=gpu[01-02] (already so" in undo.stdout
+    finally:
+        cluster.reset()
+
+
+def test_the_floor_counts_usable_nodes(fleet_cluster: MultiNodeCluster, tmp_path) -> None:
+    cluster = fleet_cluster
+    log = tmp_path / "rebalance.jsonl"
+    cluster.reconfigure(partitions=PARTITIONS)
+    try:
+        cluster.scontrol("update", "NodeName=gpu04", "State=DRAIN", "Reason=broken")
+        _backlog(cluster)
+        plan = rebalance(cluster, log, "plan", *FAST)
+        assert plan.returncode == 0, plan.stderr
+        # infer has two nodes, one of them drained: gpu03 is its last usable one and stays
+        assert not re.search(r"^move ", plan.stdout, re.M), plan.stdout
+        assert "only 0 can move" in plan.stdout
+        cluster.resume_node("gpu04")
+        assert re.search(
+            r"^move gpu0[34]: infer -> train", rebalance(cluster, log, "plan", *FAST).stdout, re.M
+        )
+    finally:
+        cluster.reset()

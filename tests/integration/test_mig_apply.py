@@ -340,6 +340,115 @@ def test_a_killed_apply_is_rolled_back_by_recover(mig_site, clean_node) -> None:
     assert "stopped midway" in site.record()["Reason"]
 
 
+# -- one lock per node, --emit, and a rebalance move kept (issues #20, #24) --------------------
+
+
+def test_a_second_apply_of_the_same_node_refuses_at_once(mig_site, clean_node) -> None:
+    site = mig_site
+    _job_on_node(site)  # keeps the first run in wait_jobs
+    journal = site.tmp / "journal" / f"mig-apply-{NODE}.json"
+    first = subprocess.Popen(
+        [*site.argv, "--drain-timeout", "20"],
+        env=site.env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    deadline = time.monotonic() + 60
+    while not (journal.exists() and "drain" in json.loads(journal.read_text())["done"]):
+        assert first.poll() is None and time.monotonic() < deadline, "apply never drained"
+        time.sleep(0.2)
+    for extra in ((), ("--recover",)):
+        started = time.monotonic()
+        second = site.apply(*extra, timeout=30)
+        assert time.monotonic() - started < 10  # at once, not after the first
+        assert second.returncode == 1, second.stderr
+        lines = second.stderr.strip().splitlines()
+        assert len(lines) == 1 and lines[0].startswith(
+            f"slurmgpu: error: {NODE}: another slurmgpu command is changing it (pid {first.pid}: "
+            "mig apply relayout"
+        ), second.stderr
+    _out, err = first.communicate(timeout=120)
+    site.cluster.sync()
+    assert first.returncode == 1 and "failed at wait_jobs" in err, err
+    # the first run's journal is its own, not overwritten by the refused ones
+    record = json.loads(journal.read_text())
+    assert record["state"] == "rolled-back" and record["error"].startswith("wait_jobs")
+    _assert_rolled_back(site, "wait_jobs", clean_node)
+
+
+REBALANCE_PARTITIONS = (
+    "PartitionName=train Nodes=gpu[01-02] Default=YES MaxTime=INFINITE State=UP",
+    "PartitionName=infer Nodes=gpu[03-04] MaxTime=INFINITE State=UP",
+)
+
+
+def _partition_nodes(cluster: MultiNodeCluster, name: str) -> str:
+    out = cluster.scontrol("show", "-o", "partition", name)
+    return next(f.split("=", 1)[1] for f in out.split() if f.startswith("Nodes="))
+
+
+def _statements(text: str) -> list[str]:
+    """What Slurm reads of a config file (comments, like the inventory digest, left out)."""
+    return [ln for ln in text.splitlines() if ln.strip() and not ln.lstrip().startswith("#")]
+
+
+def test_emit_changes_nothing_and_the_live_run_writes_its_files_keeping_a_rebalance(
+    mig_site, clean_node
+) -> None:
+    site = mig_site
+    cluster = site.cluster
+    # partitions in the include file rebalance owns; a backlog in train takes a node of infer
+    include = cluster.conf_dir / "slurmgpu-partitions.conf"
+    include.write_text("\n".join(REBALANCE_PARTITIONS) + "\n")
+    cluster.reconfigure(extra_conf=MIG_CONF, partitions=(f"Include {include}",))
+    script = _job_script("sleep 120")
+    for _ in range(2):
+        job = cluster.sbatch("-p", "train", "--gres=gpu:8", "--exclusive", script=script)
+        assert cluster.wait_job_state(job, "RUNNING", timeout=30) == "RUNNING"
+    waiting = cluster.sbatch("-p", "train", "--gres=gpu:8", "--exclusive", script=script)
+    cluster.wait_job_state(waiting, "PENDING", timeout=10)
+    rebalance = cluster.run(
+        [
+            *(sys.executable, "-m", "slurmgpu", "rebalance", "apply"),
+            *("--min-pending", "0", "--min-idle", "0", "--partitions-conf", str(include)),
+            *("--log", str(site.tmp / "rebalance.jsonl")),
+        ],
+        check=False,
+    )
+    assert rebalance.returncode == 0, rebalance.stderr
+    moved = {p: _partition_nodes(cluster, p) for p in ("train", "infer")}
+    assert moved["train"] != "gpu[01-02]", moved
+    cluster.scontrol("reconfigure")  # the move is in the include file: slurm.conf keeps it
+    assert {p: _partition_nodes(cluster, p) for p in ("train", "infer")} == moved
+    cluster.scancel_all()
+    cluster.wait_node(NODE, lambda r: r["State"] == "IDLE", timeout=60)
+
+    # --emit: DIR holds the new gres.conf and slurm.conf, their diff and the steps
+    old_files = (site.gres_conf.read_text(), cluster.slurm_conf.read_text())
+    old_layout = layout(site.machine_file)
+    out = site.tmp / "emit"
+    emitted = site.apply("--emit", str(out))
+    assert emitted.returncode == 0, emitted.stderr
+    assert "nothing live was touched" in emitted.stderr
+    assert (site.gres_conf.read_text(), cluster.slurm_conf.read_text()) == old_files
+    assert layout(site.machine_file) == old_layout
+    assert "DRAIN" not in site.record()["State"]
+    assert not (site.tmp / "journal" / f"mig-apply-{NODE}.json").exists()
+    assert sorted(p.name for p in out.iterdir()) == [
+        "changes.diff", "gres.conf", "slurm.conf", "steps.txt"
+    ]  # fmt: skip
+    diff = (out / "changes.diff").read_text()
+    assert f"--- {site.gres_conf}" in diff and f"+++ {cluster.slurm_conf}" in diff
+    steps = (out / "steps.txt").read_text().splitlines()
+    assert steps[0].startswith(f"drain: scontrol update NodeName={NODE} State=DRAIN")
+
+    # the live run writes what was emitted, and its controller restart keeps the move
+    applied = site.apply()
+    assert applied.returncode == 0, applied.stdout + applied.stderr
+    assert _statements(site.gres_conf.read_text()) == _statements((out / "gres.conf").read_text())
+    assert cluster.slurm_conf.read_text() == (out / "slurm.conf").read_text()
+    assert _gres_set(site.record()["Gres"]) == NEW_GRES
+    assert {p: _partition_nodes(cluster, p) for p in ("train", "infer")} == moved
+
+
 # -- the re-layout -------------------------------------------------------------------------------
 
 

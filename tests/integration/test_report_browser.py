@@ -20,9 +20,9 @@ import numpy as np
 import pytest
 
 from slurmgpu.accounting.document import AnalysisDocument
-from slurmgpu.render.report import render_html
-from slurmgpu.render.svg import PALETTE
 from slurmgpu.util.proc import run
+from slurmgpu.views.report import render_html
+from slurmgpu.views.svg import PALETTE
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "reports"
 # no Slurm here: it runs once, in the session on the host's own Slurm packages

@@ -112,8 +112,25 @@ def test_qos_apply_creates_the_tiers_and_is_idempotent(tiers_cluster):
         in plan.stderr
     )
     assert "slurm.conf has KillWait=5 sec, the policy needs KillWait=10" in plan.stderr
-    applied = slurmgpu(cluster, "qos", "apply", "--policy", str(POLICY))
+    # --dry-run and --emit DIR run nothing
+    dry = slurmgpu(cluster, "qos", "apply", "--policy", str(POLICY), "--dry-run")
+    assert "# dry run: nothing run" in dry.stdout and "ran:" not in dry.stdout
+    emit_dir = cluster.root / "qos-emit"
+    slurmgpu(cluster, "qos", "apply", "--policy", str(POLICY), "--emit", str(emit_dir))
+    script = (emit_dir / "qos-apply.sh").read_text()
+    assert "sacctmgr -i add qos tier_p2 Priority=100 PreemptMode=requeue " in script
+    assert "tier_p2" not in cluster.sacctmgr("show", "qos", "--parsable2", "--noheader")
+    log = cluster.root / "qos.jsonl"
+    applied = slurmgpu(cluster, "qos", "apply", "--policy", str(POLICY), "--log", str(log))
     assert "slurmdbd matches the policy" in applied.stdout
+    from slurmgpu.fleet.qos import QosLogEntry
+    from slurmgpu.util.journal import read_records
+
+    rounds = read_records(log, QosLogEntry)  # validated, sealed
+    assert rounds and rounds[0].commands[0][:3] == ("add", "qos", "tier_p2")
+    assert "tier_p2" not in {q.name for q in rounds[0].qos_before}
+    ran = [ln[len("ran: ") :] for ln in applied.stdout.splitlines() if ln.startswith("ran: ")]
+    assert len(ran) == sum(len(r.commands) for r in rounds)
     out = cluster.sacctmgr(
         "show",
         "qos",
@@ -138,12 +155,29 @@ def test_qos_apply_creates_the_tiers_and_is_idempotent(tiers_cluster):
     assert "# sacctmgr: nothing to do" in again.stdout
     assert "sacctmgr -i" not in again.stdout
 
+    # --undo: the QOS and associations as before the apply (from the journal), then apply again
+    fields = "format=Name,Priority,Preempt,PreemptMode,GraceTime"
+    undo = slurmgpu(cluster, "qos", "apply", "--undo", "--log", str(log))
+    assert "slurmdbd is as before the last apply" in undo.stdout, undo.stdout
+    out = cluster.sacctmgr("show", "qos", "--parsable2", "--noheader", fields)
+    assert not {"tier_p0", "tier_p1", "tier_p2"} & {ln.split("|")[0] for ln in out.split()}
+    qos_of = association_qos(cluster, "Account", "user=root")
+    assert not {"tier_p0", "tier_p1", "tier_p2"} & set().union(*qos_of.values())
+    replan = slurmgpu(cluster, "qos", "plan", "--policy", str(POLICY))
+    assert "sacctmgr -i add qos tier_p2 Priority=100 PreemptMode=requeue " in replan.stdout
+    nothing = slurmgpu(cluster, "qos", "apply", "--undo", "--log", str(log), check=False)
+    assert nothing.returncode == 2 and "nothing to undo" in nothing.stderr
+    slurmgpu(cluster, "qos", "apply", "--policy", str(POLICY), "--log", str(log))
+    assert "nothing to do" in slurmgpu(cluster, "qos", "plan", "--policy", str(POLICY)).stdout
+
 
 @pytest.fixture(scope="module")
 def routed_cluster(tiers_cluster):
     """The cluster with the rendered job_submit.lua loaded, shards, and the QOS applied."""
     cluster = tiers_cluster
-    slurmgpu(cluster, "qos", "apply", "--policy", str(POLICY))
+    slurmgpu(
+        cluster, "qos", "apply", "--policy", str(POLICY), "--log", str(cluster.root / "q.jsonl")
+    )
     target = cluster.root / "job_submit.lua"
     slurmgpu(cluster, "gen-job-submit", "--policy", str(POLICY), "--check", "-o", str(target))
     cluster.reconfigure(

@@ -188,6 +188,11 @@ def nvmlInitWithFlags(flags):
         machine = json.load(fh)
     if machine.get("init_error"):
         raise NVMLError(globals()[f"NVML_ERROR_{machine['init_error']}"])
+    # a mixed node's machine also lists AMD GPUs and Ascend NPUs (other doubles serve those)
+    nvidia = [g for g in machine["gpus"] if g.get("vendor", "nvidia") == "nvidia"]
+    if not nvidia:  # no NVIDIA GPU: no NVIDIA driver on the node
+        raise NVMLError(NVML_ERROR_DRIVER_NOT_LOADED)
+    machine["gpus"] = nvidia
     _state["machine"] = machine
     _state["initialized"] = True
     return None

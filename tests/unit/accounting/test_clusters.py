@@ -18,10 +18,10 @@ def clustered(rows_by_cluster):
     return "\n".join(lines) + "\n"
 
 
-def run(tmp_path, rows_by_cluster, **kw):
+def run(tmp_path, rows_by_cluster, analysis=analyze, **kw):
     path = tmp_path / "dump.txt"
     path.write_text(clustered(rows_by_cluster))
-    return analyze(AnalysisOptions(files=[path], **kw)).to_json()
+    return analysis(AnalysisOptions(files=[path], **kw)).to_json()
 
 
 DAY = {"since": datetime(2025, 12, 1, 2, tzinfo=UTC), "until": datetime(2025, 12, 2, tzinfo=UTC)}
@@ -82,8 +82,10 @@ def test_no_node_move_across_clusters(tmp_path):
 
 
 def test_several_clusters_are_not_replayed_and_say_so(tmp_path):
+    from slurmgpu.advice import analyze as analyze_with_effects
+
     idle = [job(100, "b", 7200, 7200, 10800, "gres/gpu=1")]
-    doc = run(tmp_path, {"c1": busy(0, "a") + idle, "c2": idle},
+    doc = run(tmp_path, {"c1": busy(0, "a") + idle, "c2": idle}, analysis=analyze_with_effects,
               capacity={"c1/a": 8, "c1/b": 32, "c2/b": 8}, **DAY)  # fmt: skip
     move = next(r for r in doc["recommendations"] if r["kind"] == "move_nodes")
     assert move["change"] == "move:c1/b:c1/a:16"

@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 
 from slurmgpu.accounting import AnalysisOptions, analyze
+from slurmgpu.model.changes import parse_change
 from slurmgpu.model.measure import JobGpuMeasure, RunRef
-from slurmgpu.replay.changes import parse_change
 
 from .sacct_text import B, job, text
 

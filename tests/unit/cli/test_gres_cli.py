@@ -39,7 +39,7 @@ def test_inventory_to_file(nvml, tmp_path):
     out = tmp_path / "node.json"
     result = invoke("inventory", "--host-root", root, "--output", out)
     assert result.exit_code == 0 and result.stdout == ""
-    assert json.loads(out.read_text())["schema_version"] == 1
+    assert json.loads(out.read_text())["schema_version"] == 2
     assert "wrote" in result.stderr
 
 
@@ -79,6 +79,14 @@ def test_inventory_nvml_init_failure(nvml, tmp_path):
     root = setup_machine(nvml, tmp_path, "dgx-h100", change=broken)
     result = invoke("inventory", "--host-root", root)
     assert result.exit_code == 1
+    # --vendor auto: no vendor readable; the line says why NVIDIA was not
+    assert result.stderr.startswith(
+        "slurmgpu: error: no accelerator found: NVIDIA: NVML failed to initialise: "
+        "Driver Not Loaded; "
+    )
+    assert result.stderr.count("\n") == 1
+    result = invoke("inventory", "--host-root", root, "--vendor", "nvidia")
+    assert result.exit_code == 1
     assert result.stderr == "slurmgpu: error: NVML failed to initialise: Driver Not Loaded\n"
 
 
@@ -112,13 +120,28 @@ def test_gen_gres_writes_atomically_with_backup_and_diff_writes_nothing(tmp_path
     diff = invoke(
         "gen-gres", "--snapshot", snap, "--output", target, "--diff", "--slurm-version", "24.05.5"
     )
-    assert diff.exit_code == 0
+    assert diff.exit_code == 1  # like diff(1): they differ
     assert "-Name=gpu Type=a100 File=/dev/nvidia3 Cores=16-31" in diff.stdout
     assert "+Name=gpu Type=a100 File=/dev/nvidia3 Cores=0-63" in diff.stdout
     assert target.read_text() == before and not (tmp_path / "gres.conf.bak").exists()
     again = invoke("gen-gres", "--snapshot", snap, "--output", target, "--slurm-version", "24.05.5")
     assert again.exit_code == 0
     assert (tmp_path / "gres.conf.bak").read_text() == before
+    assert "Cores=0-63" in target.read_text()
+    same = [*("gen-gres", "--snapshot", snap, "--output", target, "--slurm-version", "24.05.5")]
+    equal = invoke(*same, "--diff")
+    assert equal.exit_code == 0 and equal.stdout == ""
+    assert f"{target}: unchanged" in equal.stderr
+    unchanged = invoke(*same)  # the same text again: not rewritten, the backup kept
+    assert unchanged.exit_code == 0 and f"{target}: unchanged" in unchanged.stderr
+    assert (tmp_path / "gres.conf.bak").read_text() == before
+    dry = invoke(*same[:-1], "22.05", "--dry-run")
+    assert dry.exit_code == 0 and "would write" in dry.stderr and "+Name=gpu" in dry.stdout
+    assert "Cores=0-63" in target.read_text()
+    emitted = invoke(*same[:-1], "22.05", "--emit", tmp_path / "emit")
+    assert emitted.exit_code == 0, emitted.stderr
+    assert (tmp_path / "emit" / "gres.conf").read_text() == before
+    assert f"--- {target}" in (tmp_path / "emit" / "changes.diff").read_text()
     assert "Cores=0-63" in target.read_text()
 
 

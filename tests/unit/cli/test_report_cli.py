@@ -17,7 +17,7 @@ import pytest
 from click.testing import CliRunner
 
 from slurmgpu.cli import main
-from slurmgpu.render.report import check_prom_text
+from slurmgpu.views.report import check_prom_text
 
 DUMP = Path(__file__).resolve().parents[2] / "data" / "reports" / "sacct-small.txt"
 WINDOW = ["--since", "2026-11-30", "--until", "2026-12-01"]

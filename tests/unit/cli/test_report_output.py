@@ -145,7 +145,7 @@ def test_fit_by_partition_in_text_and_html():
     import json
 
     from slurmgpu.accounting.document import AnalysisDocument
-    from slurmgpu.render.report import render_html, render_text
+    from slurmgpu.views.report import render_html, render_text
 
     data = Path(__file__).resolve().parents[2] / "data" / "reports" / "analysis-week.json"
     analysis = json.loads(data.read_text())

@@ -15,8 +15,8 @@ from slurmgpu.fleet.check import (
 from slurmgpu.model.fleet import GpuHealth, Problem
 from slurmgpu.model.inventory import SkippedGpu
 from slurmgpu.render import gres
-from slurmgpu.render.fleet_check import render_json, render_prometheus, render_text
 from slurmgpu.sources import snapshot
+from slurmgpu.views.fleet_check import render_json, render_prometheus, render_text
 from tests.doubles.machines import EXAMPLES
 
 OPTS = gres.GresOptions()
@@ -155,3 +155,36 @@ def test_outputs():
     assert 'slurmgpu_check_node_ok{node="n2"} 1' in prom
     assert 'slurmgpu_check_problems{node="n2",kind="persistence-off",severity="warning"} 1' in prom
     assert render_text(CheckReport(("n1",), ())).strip() == "slurmgpu check: 1 node(s) OK"
+
+
+def test_the_health_check_skips_its_action_while_another_command_holds_the_node(tmp_path):
+    from slurmgpu.fleet.check import CheckReport, apply_health_action
+    from slurmgpu.util.lock import node_locks
+
+    report = CheckReport(("gpu03",), ())
+    with node_locks(tmp_path, ["gpu03"], "mig apply relayout"):
+        # no scontrol on this PATH: an action taken would fail
+        done = apply_health_action("gpu03", report, {"PATH": "/nonexistent"}, lock_dir=tmp_path)
+    assert done.action.kind == "skipped"
+    assert "gpu03: another slurmgpu command is changing it" in done.action.reason
+    assert "mig apply relayout" in done.action.reason
+    import pytest
+
+    from slurmgpu.errors import SlurmCommandError
+
+    with pytest.raises(SlurmCommandError):  # free again: it acts (and needs scontrol)
+        apply_health_action("gpu03", report, {"PATH": "/nonexistent"}, lock_dir=tmp_path)
+
+
+def test_the_health_check_acts_where_no_lock_directory_can_be_made(tmp_path):
+    import pytest
+
+    from slurmgpu.errors import SlurmCommandError
+    from slurmgpu.fleet.check import CheckReport, apply_health_action
+
+    (tmp_path / "file").write_text("")
+    report = CheckReport(("gpu03",), ())
+    with pytest.raises(SlurmCommandError):  # it went on to scontrol (none on this PATH)
+        apply_health_action(
+            "gpu03", report, {"PATH": "/nonexistent"}, lock_dir=tmp_path / "file" / "locks"
+        )

@@ -68,7 +68,8 @@ def test_a_starved_partition_is_never_a_donor():
 
 def test_undo_without_an_apply_is_a_usage_error(tmp_path):
     log = tmp_path / "log.jsonl"
-    log.write_text(json.dumps({"action": "undo", "undoes": "x", "time": "t"}) + "\n")
+    undo = {"action": "undo", "undoes": "2026-01-01T00:00:00", "time": "2026-01-01T00:01:00"}
+    log.write_text(json.dumps(undo) + "\n")
     with pytest.raises(UsageError, match="nothing to undo"):
         undo_last(log)
 
@@ -79,7 +80,7 @@ def test_no_move_without_its_log_line(tmp_path):
 
     plan = plan_rebalance([job(gtype="h100")], PARTS, NODES, OPTS)
     (tmp_path / "file").write_text("")
-    with pytest.raises(SlurmgpuError, match="cannot write the change log"):
+    with pytest.raises(SlurmgpuError, match=r"cannot (write the change log|create the lock dir)"):
         apply_plan(plan, tmp_path / "file" / "log.jsonl", env={"PATH": "/nonexistent"})
 
 
@@ -93,9 +94,171 @@ def test_cli_bad_log_and_bad_snapshot_dir_are_one_line(tmp_path):
     result = CliRunner().invoke(main, ["rebalance", "apply", "--undo", "--log", str(bad)])
     assert result.exit_code == 1
     assert result.output.strip() == (
-        f"slurmgpu: error: {bad}:1: not a rebalance log line: Expecting value: line 1 column 1 "
-        "(char 0)"
+        f"slurmgpu: error: {bad}:1: not a JSON line (Expecting value: line 1 column 1 (char 0))"
     )
     result = CliRunner().invoke(main, ["check", "--snapshot-dir", str(tmp_path / "none")])
     assert result.exit_code == 2
     assert result.output.strip().endswith("not a directory")
+
+
+# -- issue #20: usable floors, the log read back, undo from the live state ----------------------
+
+
+def test_the_floor_counts_usable_nodes_only():
+    # infer has two nodes, but n4 is drained: n3 is the only one that runs jobs there
+    nodes = [
+        *NODES[:2],
+        NodeState("n3", ("infer",), True, 8, "h100", 900),
+        NodeState("n4", ("infer",), False, 8, "h100", 5000, usable=False),
+    ]
+    parts = [PARTS[0], Partition("infer", ("n3", "n4"))]
+    opts = RebalanceOptions(min_pending_s=0, min_idle_s=0)
+    plan = plan_rebalance([job()], parts, nodes, opts)
+    assert plan.moves == () and "only 0 can move" in plan.notes[0]
+    healthy = [*nodes[:3], NodeState("n4", ("infer",), False, 8, "h100", 0)]  # busy, not drained
+    assert [m.node for m in plan_rebalance([job()], parts, healthy, opts).moves] == ["n3"]
+
+
+APPLY = {
+    "time": "2026-01-01T10:00:00",
+    "action": "apply",
+    "moves": [{"node": "n4", "source": "infer", "target": "train", "reason": "job 7 waited"}],
+    "before": {"train": "n[1-2]", "infer": "n[3-5]"},
+    "after": {"train": "n[1-2,4]", "infer": "n[3,5]"},
+}
+
+
+def _live(**lists):
+    return lambda env: [Partition(name, tuple(nodes)) for name, nodes in lists.items()]
+
+
+NO_SCONTROL = {"PATH": "/nonexistent"}
+
+
+@pytest.mark.parametrize(
+    "line, message",
+    [
+        ("[1, 2]", "not a JSON object but list"),
+        ('"x"', "not a JSON object but str"),
+        ("null", "not a JSON object but NoneType"),
+        (json.dumps({**APPLY, "action": "boom"}), "neither apply nor undo"),
+        (json.dumps({**APPLY, "time": 5}), "time: 5 is not str"),
+        (json.dumps({**APPLY, "before": {"train": "n[1-"}}), "no valid node list"),
+        (json.dumps({**APPLY, "moves": [{"node": "n4"}]}), "field source missing"),
+        (json.dumps({**APPLY, "moves": "n4"}), "is not a list"),
+        (json.dumps({**APPLY, "extra": 1}), "unknown field"),
+        (json.dumps({**APPLY, "sha256": "0" * 64}), "checksum does not match"),
+    ],
+)
+def test_a_log_line_that_is_not_a_valid_entry_is_one_error_and_nothing_changes(
+    tmp_path, line, message
+):
+    from click.testing import CliRunner
+
+    from slurmgpu.cli import main
+
+    log = tmp_path / "log.jsonl"
+    log.write_text(json.dumps(APPLY) + "\n" + line + "\n")
+    result = CliRunner().invoke(main, ["rebalance", "apply", "--undo", "--log", str(log)])
+    assert result.exit_code == 1, result.output
+    assert result.output.startswith(f"slurmgpu: error: {log}:2: ") and message in result.output
+    assert result.output.count("\n") == 1 and "Traceback" not in result.output
+
+
+def test_undo_is_logged_only_after_scontrol_did_it(tmp_path):
+    from slurmgpu.errors import SlurmCommandError
+
+    log = tmp_path / "log.jsonl"
+    log.write_text(json.dumps(APPLY) + "\n")
+    live = _live(train=("n1", "n2", "n4"), infer=("n3", "n5"))
+    with pytest.raises(SlurmCommandError):
+        undo_last(log, NO_SCONTROL, live=live)
+    assert log.read_text() == json.dumps(APPLY) + "\n"  # still undoable
+    assert [e.action for e in _log(log)] == ["apply"]
+
+
+def _log(log):
+    from slurmgpu.fleet.rebalance import _entries
+
+    return _entries(log)
+
+
+def test_undo_after_a_reconfigure_says_nothing_was_restored(tmp_path):
+    log = tmp_path / "log.jsonl"
+    log.write_text(json.dumps(APPLY) + "\n")
+    # slurmctld went back to slurm.conf: the lists are as before the apply; no scontrol runs
+    result = undo_last(log, NO_SCONTROL, live=_live(train=("n1", "n2"), infer=("n3", "n4", "n5")))
+    assert result.restored == {} and result.unchanged == APPLY["before"]
+    assert [e.action for e in _log(log)] == ["apply", "undo"]
+    with pytest.raises(UsageError, match="nothing to undo"):
+        undo_last(log, NO_SCONTROL, live=_live())
+
+
+def test_undo_of_partitions_changed_since_by_someone_else_stops(tmp_path):
+    from slurmgpu.errors import SlurmgpuError
+
+    log = tmp_path / "log.jsonl"
+    log.write_text(json.dumps(APPLY) + "\n")
+    live = _live(train=("n1",), infer=("n3", "n5"))
+    with pytest.raises(SlurmgpuError, match="partition train has Nodes=n1 now, neither"):
+        undo_last(log, NO_SCONTROL, live=live)
+    assert [e.action for e in _log(log)] == ["apply"]
+
+
+INCLUDE = (
+    "# written by hand, then owned by slurmgpu rebalance\n"
+    "PartitionName=train Nodes=n[1-2] Default=YES MaxTime=INFINITE State=UP\n"
+    "PartitionName=infer Nodes=n[3-5] MaxTime=INFINITE State=UP\n"
+    "PartitionName=debug Nodes=n1 State=UP\n"
+)
+
+
+def test_the_include_file_gets_the_new_node_lists_and_keeps_the_rest(tmp_path):
+    from slurmgpu.fleet.rebalance import partitions_conf_text
+
+    path = tmp_path / "slurmgpu-partitions.conf"
+    new = partitions_conf_text(INCLUDE, {"train": ["n1", "n2", "n4"], "infer": ["n3", "n5"]}, path)
+    assert new.splitlines() == [
+        "# written by hand, then owned by slurmgpu rebalance",
+        "PartitionName=train Nodes=n[1-2,4] Default=YES MaxTime=INFINITE State=UP",
+        "PartitionName=infer Nodes=n[3,5] MaxTime=INFINITE State=UP",
+        "PartitionName=debug Nodes=n1 State=UP",
+    ]
+    with pytest.raises(UsageError, match="no PartitionName= line for gpu"):
+        partitions_conf_text(INCLUDE, {"gpu": ["n1"]}, path)
+
+
+def test_a_failed_scontrol_puts_the_include_file_back(tmp_path):
+    from slurmgpu.errors import SlurmCommandError
+    from slurmgpu.fleet.rebalance import apply_plan
+
+    conf = tmp_path / "slurmgpu-partitions.conf"
+    conf.write_text(INCLUDE)
+    plan = plan_rebalance([job(gtype="h100")], PARTS, NODES, OPTS)
+    with pytest.raises(SlurmCommandError):
+        apply_plan(plan, tmp_path / "log.jsonl", NO_SCONTROL, partitions_conf=conf)
+    assert conf.read_text() == INCLUDE
+
+
+def test_emit_writes_the_include_file_and_its_diff_and_touches_nothing(tmp_path):
+    from slurmgpu.fleet.rebalance import emit_plan
+
+    conf = tmp_path / "slurmgpu-partitions.conf"
+    conf.write_text(INCLUDE)
+    plan = plan_rebalance([job(gtype="h100")], PARTS, NODES, OPTS)
+    out = tmp_path / "emit"
+    written = emit_plan(plan, out, conf)
+    assert [p.name for p in written] == ["slurmgpu-partitions.conf", "changes.diff", "steps.txt"]
+    assert conf.read_text() == INCLUDE
+    emitted = (out / "slurmgpu-partitions.conf").read_text()
+    assert "PartitionName=train Nodes=n[1-2,4] Default=YES" in emitted
+    diff = (out / "changes.diff").read_text()
+    assert f"--- {conf}" in diff and "+PartitionName=infer Nodes=n[3,5]" in diff
+    assert (out / "steps.txt").read_text().splitlines()[-1] == "scontrol reconfigure"
+    # the diff, applied by hand, gives the emitted file
+    import subprocess
+
+    subprocess.run(["patch", "-s", str(conf), str(out / "changes.diff")], check=True)
+    assert conf.read_text() == emitted
+    with pytest.raises(UsageError, match="--emit needs --partitions-conf"):
+        emit_plan(plan, out, None)

@@ -11,18 +11,19 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 from pathlib import Path
 
 import pytest
 
-from slurmgpu.errors import ConfigCheckError, SlurmCommandError, UsageError
+from slurmgpu.errors import ConfigCheckError, SlurmCommandError, SlurmgpuError, UsageError
 from slurmgpu.mig import apply as apply_mod
 from slurmgpu.mig.apply import STEPS, ApplyOptions, Journal, MigApply, MigApplyFailed
 from slurmgpu.mig.demand import parse_demand
 from slurmgpu.mig.plan import plan
-from slurmgpu.render.mig import render_mig_parted
 from slurmgpu.sources import nvml
 from slurmgpu.sources.slurm_node_control import NodeJob
+from slurmgpu.views.mig import render_mig_parted
 from tests.doubles.machines import install_double, setup_machine
 
 NODE = "dgxa100"
@@ -105,7 +106,7 @@ def node(tmp_path, monkeypatch):
     config.write_text(render_mig_parted(result))
     etc = tmp_path / "etc"
     etc.mkdir()
-    (etc / "gres.conf").write_text("# old gres.conf\n")
+    (etc / "gres.conf").write_text("# old gres.conf\nName=gpu Type=a100 File=/dev/nvidia[0-7]\n")
     (etc / "slurm.conf").write_text(f"ClusterName=t\n{OLD_LINE}\nPartitionName=p Nodes=ALL\n")
     opts = ApplyOptions(
         node=NODE,
@@ -173,8 +174,17 @@ def fail_inventory_after_apply(opts):
     return read
 
 
-def failing_check(text, line):
-    raise ConfigCheckError("slurmd -G rejected the new gres.conf: injected")
+def failing_check():
+    """A slurmd -G that rejects the first file it sees (the new one); the rollback's check of
+    the old file then passes, as with the integration test's fail-once shim."""
+    seen = []
+
+    def check(text, line):
+        seen.append(text)
+        if len(seen) == 1:
+            raise ConfigCheckError("slurmd -G rejected the new gres.conf: injected")
+
+    return check
 
 
 CASES = {
@@ -208,7 +218,7 @@ def test_a_failure_at_each_step_leaves_old_config_and_a_drained_node(node, step)
     if case.get("inventory"):
         kwargs["read_inventory"] = fail_inventory_after_apply(opts)
     if "check" in case:
-        kwargs["validate_gres"] = case["check"]
+        kwargs["validate_gres"] = case["check"]()
     if "nvml_error" in case:
         call, code = case["nvml_error"]
         path = Path(double._state["path"])
@@ -463,3 +473,161 @@ def test_a_failure_after_the_change_restarts_a_slurmd_that_kept_running(node) ->
     # forward: restart after the new config; rollback: slurmd (on the new config) stopped
     # before the old one is back, then restarted on it
     assert _order(stub) == ["reconfigure", "stop", "start", "stop", "reconfigure", "stop", "start"]
+
+
+# -- the journal read back and the node lock (issue #20) ----------------------------------------
+
+
+def _crashed_journal(node) -> tuple[ApplyOptions, dict]:
+    """A run "crashed" after apply_layout: its journal on disk, as JSON."""
+    _double, _root, opts, _ = node
+    runner(opts, SlurmStub(opts.slurm_conf)).run(steps=STEPS[:5])
+    return opts, json.loads(opts.journal.read_text())
+
+
+def _reseal(obj: dict) -> dict:
+    from slurmgpu.util.journal import SEAL, _digest
+
+    obj = dict(obj)
+    obj[SEAL] = _digest(obj)
+    return obj
+
+
+@pytest.mark.parametrize(
+    "corrupt, message",
+    [
+        (lambda o, t: t[: len(t) // 2], "not JSON"),
+        (lambda o, t: "[1, 2]", "not a JSON object but list"),
+        (lambda o, t: json.dumps({**o, "state": "done"}), "checksum does not match"),
+        (lambda o, t: json.dumps(_reseal({**o, "state": "banana"})), "state 'banana' is none"),
+        (lambda o, t: json.dumps(_reseal({**o, "done": ["drain", "resume"]})), "not the workflow"),
+        (lambda o, t: json.dumps(_reseal({**o, "done": "drain"})), "is not a list"),
+        (lambda o, t: json.dumps(_reseal({**o, "node": "other"})), "is of node 'other'"),
+        (lambda o, t: json.dumps(_reseal({**o, "old_layout": {"x": None}})), "not a GPU index"),
+    ],
+)
+def test_recover_refuses_a_journal_it_cannot_trust_and_touches_nothing(
+    node, corrupt, message
+) -> None:
+    opts, obj = _crashed_journal(node)
+    text = opts.journal.read_text()
+    opts.journal.write_text(corrupt(obj, text))
+    files = _old_files(opts)
+    stub = SlurmStub(opts.slurm_conf)
+    with pytest.raises(SlurmgpuError, match=message) as info:
+        apply_mod.recover(opts, slurm=stub, sleep=lambda s: None)
+    assert "\n" not in str(info.value)
+    assert stub.calls == [] and _old_files(opts) == files
+
+
+def test_the_journals_old_gres_conf_is_checked_before_a_rollback_writes_it(node) -> None:
+    opts, obj = _crashed_journal(node)
+    for garbage in ("", "rm -rf /\n", "NodeName=gpu99 Name=gpu File=/dev/nvidia0\n"):
+        opts.journal.write_text(
+            json.dumps(
+                _reseal(
+                    {
+                        **obj,
+                        "done": list(STEPS[:6]),
+                        "error": "write_gres: killed",
+                        "old_gres_conf": garbage,
+                    }
+                )
+            )
+        )
+        written = opts.gres_conf.read_text()
+        with pytest.raises(MigApplyFailed, match=r"restore gres.conf: the journal's old gres.conf"):
+            apply_mod.recover(opts, slurm=SlurmStub(opts.slurm_conf), sleep=lambda s: None)
+        assert opts.gres_conf.read_text() == written  # never the journal's text
+        assert Journal.load(opts.journal).state == "failed"
+
+
+def test_recover_of_a_finished_run_reports_its_state(node) -> None:
+    _double, _root, opts, _ = node
+    runner(opts, SlurmStub(opts.slurm_conf)).run()
+    assert apply_mod.recover(opts, slurm=SlurmStub(opts.slurm_conf)).state == "done"
+
+
+def test_a_second_apply_of_a_locked_node_refuses_at_once(node) -> None:
+    from slurmgpu.util.lock import NodeLocked, node_locks
+
+    _double, root, opts, _ = node
+    before, files = layout_now(root), _old_files(opts)
+    stub = SlurmStub(opts.slurm_conf)
+    with node_locks(opts.journal_dir / "locks", [NODE], "mig apply other"):
+        for call in (apply_mod.apply_config, apply_mod.recover):
+            with pytest.raises(NodeLocked, match=f"{NODE}: another slurmgpu command") as info:
+                call(opts, slurm=stub)
+            assert "mig apply other" in str(info.value) and f"pid {os.getpid()}" in str(info.value)
+    assert stub.calls == [] and layout_now(root) == before and _old_files(opts) == files
+    # the lock is gone with its holder: the next apply runs
+    assert apply_mod.apply_config(opts, slurm=stub, sleep=lambda s: None).state == "done"
+
+
+# -- --dry-run and --emit DIR (issue #24) --------------------------------------------------------
+
+
+def _statements(text: str) -> list[str]:
+    """What Slurm reads of a config file (comments, like the inventory digest, left out)."""
+    return [ln for ln in text.splitlines() if ln.strip() and not ln.lstrip().startswith("#")]
+
+
+def test_emit_writes_the_files_a_run_writes_and_changes_nothing(node, tmp_path) -> None:
+    _double, root, opts, _ = node
+    before, files = layout_now(root), _old_files(opts)
+    stub = SlurmStub(opts.slurm_conf)
+    out = tmp_path / "emitted"
+    apply_mod.emit(opts, out, slurm=stub)
+    assert stub.calls == [] and layout_now(root) == before and _old_files(opts) == files
+    assert not opts.journal.exists() and stub.state == "IDLE"
+    assert sorted(p.name for p in out.iterdir()) == [
+        "changes.diff", "gres.conf", "slurm.conf", "steps.txt"
+    ]  # fmt: skip
+    steps = (out / "steps.txt").read_text().splitlines()
+    assert [s.split(":")[0] for s in steps] == list(STEPS)
+    assert "GPU 0: 7 x 1g.5gb" in steps[4]
+    # the patch, applied by hand to copies of the live files, gives the emitted files
+    import shutil
+    import subprocess
+
+    hand = tmp_path / "by-hand"
+    shutil.copytree(opts.gres_conf.parent, hand)
+    diff = (out / "changes.diff").read_text().replace(str(opts.gres_conf.parent), str(hand))
+    subprocess.run(["patch", "-s", "-p0"], input=diff, text=True, check=True, cwd="/")
+    for name in ("gres.conf", "slurm.conf"):
+        assert (hand / name).read_text() == (out / name).read_text()
+    # ... and what the live run writes
+    assert runner(opts, stub).run().state == "done"
+    assert _statements(opts.gres_conf.read_text()) == _statements((out / "gres.conf").read_text())
+    assert opts.slurm_conf.read_text() == (out / "slurm.conf").read_text()
+
+
+def test_dry_run_prints_the_steps_and_diffs_and_changes_nothing(node) -> None:
+    _double, root, opts, _ = node
+    before, files = layout_now(root), _old_files(opts)
+    stub = SlurmStub(opts.slurm_conf)
+    text = apply_mod.preview(opts, slurm=stub).text()
+    assert stub.calls == [] and layout_now(root) == before and _old_files(opts) == files
+    lines = text.splitlines()
+    assert lines[0] == f"# mig apply {opts.config_name} on {NODE}: dry run, nothing changed"
+    assert lines[1].startswith(f"1. drain: scontrol update NodeName={NODE} State=DRAIN")
+    gres = "gpu:1g.5gb:16,gpu:2g.10gb:2,gpu:1g.10gb:1,gpu:a100:5"
+    assert lines[8] == (
+        f"8. reconfigure: NodeName={NODE} Gres={gres} in {opts.slurm_conf}, `scontrol reconfigure`"
+    )
+    assert lines[5].startswith("5. apply_layout: through NVML: GPU 0: 7 x 1g.5gb; GPU 1: ")
+    assert f"--- {opts.gres_conf}" in text and f"+++ {opts.slurm_conf}" in text
+
+
+def test_dry_run_and_recover_exclude_each_other(tmp_path) -> None:
+    from click.testing import CliRunner
+
+    from slurmgpu.cli import main
+
+    argv = ["mig", "apply", "--node", NODE, "--recover", "--dry-run"]
+    argv += ["--journal-dir", str(tmp_path)]
+    result = CliRunner().invoke(main, argv)
+    assert result.exit_code == 2
+    assert result.output == (
+        "slurmgpu: error: mig apply: --recover acts on a journal; no --dry-run or --emit with it\n"
+    )

@@ -12,8 +12,8 @@ import ctypes
 
 import pytest
 
-from slurmgpu.mig.layout import place
 from slurmgpu.model.catalog import resolve
+from slurmgpu.model.mig_layout import place
 from slurmgpu.sources import nvml
 from slurmgpu.sources.mig_nvml import MigApplyError, NvmlMig
 from tests.doubles.machines import install_double, setup_machine

@@ -1,6 +1,6 @@
 """Plans checked against NVIDIA's placement rules, hand-coded here from the MIG User Guide.
 
-This test deliberately does not use the catalogue's placement tables or slurmgpu.mig.layout's
+This test deliberately does not use the catalogue's placement tables or slurmgpu.model.mig_layout's
 rules: the tables below are typed in from the guide's "Supported MIG Profiles" figures
 (A100 40/80 GB, H100, H200: 7 compute x 8 memory slices; A30: 4 x 4), so a wrong placement
 in gpus.toml or a bug in the layout code fails here.
@@ -11,9 +11,9 @@ from __future__ import annotations
 import pytest
 
 from slurmgpu.mig.demand import parse_demand
-from slurmgpu.mig.layout import Layout, Placement, layouts
 from slurmgpu.mig.plan import plan
 from slurmgpu.model.catalog import resolve
+from slurmgpu.model.mig_layout import Layout, Placement, layouts
 from tests.unit.mig.conftest import node_of
 
 # name: (compute slices, memory slots wide, max instances, allowed start slots)

@@ -9,12 +9,12 @@ from click.testing import CliRunner
 from slurmgpu.cli import main
 from slurmgpu.errors import UsageError
 from slurmgpu.mig.demand import Demand, p95_concurrency, parse_demand, profile_for
-from slurmgpu.mig.layout import Placement
 from slurmgpu.mig.plan import plan
 from slurmgpu.mig.preview import caps_minor, gi_id, planned_inventory
 from slurmgpu.model.catalog import resolve
+from slurmgpu.model.mig_layout import Placement
 from slurmgpu.render import gres
-from slurmgpu.render.mig import render_gres_preview, render_mig_parted, render_text
+from slurmgpu.views.mig import render_gres_preview, render_mig_parted, render_text
 from tests.doubles.machines import EXAMPLES
 from tests.unit.mig.conftest import node_of
 
@@ -155,6 +155,7 @@ def test_cli_plan_text_and_errors(tmp_path) -> None:
     assert set(yaml.safe_load(out.read_text())["mig-configs"]) == {
         "slurmgpu-dgxa100",
         "slurmgpu-dgxh100",
+        "slurmgpu-mixed01",  # its RTX 4090s get a config; its NPUs and the AMD/Ascend nodes none
         "slurmgpu-pcie8",
     }
     bad = runner.invoke(main, ["mig", "plan", "--snapshot", snap, "--demand", "1g.99gb=1"])

@@ -4,7 +4,7 @@ import pytest
 
 from slurmgpu.errors import UsageError
 from slurmgpu.model.catalog import model_for_type
-from slurmgpu.replay.changes import parse_change
+from slurmgpu.model.changes import parse_change
 from slurmgpu.replay.cluster import QosSpec, apply_change, from_capacity, mig_placement
 
 

@@ -2,7 +2,7 @@
 
 import math
 
-from slurmgpu.replay.changes import parse_change
+from slurmgpu.model.changes import parse_change
 from slurmgpu.replay.cluster import QosSpec, apply_change, from_capacity
 from slurmgpu.replay.engine import CANCELLED, DONE, UNRUNNABLE, SchedConfig, replay
 from slurmgpu.replay.jobs import MIG, ReplayJob, ReplayTrace

@@ -11,11 +11,10 @@ import numpy as np
 import pytest
 from click.testing import CliRunner
 
-from slurmgpu.accounting import json_safe
 from slurmgpu.cli import main
 from slurmgpu.errors import UsageError
+from slurmgpu.model.changes import format_change
 from slurmgpu.replay import ReplayOptions, parse_change, replay_trace
-from slurmgpu.replay.changes import format_change
 from slurmgpu.replay.from_accounting import load_trace
 from slurmgpu.replay.results import window_of
 from slurmgpu.replay.sweep import (
@@ -29,6 +28,7 @@ from slurmgpu.replay.sweep import (
     write_script,
 )
 from slurmgpu.replay.trace_file import load_trace_file, save_trace
+from slurmgpu.util.json_safe import json_safe
 from tests.unit.replay.test_what_if import history
 
 DATA = Path(__file__).resolve().parents[2] / "data" / "sacct"

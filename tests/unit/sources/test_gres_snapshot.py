@@ -33,7 +33,7 @@ def _broken(change):
             lambda d: d["gpus"][3].update(pci_bus_id=7),
             "gpus[3].pci_bus_id: expected a string, got 7",
         ),
-        (lambda d: d.update(schema_version=2), "schema_version: 2 is newer than this slurmgpu"),
+        (lambda d: d.update(schema_version=3), "schema_version: 3 is newer than this slurmgpu"),
         (lambda d: d.update(schema_version="1"), "schema_version: expected an integer"),
         (lambda d: d["gpus"][0].pop("uuid"), "gpus[0].uuid: missing"),
         (lambda d: d["gpus"][0].update(colour="red"), "gpus[0].colour: unknown field"),

@@ -370,3 +370,21 @@ def test_gen_job_submit_check_and_atomic_install(tmp_path):
     assert (tmp_path / "job_submit.lua.bak").read_text() == "-- old\n"
     again = runner.invoke(main, ["gen-job-submit", "--policy", str(EXAMPLE)])
     assert again.output == out.read_text()  # deterministic, stdout by default
+
+
+def test_gen_job_submit_diff_dry_run_and_emit_like_every_generated_file(tmp_path):
+    out = tmp_path / "job_submit.lua"
+    out.write_text("-- old\n")
+    args = ["gen-job-submit", "--policy", str(EXAMPLE), "-o", str(out)]
+    runner = CliRunner()
+    differ = runner.invoke(main, [*args, "--diff"])
+    assert differ.exit_code == 1 and "\n--- old\n" in differ.stdout  # the old line, removed
+    dry = runner.invoke(main, [*args, "--dry-run"])
+    assert dry.exit_code == 0 and "would write" in dry.stderr
+    emitted = runner.invoke(main, [*args, "--emit", str(tmp_path / "emit")])
+    assert emitted.exit_code == 0, emitted.output
+    assert out.read_text() == "-- old\n"  # nothing live touched by any of the three
+    assert (tmp_path / "emit" / "job_submit.lua").read_text().startswith("--[==[")
+    assert runner.invoke(main, args).exit_code == 0
+    same = runner.invoke(main, [*args, "--diff"])
+    assert same.exit_code == 0 and same.stdout == "" and "unchanged" in same.stderr

@@ -186,7 +186,7 @@ def test_cli_writes_atomically_with_backup_and_diff(tmp_path):
     args = ["gen-topology", "--switches", str(fabric), "--nodes", "dgx[01-04]"]
     args += ["--slurm-version", "24.05", "--output-dir", str(out)]
     diff = runner.invoke(main, [*args, "--diff"])
-    assert diff.exit_code == 0, diff.output
+    assert diff.exit_code == 1, diff.output  # like diff(1): they differ
     assert "-SwitchName=old Nodes=dgx01" in diff.output
     assert "+SwitchName=spine Switches=leaf[1-2]" in diff.output
     assert (out / "topology.conf").read_text() == "SwitchName=old Nodes=dgx01\n"
@@ -196,6 +196,7 @@ def test_cli_writes_atomically_with_backup_and_diff(tmp_path):
     assert (out / "topology.conf.bak").read_text() == "SwitchName=old Nodes=dgx01\n"
     assert not (out / "topology.yaml").exists()  # 24.05 reads only topology.conf
     assert sorted(p.name for p in out.iterdir()) == ["topology.conf", "topology.conf.bak"]
+    assert runner.invoke(main, [*args, "--diff"]).exit_code == 0  # equal now
 
 
 def test_cli_error_is_one_line_and_writes_nothing(tmp_path):

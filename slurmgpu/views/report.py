@@ -24,8 +24,8 @@ from slurmgpu.accounting.document import (
     Totals,
     iso_utc,
 )
-from slurmgpu.render import svg
 from slurmgpu.render.templating import render as render_template
+from slurmgpu.views import svg
 
 FORMATS: tuple[str, ...] = ("text", "json", "html", "prom")
 

@@ -22,14 +22,16 @@ from typing import Any
 
 import numpy as np
 
+from slurmgpu.accounting.document import ReplayedEffect
 from slurmgpu.errors import UsageError
+from slurmgpu.model.changes import Change, format_change, parse_change
 from slurmgpu.replay import ReplayOptions, _gpus_by_partition, build_model
-from slurmgpu.replay.changes import Change, format_change, parse_change
 from slurmgpu.replay.cluster import ClusterModel, apply_change
 from slurmgpu.replay.engine import SchedConfig
 from slurmgpu.replay.engine import replay as run_engine
 from slurmgpu.replay.jobs import ReplayTrace
 from slurmgpu.replay.results import ResultBlock, Window, block_from_outcome, window_of
+from slurmgpu.util.json_safe import json_safe
 
 
 @dataclass(frozen=True)
@@ -82,8 +84,6 @@ class Effect:
     by_tier: tuple[TierEffect, ...]
 
     def to_dict(self) -> dict[str, Any]:
-        from slurmgpu.accounting import json_safe
-
         return json_safe({"basis": "replay", **asdict(self)})
 
 
@@ -96,6 +96,34 @@ class EffectUnavailable:
 
     def to_dict(self) -> dict[str, Any]:
         return {"basis": "replay", "changes": list(self.changes), "unavailable": self.reason}
+
+
+def replayed_effect(effect: Effect | EffectUnavailable) -> ReplayedEffect:
+    """The analysis document's `ReplayedEffect` of a replayed `Effect` (or of why it could
+    not be replayed): the pairs an admin weighs first, typed, and the whole effect's JSON."""
+    if isinstance(effect, EffectUnavailable):
+        unknown = (None, None)
+        return ReplayedEffect(
+            changes=tuple(effect.changes),
+            allocation_ratio=unknown,
+            wait_p95_s=unknown,
+            gpu_hours_lost=unknown,
+            jobs_not_run=unknown,
+            full=effect.to_dict(),
+            unavailable=effect.reason,
+        )
+
+    def pair(delta: Delta) -> tuple[float | None, float | None]:
+        return (json_safe(delta.before), json_safe(delta.after))
+
+    return ReplayedEffect(
+        changes=tuple(effect.changes),
+        allocation_ratio=pair(effect.allocation_ratio),
+        wait_p95_s=pair(effect.wait_p95_s),
+        gpu_hours_lost=pair(effect.gpu_hours_lost),
+        jobs_not_run=pair(effect.jobs_not_run),
+        full=effect.to_dict(),
+    )
 
 
 def effect_key(changes: str | Sequence[str]) -> str:

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from slurmgpu.mig.layout import Placement, fits, layouts, maximal_layouts, place
 from slurmgpu.model.catalog import resolve
+from slurmgpu.model.mig_layout import Placement, fits, layouts, maximal_layouts, place
 
 A100 = resolve("a100")
 H100 = resolve("h100")

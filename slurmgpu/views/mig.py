@@ -12,8 +12,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from slurmgpu import __version__
-from slurmgpu.mig.layout import counts_label
 from slurmgpu.mig.plan import GpuPlan, MigPlan, NodePlan
+from slurmgpu.model.mig_layout import counts_label
 from slurmgpu.render.templating import render
 
 

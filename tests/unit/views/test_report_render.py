@@ -15,8 +15,8 @@ from pathlib import Path
 import pytest
 
 from slurmgpu.accounting.document import AnalysisDocument
-from slurmgpu.render import report
-from slurmgpu.render.report import (
+from slurmgpu.views import report
+from slurmgpu.views.report import (
     check_prom_text,
     fmt_duration,
     prom_label_value,

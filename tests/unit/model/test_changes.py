@@ -3,7 +3,7 @@
 import pytest
 
 from slurmgpu.errors import UsageError
-from slurmgpu.replay.changes import Carve, Move, Shard, TierChange, format_change, parse_change
+from slurmgpu.model.changes import Carve, Move, Shard, TierChange, format_change, parse_change
 
 
 @pytest.mark.parametrize(
@@ -50,7 +50,7 @@ def test_bad_changes_are_one_line_usage_errors(text, says):
 
 
 def test_changes_together_are_one_scenario_and_round_trip():
-    from slurmgpu.replay.changes import Together
+    from slurmgpu.model.changes import Together
 
     text = "carve:gpu:4:1g.10gb=7 + carve:gpu:2:3g.40gb=2 + tier:p2:preempts=p1+p3"
     change = parse_change(text)

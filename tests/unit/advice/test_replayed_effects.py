@@ -1,4 +1,4 @@
-"""`analyze` fills each recommendation's `estimated_effect.replay` from a replay of the
+"""`advice.analyze` fills each recommendation's `estimated_effect.replay` from a replay of the
 window's own runs when the cluster's capacity is known (issue #10, item 6)."""
 
 import json
@@ -7,8 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from slurmgpu.accounting import AnalysisOptions, analyze
+from slurmgpu.accounting import AnalysisOptions
 from slurmgpu.accounting.document import AnalysisDocument
+from slurmgpu.advice import analyze
 from slurmgpu.errors import UsageError
 
 DUMP = Path(__file__).resolve().parents[2] / "data" / "sacct" / "synthetic-mix.txt"
@@ -52,7 +53,7 @@ def test_a_bad_mode_is_named():
 
 
 def test_text_and_html_show_the_replayed_effect():
-    from slurmgpu.render.report import render_report
+    from slurmgpu.views.report import render_report
 
     doc = _analyze(capacity={"gpu": 16, "mig": 8}, gpu_types={"gpu": "h100"})
     text = render_report(doc, "text")

@@ -3,13 +3,13 @@
 import json
 from pathlib import Path
 
-from slurmgpu.replay import ReplayOptions, parse_change, replay_trace
-from slurmgpu.replay.effects import (
+from slurmgpu.advice.effects import (
     Effect,
     EffectUnavailable,
     effect_key,
     estimate_effects,
 )
+from slurmgpu.replay import ReplayOptions, parse_change, replay_trace
 from slurmgpu.replay.from_accounting import load_trace, trace_from_frame
 from tests.unit.replay.test_what_if import history
 
@@ -121,8 +121,9 @@ def test_processes_give_the_same_effects():
 
 def test_analyze_fills_each_recommendation_with_the_same_replay():
     """analyze's `replayed` is what estimate_effects gives on analyze's own frame and capacity."""
-    from slurmgpu.accounting import AnalysisOptions, analyze, runs
-    from slurmgpu.replay.effects import analysis_replay_options
+    from slurmgpu.accounting import AnalysisOptions, runs
+    from slurmgpu.advice import analyze
+    from slurmgpu.advice.effects import analysis_replay_options
 
     result = analyze(AnalysisOptions(files=[DATA / "synthetic-mix.txt"],
                                      capacity={"gpu": 16, "mig": 1}))  # fmt: skip
@@ -142,7 +143,7 @@ def test_analyze_fills_each_recommendation_with_the_same_replay():
 
 
 def test_analysis_options_take_the_policys_qos():
-    from slurmgpu.replay.effects import analysis_replay_options
+    from slurmgpu.advice.effects import analysis_replay_options
     from slurmgpu.sources.policy_file import load_policy
 
     policy = load_policy(Path(__file__).resolve().parents[3] / "etc" / "slurmgpu.toml")

@@ -10,8 +10,8 @@ import json
 from typing import Any
 
 from slurmgpu import __version__
-from slurmgpu.render.report import REJECTED_SHOWN, printable
 from slurmgpu.render.templating import render
+from slurmgpu.views.report import REJECTED_SHOWN, printable
 
 
 def _h(value: Any) -> str:
@@ -124,7 +124,7 @@ def render_replay(doc: dict[str, Any], fmt: str) -> str:
 
 def _util_chart(cols: list[dict[str, Any]], labels: list[str]) -> list[tuple[str, str]]:
     """Per block: utilization over the window as an inline SVG polyline (share of GPUs)."""
-    from slurmgpu.render.svg import esc
+    from slurmgpu.views.svg import esc
 
     out = []
     w, h = 600, 120
@@ -151,7 +151,7 @@ def _util_chart(cols: list[dict[str, Any]], labels: list[str]) -> list[tuple[str
 
 def _wait_chart(cols: list[dict[str, Any]], labels: list[str]) -> str:
     """Wait p95 per tier, one bar per block (log scale: the max dwarfs the rest)."""
-    from slurmgpu.render.svg import bar_chart
+    from slurmgpu.views.svg import bar_chart
 
     tiers = sorted({t["tier"] for c in cols for t in c["by_tier"]})
     groups = []
