@@ -79,7 +79,13 @@ def plan_submission(arglist: list[str]) -> list[str]:
     import os
 
     from slurmgpu.errors import UsageError
-    from slurmgpu.render.sbatch import Additions, build_argv, scan_options, script_directives
+    from slurmgpu.render.sbatch import (
+        Additions,
+        build_argv,
+        env_options,
+        scan_options,
+        script_directives,
+    )
 
     ours, sbatch_args, script_args, dry_run = split_args(arglist)
     given_cmdline = scan_options(sbatch_args)
@@ -93,6 +99,8 @@ def plan_submission(arglist: list[str]) -> list[str]:
         except OSError as exc:
             msg = f"cannot read the batch script {script_args[0]}: {exc.strerror}"
             raise UsageError(msg) from exc
+    # SBATCH_* variables rank between the script's lines and the command line (sbatch(1))
+    directives += env_options(os.environ)
     given = scan_options([*directives, *sbatch_args])
 
     policy = None

@@ -11,6 +11,13 @@ next starts):
   controller restart command, when the node's Gres changes) -> start_slurmd -> verify
   (scontrol shows the new Gres) -> resume
 
+Slurm 25.11's slurmd unloads its gpu plugin once configured and holds no NVML handle while it
+runs (unless GPU energy accounting, `AcctGatherEnergyType=acct_gather_energy/gpu`, polls
+NVML): there `stop_slurmd` leaves slurmd running through the MIG change (the node keeps
+answering slurmctld, drained) and `start_slurmd` restarts it, since slurmd reads the devices
+only at start. Older releases keep NVML open in slurmd: it is stopped first
+(`slurmd_holds_nvml`; the journal's `slurmd_kept_running` says which was done).
+
 On a failure the steps already taken are undone in reverse (slurmd stopped again if it was
 started, old layout through NVML, old gres.conf/slurm.conf, reconfigure, slurmd started) and
 the node is drained with a reason that names the failed step (also when the failed step was
@@ -38,6 +45,21 @@ from slurmgpu.model.inventory import Inventory
 from slurmgpu.model.mig_layout import Layout, place
 
 _NODE_NAME = re.compile(r"(?i)NodeName=(\S+)")
+# slurmd releases NVML after its start from this release (25.11 release notes: the gpu plugin
+# is unloaded after configuration unless GPU energy accounting is on)
+NVML_RELEASED_SINCE = (25, 11)
+
+
+def slurmd_holds_nvml(slurm_version: Sequence[int] | None, energy_type: str | None) -> bool:
+    """Whether a running slurmd keeps NVML open, so a MIG change must stop it first.
+
+    Unknown version or energy plugin: yes (stopping is always safe, only slower).
+    """
+    if slurm_version is None or tuple(slurm_version[:2]) < NVML_RELEASED_SINCE:
+        return True
+    return energy_type is None or "gpu" in energy_type
+
+
 STEPS = (
     "drain",
     "wait_jobs",
@@ -109,6 +131,8 @@ class Journal:
     expected_gres: str = ""
     requeued: list[str] = field(default_factory=list)
     error: str = ""
+    # stop_slurmd left slurmd running (25.11+: it holds no NVML handle); start_slurmd restarts
+    slurmd_kept_running: bool = False
 
     def steps_done(self) -> list[str]:
         return [s for step in self.done for s in _LEGACY_STEPS.get(step, (step,))]
@@ -298,7 +322,21 @@ class MigApply:
             self.journal.old_slurm_conf = _read(self.opts.slurm_conf)
 
     def stop_slurmd(self) -> None:
+        if not self._slurmd_holds_nvml():
+            self.journal.slurmd_kept_running = True  # start_slurmd restarts it instead
+            self._save()
+            return
         self.slurm.run_command(self.opts.stop_slurmd)
+
+    def _slurmd_holds_nvml(self) -> bool:
+        version = getattr(self.opts.gres_options, "slurm_version", None)
+        if not slurmd_holds_nvml(version, ""):
+            try:
+                energy = self.slurm.config_value("AcctGatherEnergyType")
+            except SlurmgpuError:
+                energy = None  # cannot tell: stop slurmd, as on older releases
+            return slurmd_holds_nvml(version, energy)
+        return True
 
     def apply_layout(self) -> None:
         parted = shutil.which(self.opts.mig_parted) if self.opts.mig_parted else None
@@ -373,6 +411,9 @@ class MigApply:
             self.slurm.reconfigure()
 
     def start_slurmd(self) -> None:
+        if self.journal.slurmd_kept_running:
+            # slurmd ran through the change: it sees the new devices only from a new start
+            self.slurm.run_command(self.opts.stop_slurmd)
         self.slurm.run_command(self.opts.start_slurmd)
 
     def verify(self) -> None:
@@ -383,9 +424,13 @@ class MigApply:
         controller restart, seen on the multi-node test cluster). A slurmd that reports fewer
         GPUs than configured gets INVALID_REG: that fails at once, with Slurm's reason.
         """
+        self._wait_for_gres(self.journal.expected_gres)
+
+    def _wait_for_gres(self, expected: str) -> None:
+        """Until slurmctld shows Gres `expected` for the node and its slurmd has registered."""
         from slurmgpu.sources.slurm import parse_gres_string
 
-        want = _gres_set(parse_gres_string(self.journal.expected_gres))
+        want = _gres_set(parse_gres_string(expected))
         deadline = self.clock() + self.opts.verify_timeout_s
         while True:
             record = self.slurm.node_record(self.opts.node)
@@ -405,8 +450,7 @@ class MigApply:
                         f"(State={record.get('State', '?')})"
                     )
                 raise MigApplyFailed(
-                    f"scontrol shows Gres={record.get('Gres', '?')}, expected "
-                    f"{self.journal.expected_gres}"
+                    f"scontrol shows Gres={record.get('Gres', '?')}, expected {expected}"
                 )
             self.sleep(min(self.opts.poll_s, 2.0))
 
@@ -542,8 +586,11 @@ class MigApply:
             except Exception as exc:  # keep undoing the rest; report what failed
                 problems.append(f"{what}: {exc}")
 
-        if "start_slurmd" in j.done:  # slurmd holds the GPUs: MIG changes need it gone
-            attempt("stop slurmd", self.stop_slurmd)
+        if "start_slurmd" in j.done:
+            # slurmd holds the GPUs: MIG changes need it gone; and (25.11+, where it holds
+            # none) it runs with the new gres.conf and would register that with the controller
+            # while the old config is put back (seen on the 25.11 test cluster)
+            attempt("stop slurmd", lambda: self.slurm.run_command(self.opts.stop_slurmd))
         if "apply_layout" in started:
             attempt("restore the old MIG layout", self._restore_layout)
         if "write_gres" in started and j.old_gres_conf is not None:
@@ -554,6 +601,12 @@ class MigApply:
             attempt("reload slurmctld", self._reload_controller)
         if "stop_slurmd" in started:
             attempt("start slurmd", self.start_slurmd)
+        old_gres = _node_gres(old_conf, self.opts.node) if old_conf else None
+        if "reconfigure" in started and j.node_line_changed and old_gres:
+            # 24.11+ keep the node's registered Gres across a controller restart until its
+            # slurmd registers again (seen on the test clusters: the new Gres still shown
+            # after the old slurm.conf was back); 22.05 took slurm.conf's at once
+            attempt("slurmctld back on the old Gres", lambda: self._wait_for_gres(old_gres))
         # also when the drain itself failed (slurmctld busy): no job may land on a node whose
         # re-layout broke off; if this drain fails too, the error says so
         # one line, no `=`: `scontrol show node` prints Reason= last, and a `key=value` in
@@ -713,6 +766,15 @@ def merge_node_gres(old: str | None, node: str, new: str) -> str:
         kept.pop()
     ours = [ln for ln in new.splitlines() if _gres_nodes(ln) == [node]]
     return "\n".join([*kept, "", header, *ours]) + "\n"
+
+
+def _node_gres(conf: str, node: str) -> str | None:
+    """`Gres=` of the `NodeName=<node>` line of slurm.conf text (None: no such line/key)."""
+    for line in conf.splitlines():
+        words = line.split()
+        if words and words[0] == f"NodeName={node}":
+            return next((w[len("Gres=") :] for w in words if w.startswith("Gres=")), None)
+    return None
 
 
 def replace_node_gres(conf: str, node: str, gres: str) -> tuple[str, bool]:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import re
 import shlex
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from slurmgpu.errors import UsageError
@@ -41,6 +41,32 @@ _WATCHED = {
 }
 # Flags (no value) the wrapper must notice: key, value.
 _FLAGS = {"--requeue": ("requeue", "1"), "--no-requeue": ("requeue", "0")}
+# sbatch's input environment variables for the watched options (sbatch(1) "INPUT ENVIRONMENT
+# VARIABLES"; the names are in sbatch 22.05 and 25.11 alike): a value there is a request as
+# much as the option is. sbatch ranks them above #SBATCH lines, below the command line.
+# Slurm 26.05 rejects `--gres=gpu:N` together with `--gpus-per-node`, so the wrapper must see
+# an exported SBATCH_GPUS_PER_NODE before it adds a kind's --gres.
+ENV_OPTIONS = {
+    "SBATCH_GPUS": "--gpus",
+    "SBATCH_GPUS_PER_NODE": "--gpus-per-node",
+    "SBATCH_GPUS_PER_TASK": "--gpus-per-task",
+    "SBATCH_GPUS_PER_SOCKET": "--gpus-per-socket",
+    "SBATCH_GRES": "--gres",
+    "SBATCH_PARTITION": "--partition",
+    "SBATCH_QOS": "--qos",
+    "SBATCH_TIMELIMIT": "--time",
+    "SBATCH_OPEN_MODE": "--open-mode",
+}
+_ENV_FLAGS = {"SBATCH_REQUEUE": "--requeue", "SBATCH_NO_REQUEUE": "--no-requeue"}
+
+
+def env_options(environ: Mapping[str, str]) -> list[str]:
+    """The watched sbatch options that `environ`'s SBATCH_* variables set, as arguments."""
+    out = [f"{opt}={environ[name]}" for name, opt in ENV_OPTIONS.items() if environ.get(name)]
+    out += [flag for name, flag in _ENV_FLAGS.items() if name in environ]
+    return out
+
+
 _TAG = re.compile(TAG_PATTERN)
 
 

@@ -17,6 +17,7 @@ Query decisions (see docs/accounting.md):
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator, Mapping, Sequence
 from datetime import datetime
 from typing import Any
@@ -165,6 +166,21 @@ def _state(value: Any) -> str:
     if isinstance(value, list):
         return str(value[0]) if value else ""
     return str(value or "")
+
+
+# `sacct --json` shapes this reader was checked against, each recorded from the real release
+# (tests/data/sacct/slurm-*-harness.json): 22.05 `openapi/dbv0.0.38`, 24.11
+# `data_parser/v0.0.42`, 25.11 `data_parser/v0.0.44` (v0.0.40+ wrap numbers as
+# {"set", "infinite", "number"}; 26.05's v0.0.45 adds `jobs[].sluid`, not read here).
+JSON_SCHEMAS_CHECKED = ("dbv0.0.38", "v0.0.42", "v0.0.44")
+
+
+def json_schema(doc: Mapping[str, Any]) -> str:
+    """The schema of a `sacct --json` document: `dbv0.0.38`, `v0.0.44`, ... ("" unknown)."""
+    plugin = (doc.get("meta") or {}).get("plugin") or {}
+    text = str(plugin.get("data_parser") or plugin.get("type") or "")
+    m = re.search(r"(dbv|v)(\d+\.\d+\.\d+)$", text)
+    return f"{m.group(1)}{m.group(2)}" if m else ""
 
 
 def json_records(doc: Mapping[str, Any]) -> Iterator[dict[str, str]]:

@@ -58,6 +58,12 @@ class SlurmNodeControl:
 
         return scontrol_show_config(self.env).get("GresTypes", "")
 
+    def config_value(self, key: str) -> str:
+        """One setting of the controller's `scontrol show config` ("" when absent)."""
+        from slurmgpu.sources.slurm import scontrol_show_config
+
+        return scontrol_show_config(self.env).get(key, "")
+
     def node_record(self, node: str) -> dict[str, str]:
         out = self._run(["scontrol", "show", "-o", "node", node])
         line = next((x for x in out.splitlines() if x.strip()), "")

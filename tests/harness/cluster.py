@@ -805,7 +805,10 @@ class SlurmCluster:
             raise self._fail("slurmdbd", f"refused the accounting set-up: {exc}") from exc
 
     def _start_slurmctld(self, deadline: float) -> None:
-        self._start("slurmctld", [which("slurmctld") or "slurmctld", "-D"])
+        argv = [which("slurmctld") or "slurmctld", "-D"]
+        if self.slurm.ignore_missing_state and not (self.state_dir / "node_state").exists():
+            argv.append("-i")  # the node state was dropped on purpose (see _restart_all)
+        self._start("slurmctld", argv)
         self._wait("slurmctld", self._ctld_up, deadline, "answering `scontrol ping`")
 
     def _ctld_up(self) -> bool:

@@ -35,6 +35,7 @@ import os
 import re
 import shutil
 import subprocess
+import sys
 import time
 from collections.abc import Callable, MutableMapping
 from dataclasses import dataclass
@@ -42,6 +43,12 @@ from pathlib import Path
 
 DEFAULT_CACHE = Path("/var/cache/slurmgpu")
 DEFAULT_MIRROR = "http://deb.debian.org/debian"
+# Ubuntu's archive (Slurm 25.11: Debian's forky and sid moved on to 26.05 while Ubuntu 26.04
+# LTS keeps 25.11; its packages are Debian's packaging); SLURMGPU_UBUNTU_MIRROR changes it
+UBUNTU_MIRROR = "http://archive.ubuntu.com/ubuntu"
+# Debian 12 has no Ubuntu keyring package: the archive's public key is kept with the tests
+# (tests/data/keyrings/README.md says where it comes from and its fingerprint)
+UBUNTU_KEYRING = Path(__file__).resolve().parents[1] / "data/keyrings/ubuntu-archive-2018.gpg"
 # bumped when the way a root is prepared changes, so old caches are rebuilt
 ROOT_FORMAT = 1
 
@@ -72,10 +79,52 @@ WRAPPED_PROGRAMS = (
     "runuser",
 )
 # host paths that programs inside see at the same path: the test clusters' temp directories
-# (configs, logs, job output, fake /dev/nvidia*) live under /tmp
+# (configs, logs, job output, fake /dev/nvidia*) live under /tmp (bound with its submounts: a
+# multi-node cluster's node binds its own `fake/` directory there); `host_binds()` adds the
+# checkout and the Python that runs it
 SHARED_DIRS = ("/tmp",)
+# this checkout: job steps, prologs/epilogs and HealthCheckProgram run its venv's Python
+REPO = Path(__file__).resolve().parents[2]
 # host files the root reads through /host-etc (live: a user added on the host is seen at once)
 HOST_ETC_FILES = ("passwd", "group", "shadow", "gshadow", "hosts")
+
+
+def host_binds(repo: Path = REPO) -> tuple[str, ...]:
+    """Host paths bound into a root at the same path, besides /dev, /proc, /sys and /etc.
+
+    /tmp, this checkout (with its `.venv`) and the interpreter that venv runs: a job step,
+    an epilog or slurmd's HealthCheckProgram started by a slurmd inside the root runs
+    `.venv/bin/python -m slurmgpu ...` as on a site where slurmgpu is installed on the nodes.
+    The interpreter is the one running this code (`sys.base_prefix`): a private prefix
+    (pyenv, /opt/python) is bound whole; the system's (`/usr`) only as its `pythonX.Y`
+    binary, the names the venv's links go through, and its standard library, so a root that
+    has its own Python (another version) keeps it. The root adds the C libraries that
+    interpreter loads (libexpat1, libffi8: `RELEASES`' packages).
+    """
+
+    paths = list(SHARED_DIRS)
+    paths.append(str(repo))
+    prefix = Path(sys.base_prefix).resolve()
+    if str(prefix) in ("/usr", "/usr/local"):
+        version = "python{}.{}".format(*sys.version_info[:2])
+        paths.append(str(prefix / "lib" / version))
+        # the venv's `bin/python3` -> /usr/bin/python3 -> python3.11: every name on the way
+        link = Path(repo / ".venv" / "bin" / "python3")
+        for _ in range(8):
+            if not link.is_symlink():
+                break
+            target = Path(os.readlink(link))
+            link = target if target.is_absolute() else link.parent / target
+            paths.append(str(link))
+        paths.append(str(prefix / "bin" / version))
+    else:
+        paths.append(str(prefix))
+    kept: list[str] = []
+    for path in paths:
+        if any(path == k or path.startswith(k.rstrip("/") + "/") for k in kept):
+            continue  # already inside a bound directory
+        kept.append(path)
+    return tuple(kept)
 
 
 class RootError(RuntimeError):
@@ -93,11 +142,16 @@ class SlurmRelease:
     series: str  # "24.11": what `--slurm` takes and `slurmctld -V` must start with
     suite: str | None = None
     packages: tuple[str, ...] = ()
+    # "debian" or "ubuntu": whose archive the suite is in (mirror, keyring, components)
+    distro: str = "debian"
     # files the release needs in the cluster's config directory (name -> text), e.g. cgroup.conf
     extra_files: tuple[tuple[str, str], ...] = ()
     # drop slurmctld's saved jobs when the harness reconfigures (job ids carry on): see
     # SlurmCluster._forget_jobs for the 24.11 crash this avoids
     forget_jobs_on_reconfigure: bool = False
+    # start slurmctld with `-i` after the harness dropped its saved node state: 25.11 stops
+    # with `fatal: No node state file (.../node_state) to recover` when other state is there
+    ignore_missing_state: bool = False
 
     @property
     def version(self) -> tuple[int, int]:
@@ -109,7 +163,7 @@ class SlurmRelease:
         """The cached Debian root for this release (None for the host's Slurm)."""
         if self.suite is None:
             return None
-        return DebianRoot(self.suite, self.packages)
+        return DebianRoot(self.suite, self.packages, distro=self.distro)
 
     def activate(
         self,
@@ -135,6 +189,12 @@ class SlurmRelease:
         return version
 
 
+# the Slurm packages; the C libraries the host's Python (bound in: `host_binds`) loads that a
+# minbase root lacks: libexpat1 (pyexpat, Debian's python3.11 itself), libffi8 (ctypes); and
+# iproute2, as on a real node (job steps of the multi-node tests run `ip addr`)
+_PACKAGES = ("slurmd", "slurmctld", "slurmdbd", "slurm-client", "munge")
+_PACKAGES += ("libexpat1", "libffi8", "iproute2")
+
 # Only the trixie root needs these: it sees no cgroup filesystem (/sys is bound without its
 # submounts) and 24.x loads a cgroup plugin in slurmd even with proctrack/linuxproc.
 _NO_CGROUP = (("cgroup.conf", "CgroupPlugin=disabled\n"),)
@@ -146,9 +206,21 @@ RELEASES: dict[str, SlurmRelease] = {
     "24.11": SlurmRelease(
         "24.11",
         suite="trixie",
-        packages=("slurmd", "slurmctld", "slurmdbd", "slurm-client", "munge"),
+        packages=_PACKAGES,
         extra_files=_NO_CGROUP,
         forget_jobs_on_reconfigure=True,
+    ),
+    # Debian's archive no longer has 25.11 (the mirror's forky and sid both built a root
+    # with `slurm-wlm 26.05.5`, 2026-12); Ubuntu 26.04 LTS ("resolute") ships Debian's
+    # packaging of 25.11.2 (25.11.2-1ubuntu2, universe)
+    "25.11": SlurmRelease(
+        "25.11",
+        suite="resolute",
+        distro="ubuntu",
+        packages=_PACKAGES,
+        extra_files=_NO_CGROUP,
+        forget_jobs_on_reconfigure=True,
+        ignore_missing_state=True,
     ),
 }
 # what the host's packages are taken to be when its slurmctld cannot say (Debian 12)
@@ -164,9 +236,15 @@ def host_release() -> SlurmRelease:
     return SlurmRelease(series)
 
 
+# the release a test session runs (`scripts/run-tests --slurm 24.11` sets it)
+ENV = "SLURMGPU_TEST_SLURM"
+
+
 def active_release() -> SlurmRelease:
-    """The release `activate()` last put on PATH (the host's until then)."""
-    return _active or host_release()
+    """The release `activate()` last put on PATH; in a process that did not activate one
+    (a child of the test session: the environment, PATH included, is inherited) the one
+    $SLURMGPU_TEST_SLURM names; else the host's."""
+    return _active or release(os.environ.get(ENV))
 
 
 def release(series: str | None) -> SlurmRelease:
@@ -217,7 +295,7 @@ def safe_rmtree(path: Path) -> None:
 
 
 class DebianRoot:
-    """A Debian `suite` root with `packages`, built by debootstrap into the cache directory."""
+    """A Debian (or Ubuntu) `suite` root with `packages`, built by debootstrap into the cache."""
 
     def __init__(
         self,
@@ -226,18 +304,37 @@ class DebianRoot:
         *,
         cache_dir: str | os.PathLike[str] | None = None,
         mirror: str | None = None,
+        distro: str = "debian",
     ) -> None:
+        if distro not in ("debian", "ubuntu"):
+            raise RootError(f"unknown distribution {distro!r} for a root (debian or ubuntu)")
         self.suite = suite
+        self.distro = distro
         self.packages = tuple(sorted(packages))
         self.cache_dir = Path(cache_dir or os.environ.get("SLURMGPU_ROOT_CACHE") or DEFAULT_CACHE)
-        self.mirror = mirror or os.environ.get("SLURMGPU_DEBIAN_MIRROR") or DEFAULT_MIRROR
-        recipe = json.dumps([ROOT_FORMAT, suite, self.mirror, self.packages])
+        if distro == "ubuntu":
+            self.mirror = mirror or os.environ.get("SLURMGPU_UBUNTU_MIRROR") or UBUNTU_MIRROR
+        else:
+            self.mirror = mirror or os.environ.get("SLURMGPU_DEBIAN_MIRROR") or DEFAULT_MIRROR
+        parts: list[object] = [ROOT_FORMAT, suite, self.mirror, self.packages]
+        if distro != "debian":  # a Debian root's key is what it was before Ubuntu roots
+            parts.append(distro)
+        recipe = json.dumps(parts)
         self.key = hashlib.sha256(recipe.encode()).hexdigest()[:12]
-        self.home = self.cache_dir / f"debian-{suite}-{self.key}"
+        self.home = self.cache_dir / f"{distro}-{suite}-{self.key}"
         self.path = self.home / "root"
-        self.bin_dir = self.home / "bin"
+        # wrappers per checkout and interpreter (they bind both: `host_binds`), so sessions of
+        # several checkouts can share one cached root
+        self.binds = host_binds()
+        binds_key = hashlib.sha256("\0".join(self.binds).encode()).hexdigest()[:8]
+        self.bin_dir = self.home / "bin" / binds_key
         self.marker = self.home / "built.json"
         self.build_log = self.home / "debootstrap.log"
+
+    @property
+    def label(self) -> str:
+        """`Debian trixie`, `Ubuntu resolute`: which archive's suite this root is."""
+        return f"{self.distro.title()} {self.suite}"
 
     # ------------------------------------------------------------ state
 
@@ -310,7 +407,17 @@ class DebianRoot:
             str(new),
             self.mirror,
         ]
-        log(f"building a Debian {self.suite} root with {', '.join(self.packages)} in {new}")
+        if self.distro == "ubuntu":
+            # Slurm is in universe; Ubuntu's key is not on a Debian host (UBUNTU_KEYRING)
+            argv[2:2] = ["--components=main,universe", f"--keyring={UBUNTU_KEYRING}"]
+        # a debootstrap older than the suite has no script for it (Debian 12's knows trixie
+        # and sid, not forky or Ubuntu 26.04): every Debian suite since buster is built by
+        # the `sid` script, every Ubuntu one by `gutsy`
+        scripts = Path("/usr/share/debootstrap/scripts")
+        generic = scripts / ("gutsy" if self.distro == "ubuntu" else "sid")
+        if scripts.is_dir() and not (scripts / self.suite).exists() and generic.exists():
+            argv.append(str(generic))
+        log(f"building a {self.label} root with {', '.join(self.packages)} in {new}")
         started = time.monotonic()
         with open(self.build_log, "w") as out:
             proc = subprocess.run(
@@ -319,7 +426,7 @@ class DebianRoot:
         if proc.returncode != 0:
             tail = "\n".join(self.build_log.read_text(errors="replace").splitlines()[-15:])
             raise RootError(
-                f"debootstrap of Debian {self.suite} from {self.mirror} exited "
+                f"debootstrap of {self.label} from {self.mirror} exited "
                 f"{proc.returncode} (full log: {self.build_log}):\n{tail}"
             )
         self._prepare(new)
@@ -369,8 +476,15 @@ class DebianRoot:
     def write_wrappers(self) -> None:
         """bin/NAME for every program of WRAPPED_PROGRAMS the root has (rewritten each time)."""
         self.bin_dir.mkdir(parents=True, exist_ok=True)
+        for path in self.binds:  # mount points inside the root
+            host, inside = Path(path), self.path / path.lstrip("/")
+            if host.is_dir():
+                inside.mkdir(parents=True, exist_ok=True)
+            elif not (inside.exists() or inside.is_symlink()):
+                inside.parent.mkdir(parents=True, exist_ok=True)
+                inside.touch()
         enter = self.bin_dir / ".enter"
-        _write_executable(enter, _enter_script(self.path))
+        _write_executable(enter, _enter_script(self.path, self.binds))
         for name in WRAPPED_PROGRAMS:
             inside = next(
                 (
@@ -388,7 +502,7 @@ class DebianRoot:
             _write_executable(
                 wrapper,
                 "#!/bin/sh\n"
-                f"# {name} of the Debian {self.suite} root {self.path}\n"
+                f"# {name} of the {self.label} root {self.path}\n"
                 "# (written by tests/harness/debian_root.py; see its docstring)\n"
                 f'exec "{enter}" {inside} "$@"\n',
             )
@@ -403,9 +517,9 @@ def _write_executable(path: Path, text: str) -> None:
     tmp.rename(path)
 
 
-def _enter_script(root: Path) -> str:
+def _enter_script(root: Path, paths: tuple[str, ...] = SHARED_DIRS) -> str:
     """The shell script that runs `PROGRAM ARGS` inside `root` (see the module docstring)."""
-    binds = "\n".join(f'mount --bind {d} "$r{d}"' for d in SHARED_DIRS)
+    binds = "\n".join(f'mount --rbind "{d}" "$r{d}"' for d in paths)
     return f"""#!/bin/sh
 # .enter PROGRAM [ARGS...]: run PROGRAM (a path inside the Debian root) in the root, in the
 # caller's working directory when the root sees it (else /). Written by
@@ -423,3 +537,43 @@ mount -o remount,bind,ro "$r/host-etc"
 exec chroot "$r" /bin/sh -c "cd \\"\\$0\\" 2>/dev/null || cd /; exec \\"\\$@\\"" "$wd" "$@"
 ' enter "{root}" "$PWD" "$@"
 """
+
+
+def main(argv: list[str] | None = None) -> int:
+    """`python3 tests/harness/debian_root.py 24.11 25.11`: build (or find cached) those roots.
+
+    Standard library only, so CI can build the roots before the venv exists (.ci/run runs it
+    in the background while the host's tests run); `python -m tests.harness.releases SERIES`
+    is the same for one release, with the venv.
+    """
+    import argparse
+
+    parser = argparse.ArgumentParser(prog="debian_root.py")
+    parser.add_argument("series", nargs="+", help=f"one or more of {', '.join(RELEASES)}")
+    args = parser.parse_args(argv)
+    failed = 0
+    for series in args.series:
+        if series not in RELEASES:
+            print(
+                f"debian_root: no root for Slurm {series} ({', '.join(RELEASES)})", file=sys.stderr
+            )
+            failed += 1
+            continue
+        chosen = RELEASES[series]
+        root = chosen.root()
+        assert root is not None
+        started = time.monotonic()
+        try:
+            root.ensure(series, log=lambda line: print(line, flush=True))
+            version = root.slurm_version()
+        except (RootError, OSError, subprocess.TimeoutExpired) as exc:
+            print(f"debian_root: Slurm {series}: {exc}", file=sys.stderr)
+            failed += 1
+            continue
+        took = time.monotonic() - started
+        print(f"Slurm {series}: {version} ({root.label} root {root.path}; {took:.0f} s)")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

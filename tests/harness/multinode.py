@@ -273,7 +273,8 @@ class MultiNodeCluster(SlurmCluster):
     lines, hostlists allowed) and `gres_conf` (a cluster-wide gres.conf, `NodeName=` on its
     lines) default to plain whole-GPU descriptions of the recorded machines; the harness adds
     each node's `NodeAddr=`/`NodeHostname=`. `topology_conf`, when given, is installed with
-    `TopologyPlugin=topology/tree`.
+    `TopologyPlugin=topology/tree`; `topology_yaml` (Slurm 25.05+: several topologies,
+    partitions pick one with `Topology=NAME`) as `topology.yaml`, which slurmctld reads first.
     """
 
     def __init__(
@@ -284,6 +285,7 @@ class MultiNodeCluster(SlurmCluster):
         node_conf: str | None = None,
         gres_conf: str | None = None,
         topology_conf: str | None = None,
+        topology_yaml: str | None = None,
         partitions: Sequence[str] | None = None,
         extra_conf: str = "",
         cluster_name: str | None = None,
@@ -301,6 +303,7 @@ class MultiNodeCluster(SlurmCluster):
         self.net.setdefault("prefix", "")
         self._multi = {"node_conf": node_conf, "gres_conf": gres_conf}
         self._multi["topology_conf"] = topology_conf
+        self._multi["topology_yaml"] = topology_yaml
         self.specs = specs
         defaults = self._default_confs()
         super().__init__(
@@ -399,12 +402,14 @@ class MultiNodeCluster(SlurmCluster):
         # gres.conf verbatim: /dev/... are the nodes' own /dev (no mapping to a dev dir)
         gres = self._settings["gres_conf"]
         (self.conf_dir / "gres.conf").write_text(gres if gres.endswith("\n") else gres + "\n")
-        topo = self.conf_dir / "topology.conf"
-        if self._multi["topology_conf"] is not None:
-            topo.write_text(self._multi["topology_conf"])
-        else:
-            with contextlib.suppress(FileNotFoundError):
-                topo.unlink()
+        for name in ("topology.conf", "topology.yaml"):
+            topo = self.conf_dir / name
+            text = self._multi.get(name.replace(".", "_"))
+            if text is not None:
+                topo.write_text(text)
+            else:
+                with contextlib.suppress(FileNotFoundError):
+                    topo.unlink()
 
     def _first_node_line(self) -> str:
         text = self._multi["node_conf"] or self._default_confs()[0]
@@ -605,6 +610,7 @@ exec {slurmd} -D -N {name}
         node_conf: str | None = None,
         gres_conf: str | None = None,
         topology_conf: str | None = None,
+        topology_yaml: str | None = None,
         partitions: Sequence[str] | None = None,
         extra_conf: str = "",
         timeout: float = 90,
@@ -612,6 +618,7 @@ exec {slurmd} -D -N {name}
         """New configs (unset: the defaults), restart slurmctld and every node, wait idle."""
         self._multi = {"node_conf": node_conf, "gres_conf": gres_conf}
         self._multi["topology_conf"] = topology_conf
+        self._multi["topology_yaml"] = topology_yaml
         defaults = self._default_confs()
         self._settings = self._make_settings(
             defaults[0].splitlines()[0],
@@ -676,6 +683,7 @@ exec {slurmd} -D -N {name}
             node_conf=multi["confs"]["node_conf"],
             gres_conf=multi["confs"]["gres_conf"],
             topology_conf=multi["confs"]["topology_conf"],
+            topology_yaml=multi["confs"].get("topology_yaml"),
             partitions=s["partitions"],
             extra_conf=s["extra_conf"],
             cluster_name=state["cluster_name"],

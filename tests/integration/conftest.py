@@ -18,6 +18,7 @@ from tests.harness import SlurmCluster, missing_binaries
 # an autouse session fixture activates it before any cluster starts; see docs/testing.md
 from tests.harness.releases import (  # noqa: F401  (fixtures pytest finds by name here)
     deselect_other_releases,
+    report_left_out,
     slurm_release,
     slurm_series,
 )
@@ -31,6 +32,10 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         if HERE in Path(str(item.path)).resolve().parents:
             item.add_marker(pytest.mark.integration)
     deselect_other_releases(config, items)
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus, config) -> None:
+    report_left_out(terminalreporter, config)  # what this release's run left out, and why
 
 
 def require_slurm() -> None:

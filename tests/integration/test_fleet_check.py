@@ -11,13 +11,7 @@ import pytest
 from tests.harness.multinode import MultiNodeCluster, load_machine
 from tests.unit.fleet.test_cluster_gres import write_snapshots
 
-pytestmark = [
-    pytest.mark.integration,
-    pytest.mark.slurm_only(
-        "host",
-        reason="the multi-node harness runs the host's Slurm only (not in the Debian root yet)",
-    ),
-]
+pytestmark = pytest.mark.integration
 SLURMGPU = [sys.executable, "-m", "slurmgpu"]
 
 

@@ -11,13 +11,7 @@ import pytest
 from tests.harness.multinode import MultiNodeCluster, device_nodes, load_machine
 from tests.integration.conftest import require_slurm
 
-pytestmark = [
-    pytest.mark.integration,
-    pytest.mark.slurm_only(
-        "host",
-        reason="the multi-node harness runs the host's Slurm only (not in the Debian root yet)",
-    ),
-]
+pytestmark = pytest.mark.integration
 
 
 def test_every_node_is_idle_with_its_own_gpus(fleet_cluster: MultiNodeCluster) -> None:

@@ -11,13 +11,7 @@ import pytest
 from tests.harness.multinode import MultiNodeCluster
 from tests.unit.fleet.test_cluster_gres import FLEET, write_snapshots
 
-pytestmark = [
-    pytest.mark.integration,
-    pytest.mark.slurm_only(
-        "host",
-        reason="the multi-node harness runs the host's Slurm only (not in the Debian root yet)",
-    ),
-]
+pytestmark = pytest.mark.integration
 
 
 def gen_gres(*args: str) -> subprocess.CompletedProcess[str]:

@@ -18,13 +18,7 @@ import pytest
 from slurmgpu.sources import snapshot
 from tests.harness.multinode import MultiNodeCluster
 
-pytestmark = [
-    pytest.mark.integration,
-    pytest.mark.slurm_only(
-        "host",
-        reason="the multi-node harness runs the host's Slurm only (not in the Debian root yet)",
-    ),
-]
+pytestmark = pytest.mark.integration
 NODES = ("gpu01", "gpu02", "gpu03", "gpu04")
 
 

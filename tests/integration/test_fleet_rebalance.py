@@ -12,13 +12,7 @@ import pytest
 
 from tests.harness.multinode import MultiNodeCluster
 
-pytestmark = [
-    pytest.mark.integration,
-    pytest.mark.slurm_only(
-        "host",
-        reason="the multi-node harness runs the host's Slurm only (not in the Debian root yet)",
-    ),
-]
+pytestmark = pytest.mark.integration
 PARTITIONS = (
     "PartitionName=train Nodes=gpu[01-02] Default=YES MaxTime=INFINITE State=UP",
     "PartitionName=infer Nodes=gpu[03-04] MaxTime=INFINITE State=UP",

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 import time
@@ -28,20 +29,20 @@ from tests.doubles.machines import machine, subprocess_env
 from tests.harness import SlurmCluster
 from tests.harness.cluster import CommandFailed
 
-pytestmark = [
-    pytest.mark.integration,
-    pytest.mark.slurm_only("host", reason="built and proven on the host's 22.05 only so far"),
-]
+pytestmark = pytest.mark.integration
 
 TIER = "slurmgpu tier=P1 kind=finetune"
 PIDS = (31001, 31002)  # the job's processes on GPU 0 and GPU 1
 
 
-def host_tree(root: Path, job_id: int) -> Path:
+def host_tree(root: Path, job_id: int | str) -> Path:
+    """The host tree of the job's two processes; `job_id` a job id (`job_<id>` cgroups) or a
+    SLUID (26.05's cgroup names without CgroupJobIdPaths=yes)."""
+    name = job_id if str(job_id).startswith("s") else f"job_{job_id}"
     for pid in PIDS:
         proc = root / "proc" / str(pid)
         proc.mkdir(parents=True)
-        (proc / "cgroup").write_text(f"0::/system.slice/slurmstepd.scope/job_{job_id}/step_0\n")
+        (proc / "cgroup").write_text(f"0::/system.slice/slurmstepd.scope/{name}/step_0\n")
         (proc / "status").write_text(f"Name:\tpython3\nPid:\t{pid}\nUid:\t0\t0\t0\t0\n")
     (root / "etc").mkdir()
     (root / "etc" / "passwd").write_text("root:x:0:0:root:/root:/bin/sh\n")
@@ -181,10 +182,12 @@ def test_epilog_stores_the_summary_where_sacct_and_the_spool_give_it_back(epilog
     assert nodes == ["gpu01", "gpu02", "gpu03"], (tmp_path / "e.log").read_text()
 
 
-def test_sacctmgr_lower_cases_admin_comment_so_base64_cannot_survive(epilog_cluster):
+def test_sacctmgr_lower_cases_admin_comment_so_base64_cannot_survive(epilog_cluster, slurm_series):
     """The premise of SG1's base32: once a job has ended, only `sacctmgr modify job` can set
     its AdminComment, and Slurm 22.05's sacctmgr stores the value lower-cased. A jobstats
-    `JS1:` value (base64) stored that way is unreadable; the jobstats source says so."""
+    `JS1:` value (base64) stored that way is unreadable; the jobstats source says so.
+    24.11 and 25.11 keep the case (seen on their test clusters): the value is stored as
+    given and the source does not call it lower-cased."""
     c, _ = epilog_cluster
     job = c.sbatch("--gres=gpu:1", script="#!/bin/sh\ntrue\n")
     c.wait_job_state(job, "COMPLETED", timeout=60)
@@ -196,10 +199,16 @@ def test_sacctmgr_lower_cases_admin_comment_so_base64_cannot_survive(epilog_clus
         job, lambda rows: any(r["AdminComment"] for r in rows), fields="JobIDRaw,AdminComment"
     )
     stored = next(r["AdminComment"] for r in rows if r["JobIDRaw"] == str(job))
-    assert stored == value.lower()
     source = JobstatsSource()
     ref = RunRef(str(job), c.cluster_name, None, None, "gpu01", 1, stored)
-    assert source.measures([ref]) == [] and "lower-cased" in source.warnings[0].message
+    measures = source.measures([ref])
+    said = " ".join(w.message for w in source.warnings)
+    if slurm_series < (24, 11):
+        assert stored == value.lower()
+        assert measures == [] and "lower-cased" in said
+    else:
+        assert stored == value
+        assert "lower-cased" not in said
 
 
 def test_analyze_on_live_sacct_shows_what_the_collector_measured(epilog_cluster, tmp_path):
@@ -330,3 +339,26 @@ def test_every_task_of_a_100_task_array_keeps_its_own_summary(epilog_cluster, tm
     assert len(measures) == ARRAY_TASKS
     for raw, row in tasks.items():
         assert measures[raw].util_mean_pct == int(row["JobID"].split("_")[1])
+
+
+@pytest.mark.slurm_not(
+    "22.05", "24.11", fact="jobs show no SLUID before Slurm 25.11 (24.11's scontrol --json: none)"
+)
+def test_a_cgroup_named_by_the_jobs_sluid_is_that_job(slurm_cluster: SlurmCluster, tmp_path):
+    """26.05 names job cgroups by SLUID unless CgroupJobIdPaths=yes: the collector asks this
+    release's slurmctld (`scontrol show job --json`) which job a SLUID is."""
+    c = slurm_cluster
+    job = c.sbatch("--hold", "--gres=gpu:2", script="#!/bin/sh\nsleep 1\n")
+    try:
+        [record] = json.loads(c.scontrol("show", "job", str(job), "--json"))["jobs"]
+        sluid = record.get("sluid") or record["step_id"]["sluid"]  # 26.05 / 25.11
+        assert re.fullmatch(r"s[0-9A-HJKMNP-TV-Z]{13}", sluid), sluid
+        tree = host_tree(tmp_path / "host", sluid)
+        env = subprocess_env(loaded_machine(tmp_path / "m.json", (70, 10))) | c.env
+        out = collector("--state", str(tmp_path / "state.json"), "--host-root", str(tree),
+                        "--node", "gpu01", env=env)  # fmt: skip
+        assert f"jobs: {job}" in out and sluid not in out, out
+        state = json.loads((tmp_path / "state.json").read_text())
+        assert list(state["jobs"]) == [str(job)]
+    finally:
+        c.scancel_all()

@@ -35,13 +35,7 @@ from slurmgpu.replay.from_accounting import load_trace
 from slurmgpu.sources.sacct import SACCT_FIELDS
 from tests.harness import SlurmCluster
 
-pytestmark = [
-    pytest.mark.integration,
-    pytest.mark.slurm_only(
-        "host",
-        reason="calibrated on the host's 22.05; a second 5-minute run would not fit CI",
-    ),
-]
+pytestmark = pytest.mark.integration
 
 JOBS = 200
 SUBMIT_GAP_S = 1.0

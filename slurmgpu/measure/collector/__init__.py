@@ -61,8 +61,14 @@ def collect(options: CollectOptions, sample: NodeSample | None = None) -> Collec
     sample = sample if sample is not None else sample_node()
     if not sample.devices and sample.errors:
         raise InventoryError("; ".join(sample.errors))
-    rows = attribute(sample, ProcessMapper(options.host_root))
     problems = list(sample.errors)
+    mapper = ProcessMapper(options.host_root, lambda: job_sluids(options, problems))
+    rows = attribute(sample, mapper)
+    if mapper.unresolved:
+        problems.append(
+            "job cgroups named by SLUID that Slurm did not map to a job id (kept under the "
+            f"SLUID): {', '.join(sorted(mapper.unresolved))}"
+        )
     try:
         with locked_state(options.state, problems) as state:
             update(state, rows, now)
@@ -222,6 +228,30 @@ def _holds(admin_comment: str, summary: JobSummary) -> bool:
         except ValueError:
             continue
     return False
+
+
+def job_sluids(options: CollectOptions, problems: list[str]) -> dict[str, str]:
+    """SLUID -> job id of the jobs slurmctld knows (`scontrol show job --json`), for job
+    cgroups named by SLUID (26.05 without CgroupJobIdPaths=yes). The SLUID is
+    `jobs[].step_id.sluid` in 25.11's v0.0.44 (seen on the test cluster) and `jobs[].sluid`
+    in 26.05's v0.0.45. A failing scontrol is a problem of this pass, not a failed pass."""
+    import json
+
+    try:
+        doc = json.loads(_run(["scontrol", "show", "job", "--json"], options.slurm_timeout_s))
+    except (SlurmgpuError, ValueError) as exc:
+        problems.append(f"scontrol show job --json (for SLUID-named cgroups): {exc}")
+        return {}
+    jobs = doc.get("jobs") if isinstance(doc, dict) else None
+    out: dict[str, str] = {}
+    for job in jobs if isinstance(jobs, list) else []:
+        if not isinstance(job, dict) or job.get("job_id") is None:
+            continue
+        step_id = job.get("step_id") if isinstance(job.get("step_id"), dict) else {}
+        sluid = job.get("sluid") or step_id.get("sluid")
+        if sluid:
+            out[str(sluid)] = str(job["job_id"])
+    return out
 
 
 def _stored_admin_comment(summary: JobSummary, timeout_s: float) -> tuple[str, str]:

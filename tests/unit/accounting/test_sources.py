@@ -3,6 +3,8 @@
 import sys
 from datetime import UTC, datetime
 
+import pytest
+
 from slurmgpu.accounting.load import load_records
 from slurmgpu.sources.pyslurm_db import pyslurm_decision
 from slurmgpu.sources.sacct import DELIMITER, SACCT_FIELDS, json_records, sacct_argv
@@ -139,3 +141,32 @@ def test_recorded_2205_json_agrees_with_recorded_text():
     cancelled = txt.frame[txt.frame["job_id"] == "3"].iloc[0]
     assert cancelled["state"] == "CANCELLED" and cancelled["cancelled_by_uid"] == 0
     assert set(txt.frame["job_id"]) == {"1", "2_0", "2_1", "2_2", "3", "4"}
+
+
+@pytest.mark.parametrize(
+    ("release", "schema"), [("22.05", "dbv0.0.38"), ("24.11", "v0.0.42"), ("25.11", "v0.0.44")]
+)
+def test_each_releases_recorded_json_agrees_with_its_text(release, schema):
+    """sacct --json of the same jobs on each release's real test cluster (22.05 openapi
+    dbv0.0.38, 24.11 data_parser v0.0.42, 25.11 v0.0.44) reads as that release's text."""
+    import json
+    from pathlib import Path
+
+    from slurmgpu.accounting.load import load_files
+    from slurmgpu.sources.sacct import JSON_SCHEMAS_CHECKED, json_schema
+
+    data = Path(__file__).resolve().parents[2] / "data" / "sacct"
+    doc = json.loads((data / f"slurm-{release}-harness.json").read_text())
+    assert json_schema(doc) == schema and schema in JSON_SCHEMAS_CHECKED
+    js = load_records(json_records(doc), name="json")
+    txt = load_files([data / f"slurm-{release}-harness.txt"])
+    cols = ["job_id", "job_id_raw", "state", "gpu_count", "elapsed_s", "gpu_hours", "wait_s",
+            "submit", "start", "end", "kind", "partition", "qos", "account", "user"]  # fmt: skip
+    a = js.frame[cols].sort_values("job_id").reset_index(drop=True)
+    b = txt.frame[cols].sort_values("job_id").reset_index(drop=True)
+    assert a.astype(str).to_numpy().tolist() == b.astype(str).to_numpy().tolist()
+    assert set(txt.frame["job_id"]) == {"1", "2_0", "2_1", "2_2", "3", "4"}
+    assert js.rows_rejected == txt.rows_rejected == 0
+    cancelled = txt.frame[txt.frame["job_id"] == "3"].iloc[0]
+    assert cancelled["state"] == "CANCELLED"
+    assert sorted(txt.frame["gpu_count"].astype(int)) == [1, 1, 1, 1, 1, 2]

@@ -63,13 +63,48 @@ def test_wrappers_exec_the_root_programs(tmp_path: Path) -> None:
     assert f'exec "{root.bin_dir / ".enter"}" /usr/sbin/slurmd "$@"' in wrapper
     enter = (root.bin_dir / ".enter").read_text()
     assert "unshare --mount --propagation private" in enter
-    assert 'mount --bind /tmp "$r/tmp"' in enter and str(root.path) in enter
+    assert 'mount --rbind "/tmp" "$r/tmp"' in enter and str(root.path) in enter
+    # the checkout (its venv) and the interpreter that venv runs are bound at the same path
+    for path in root.binds:
+        assert f'mount --rbind "{path}" "$r{path}"' in enter
+        assert (root.path / path.lstrip("/")).exists()  # its mount point inside the root
+    # the checkout, unless it lies under /tmp (a CI clone there): bound with /tmp then
+    repo = str(debian_root.REPO)
+    assert repo in root.binds or repo.startswith("/tmp/")
     assert (root.bin_dir / "slurmd").stat().st_mode & 0o111
+
+
+def test_host_binds_cover_the_interpreter(tmp_path: Path, monkeypatch) -> None:
+    # the system's Python: its binary, each name the venv's link goes through, its stdlib
+    repo = tmp_path / "repo"
+    (repo / ".venv" / "bin").mkdir(parents=True)
+    (repo / ".venv" / "bin" / "python3").symlink_to("/usr/bin/python3")
+    monkeypatch.setattr(debian_root.sys, "base_prefix", "/usr")
+    monkeypatch.setattr(debian_root.sys, "version_info", (3, 11, 2))
+    binds = debian_root.host_binds(repo)
+    assert binds[0] == "/tmp" and str(repo) not in binds  # under /tmp: bound with it
+    assert {"/usr/lib/python3.11", "/usr/bin/python3", "/usr/bin/python3.11"} <= set(binds)
+    assert "/usr" not in binds  # never the root's whole /usr
+    # a private prefix (pyenv) is bound whole; a checkout under /tmp is not bound twice
+    monkeypatch.setattr(debian_root.sys, "base_prefix", "/opt/py311")
+    assert debian_root.host_binds(Path("/tmp/ci")) == ("/tmp", "/opt/py311")
+    assert debian_root.host_binds(Path("/srv/co")) == ("/tmp", "/srv/co", "/opt/py311")
+
+
+def test_ubuntu_roots_use_ubuntus_archive_and_key(tmp_path: Path) -> None:
+    ubuntu = DebianRoot("resolute", ("slurmd",), cache_dir=tmp_path, distro="ubuntu")
+    debian = DebianRoot("resolute", ("slurmd",), cache_dir=tmp_path)
+    assert ubuntu.mirror == debian_root.UBUNTU_MIRROR and ubuntu.key != debian.key
+    assert ubuntu.home.name.startswith("ubuntu-resolute-") and ubuntu.label == "Ubuntu resolute"
+    assert debian_root.UBUNTU_KEYRING.is_file()
+    with pytest.raises(RootError, match="unknown distribution"):
+        DebianRoot("x", (), cache_dir=tmp_path, distro="arch")
 
 
 def test_release_names() -> None:
     assert release("24.11") is RELEASES["24.11"]
     assert RELEASES["24.11"].version == (24, 11) and RELEASES["24.11"].suite == "trixie"
+    assert RELEASES["25.11"].distro == "ubuntu" and RELEASES["25.11"].suite == "resolute"
     host = release(None)
     assert host.suite is None and host.root() is None
     assert release(host.series) == host

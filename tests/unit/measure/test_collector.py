@@ -43,6 +43,61 @@ def test_cgroup_v1_and_v2_paths_map_to_jobs_and_users():
     assert mapper.job_of(99999) is None  # exited between NVML and /proc
 
 
+def test_cgroups_named_by_sluid_map_to_job_ids(tmp_path):
+    # Slurm 26.05 without CgroupJobIdPaths=yes: the job's cgroup is its SLUID
+    root = tmp_path / "host"
+    paths = {
+        3001: "0::/system.slice/slurmstepd.scope/s1XXM8YJHNA100/step_0/user/task_0",
+        3002: "0::/system.slice/slurmstepd.scope/s6M9M8YJJNH900/step_batch/user/task_0",
+        3003: "0::/system.slice/slurmstepd.scope/job_77/step_0/user/task_0",  # IdPaths=yes
+        3004: "0::/user.slice/session-3.scope",  # s + 13 characters nowhere: no job
+    }
+    for pid, line in paths.items():
+        (root / "proc" / str(pid)).mkdir(parents=True)
+        (root / "proc" / str(pid) / "cgroup").write_text(line + "\n")
+        (root / "proc" / str(pid) / "status").write_text("Uid:\t1000\t1000\t1000\t1000\n")
+    asked = []
+
+    def resolve():
+        asked.append(1)
+        return {"s1XXM8YJHNA100": "4242"}
+
+    mapper = ProcessMapper(root, resolve)
+    assert mapper.job_of(3003).job_id == "77" and not asked  # no SLUID met: Slurm not asked
+    assert mapper.job_of(3001).job_id == "4242"
+    # one Slurm did not know (ended meanwhile): kept under its SLUID, and said
+    assert mapper.job_of(3002).job_id == "s6M9M8YJJNH900"
+    assert mapper.unresolved == {"s6M9M8YJJNH900"} and len(asked) == 1  # asked once a pass
+    assert mapper.job_of(3004) is None
+
+
+def test_a_pass_asks_slurm_for_sluids_and_a_failure_is_a_problem(nvml, tmp_path, monkeypatch):
+    from slurmgpu.errors import SlurmCommandError
+    from slurmgpu.measure import collector
+
+    calls = []
+
+    def fake_run(argv, timeout_s):
+        calls.append(argv)
+        if len(calls) == 1:
+            # 26.05 (v0.0.45): jobs[].sluid; 25.11 (v0.0.44): jobs[].step_id.sluid
+            return (
+                '{"jobs": [{"job_id": 4242, "sluid": "s1XXM8YJHNA100"}, {"job_id": 9},'
+                ' {"job_id": 7, "step_id": {"sluid": "s8KNM8YKTSJ100", "job_id": {}}}]}'
+            )
+        raise SlurmCommandError("scontrol: error: slurmctld not answering")
+
+    monkeypatch.setattr(collector, "_run", fake_run)
+    problems: list[str] = []
+    assert collector.job_sluids(options(tmp_path), problems) == {
+        "s1XXM8YJHNA100": "4242",
+        "s8KNM8YKTSJ100": "7",
+    }
+    assert calls[0] == ["scontrol", "show", "job", "--json"] and problems == []
+    assert collector.job_sluids(options(tmp_path), problems) == {}
+    assert problems and "slurmctld not answering" in problems[0]
+
+
 def test_a_pass_attributes_devices_and_writes_the_textfile(nvml, tmp_path):
     serve(nvml, tmp_path, "dgx-h100", lambda d: load_h100(d, [80, 40, 5]))
     result = collect(options(tmp_path, textfile=tmp_path / "tf" / "slurmgpu.prom"))

@@ -42,6 +42,7 @@ class SlurmStub:
         self.reason = ""
         self.stuck = "stuck_jobs" in self.fail
         self.types = "gpu"
+        self.config = {"AcctGatherEnergyType": "(null)"}
 
     def _maybe_fail(self, name: str) -> None:
         if name in self.fail:
@@ -72,6 +73,11 @@ class SlurmStub:
 
     def gres_types(self):
         return self.types
+
+    def config_value(self, key):
+        self.calls.append(("config", key))
+        self._maybe_fail("config")
+        return self.config.get(key, "")
 
     def node_record(self, node):
         self.calls.append(("show", node))
@@ -405,6 +411,68 @@ def test_a_controller_with_shard_gres_is_refused_before_anything_changes(node) -
     with pytest.raises(UsageError, match="GresTypes=gpu,shard: with shard, Slurm splits MIG"):
         runner(opts, stub).run()
     assert stub.calls == [] and stub.state == "IDLE" and layout_now(root) == before
+
+
+def _order(stub) -> list[str]:
+    """The slurmd commands and reconfigure in the order the run made them."""
+    names = {("run", "stop"): "stop", ("run", "start"): "start"}
+    out = []
+    for call in stub.calls:
+        if call[0] == "run" and call[1] == "echo":
+            out.append(names[("run", call[2])])
+        elif call[0] == "reconfigure":
+            out.append("reconfigure")
+    return out
+
+
+@pytest.mark.parametrize(
+    ("version", "energy", "kept"),
+    [
+        ((24, 11, 5), "(null)", False),  # slurmd holds NVML: stopped before the change
+        ((25, 11, 2), "(null)", True),  # 25.11: no NVML handle, slurmd runs through it
+        ((25, 11, 2), "acct_gather_energy/gpu", False),  # GPU energy polling keeps NVML open
+        ((25, 11, 2), None, False),  # the controller cannot say: stop it, to be safe
+    ],
+)
+def test_slurmd_is_stopped_only_where_it_holds_nvml(node, version, energy, kept) -> None:
+    from slurmgpu.render.gres import GresOptions
+
+    _double, _root, opts, _result = node
+    opts = dataclasses.replace(
+        opts,
+        stop_slurmd=("echo", "stop"),
+        start_slurmd=("echo", "start"),
+        gres_options=GresOptions(slurm_version=version),
+    )
+    stub = SlurmStub(opts.slurm_conf, fail=("config",) if energy is None else ())
+    stub.config["AcctGatherEnergyType"] = energy or ""
+    journal = runner(opts, stub).run()
+    assert journal.state == "done" and journal.slurmd_kept_running is kept
+    # kept running: restarted after the new gres.conf/slurm.conf (it reads devices at start)
+    expected = ["reconfigure", "stop", "start"] if kept else ["stop", "reconfigure", "start"]
+    assert _order(stub) == expected
+    assert apply_mod.slurmd_holds_nvml((25, 11), "") is False
+    assert apply_mod.slurmd_holds_nvml(None, "") and apply_mod.slurmd_holds_nvml((25, 5), "")
+
+
+def test_a_failure_after_the_change_restarts_a_slurmd_that_kept_running(node) -> None:
+    from slurmgpu.render.gres import GresOptions
+
+    _double, root, opts, _result = node
+    before = layout_now(root)
+    opts = dataclasses.replace(
+        opts,
+        stop_slurmd=("echo", "stop"),
+        start_slurmd=("echo", "start"),
+        gres_options=GresOptions(slurm_version=(25, 11, 2)),
+    )
+    stub = SlurmStub(opts.slurm_conf, fail=("verify",))
+    with pytest.raises(MigApplyFailed, match="verify"):
+        runner(dataclasses.replace(opts, verify_timeout_s=3), stub).run()
+    assert layout_now(root) == before  # old layout back
+    # forward: restart after the new config; rollback: slurmd (on the new config) stopped
+    # before the old one is back, then restarted on it
+    assert _order(stub) == ["reconfigure", "stop", "start", "stop", "reconfigure", "stop", "start"]
 
 
 # -- the journal read back and the node lock (issue #20) ----------------------------------------

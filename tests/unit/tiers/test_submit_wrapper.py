@@ -13,7 +13,13 @@ import pytest
 from slurmgpu.configure.submit import split_args
 from slurmgpu.errors import UsageError
 from slurmgpu.model.slicing import candidates, largest
-from slurmgpu.render.sbatch import Additions, build_argv, scan_options, script_directives
+from slurmgpu.render.sbatch import (
+    Additions,
+    build_argv,
+    env_options,
+    scan_options,
+    script_directives,
+)
 from slurmgpu.sources.cluster_gres import (
     cache_path,
     format_cache,
@@ -428,3 +434,24 @@ def test_kind_slice_is_added_to_a_non_gpu_gres():
     # a GPU request of the job's own: nothing added
     argv = build_argv("sbatch", ["--gres=gpu:2"], ["job.sh"], [], add)
     assert argv == ["sbatch", "--gres=gpu:2", "job.sh"]
+
+
+def test_sbatch_environment_counts_as_a_request(script):
+    # an exported SBATCH_GPUS_PER_NODE is a GPU request as much as --gpus-per-node: the
+    # kind's --gres is not added next to it (Slurm 26.05 rejects --gres=gpu:N with
+    # --gpus-per-node), and SBATCH_PARTITION / SBATCH_TIMELIMIT are kept as the user's
+    args = ("--kind", "finetune", "--policy", str(EXAMPLE), "--dry-run", "--", str(script))
+    plain = run_submit(*args)
+    assert plain.returncode == 0, plain.stderr
+    assert "--gres=gpu:3g.40gb:1" in plain.stdout
+    env = {"SBATCH_GPUS_PER_NODE": "2", "SBATCH_PARTITION": "debug", "SBATCH_TIMELIMIT": "5"}
+    result = run_submit(*args, env=env)
+    assert result.returncode == 0, result.stderr
+    assert "--gres" not in result.stdout and "--gpus-per-node" not in result.stdout
+    assert "--partition" not in result.stdout and "--time" not in result.stdout
+    # the command line still wins over the environment, as in sbatch
+    assert env_options({"SBATCH_GRES": "shard:2", "SBATCH_REQUEUE": "", "OTHER": "x"}) == [
+        "--gres=shard:2",
+        "--requeue",
+    ]
+    assert scan_options([*env_options({"SBATCH_QOS": "p2"}), "-q", "p1"]).get("qos") == "p1"
