@@ -32,6 +32,7 @@ LAZY_COMMANDS: dict[str, str] = {
     "replay": "slurmgpu.cli.replay:replay",
     "idle": "slurmgpu.cli.idle:idle",
     "job": "slurmgpu.cli.job:job",
+    "forecast": "slurmgpu.cli.forecast:forecast",
     "replay-task": "slurmgpu.cli.replay:replay_task",  # hidden: a task of replay --via-slurm
 }
 
