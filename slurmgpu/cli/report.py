@@ -36,7 +36,8 @@ def write_report(path: str | os.PathLike[str], text: str, fmt: str) -> Path:
         raise UsageError(f"--output {target}: directory {target.parent} does not exist")
 
     def validate(tmp: Path) -> None:
-        written = tmp.read_text(encoding="utf-8")
+        with open(tmp, encoding="utf-8", newline="") as fh:  # no "\r" read as a newline
+            written = fh.read()
         try:
             if fmt == "json":
                 import json

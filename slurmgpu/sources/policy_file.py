@@ -309,6 +309,7 @@ def load_policy(path: str | os.PathLike[str]) -> Policy:
             raw = fh.read()
     except OSError as exc:
         raise PolicyError(f"{path}: cannot read the policy file: {exc.strerror}") from exc
+    raw = raw.removeprefix(b"\xef\xbb\xbf")  # a UTF-8 byte order mark: not part of the TOML
     try:
         source = raw.decode("utf-8")
     except UnicodeDecodeError as exc:
