@@ -33,6 +33,7 @@ LAZY_COMMANDS: dict[str, str] = {
     "advise": "slurmgpu.cli.advise:advise",
     "idle": "slurmgpu.cli.idle:idle",
     "job": "slurmgpu.cli.job:job",
+    "forecast": "slurmgpu.cli.forecast:forecast",
     "replay-task": "slurmgpu.cli.replay:replay_task",  # hidden: a task of replay --via-slurm
     "install-units": "slurmgpu.cli.ops:install_units",
 }

@@ -133,6 +133,18 @@ def analysis_options(command: Callable[..., Any]) -> Callable[..., Any]:
     return measure_options(command)
 
 
+def some_analysis_options(*names: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """Only the named shared options (no measure sources), e.g. for `slurmgpu forecast`."""
+
+    def add(command: Callable[..., Any]) -> Callable[..., Any]:
+        for name, option in reversed(list(zip(ANALYSIS_PARAMS, _OPTIONS, strict=True))):
+            if name in names:
+                command = option(command)
+        return command
+
+    return add
+
+
 def _pairs(values: tuple[str, ...], option: str, form: str = "KEY=VALUE") -> dict[str, str]:
     from slurmgpu.errors import UsageError
 
@@ -186,7 +198,9 @@ def analysis_options_from(params: dict[str, Any], **fields: Any) -> Any:
     from slurmgpu.accounting.options import AnalysisOptions
     from slurmgpu.measure.options import MeasureOptions, build_measure_sources
 
-    opts = {name: params.pop(name) for name in ANALYSIS_PARAMS}
+    absent: dict[str, Any] = {"chunk_hours": 24.0, "backend": "auto", "tz": "UTC"}
+    absent.update(policy=None, slurm_version=None, freq=None, replay_effects="auto")
+    opts = {name: params.pop(name, absent.get(name, ())) for name in ANALYSIS_PARAMS}
     measure_sources = build_measure_sources(MeasureOptions.from_kwargs(params))
     tiers: Any = None
     policy = None

@@ -1,0 +1,57 @@
+"""`slurmgpu forecast`: GPU demand per partition for the coming horizon (docs/forecast.md)."""
+
+from __future__ import annotations
+
+from datetime import UTC
+
+import click
+
+from slurmgpu.cli.analysis_options import some_analysis_options
+
+
+@click.command("forecast")
+@click.option("--sacct-file", "sacct_files", multiple=True, type=click.Path(dir_okay=False),
+              help="Saved `sacct -P` output with its header; repeatable. Without it the live "
+              "cluster is queried.")  # fmt: skip
+@click.option("--since", help="History start: ISO date/time (UTC) or age like 28d.")
+@click.option("--train-until", help="History end: nothing after it is used (default: the "
+              "files' end, or now).")  # fmt: skip
+@click.option("--horizon", default="7d", show_default=True, help="How far ahead (1d, 7d, 12h).")
+@click.option("--freq", default="1h", show_default=True, help="Bucket: 5m..1d dividing a day.")
+@click.option("--by", type=click.Choice(["partition"]), default="partition", show_default=True)
+@click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text",
+              show_default=True)  # fmt: skip
+@some_analysis_options("shards", "slurm_version", "backend", "tz", "chunk_hours")
+@click.option("--output", "-o", default="-", show_default=True, help="File to write, or -.")
+def forecast(
+    sacct_files: tuple[str, ...],
+    since: str | None,
+    train_until: str | None,
+    horizon: str,
+    freq: str,
+    by: str,
+    fmt: str,
+    output: str,
+    **analysis: object,
+) -> None:
+    """Demand (running + pending GPUs) per partition: back-tested model, forecast, interval."""
+    from datetime import datetime
+
+    from slurmgpu.accounting.when import parse_when
+    from slurmgpu.cli.analysis_options import analysis_options_from
+    from slurmgpu.forecast import ForecastOptions
+    from slurmgpu.forecast import forecast as run_forecast
+    from slurmgpu.util.atomic import write_atomic
+    from slurmgpu.views.forecast import render_forecast
+
+    now = datetime.now(UTC).replace(microsecond=0)
+    t_since = parse_when(since, now=now, option="--since") if since else None
+    t_until = parse_when(train_until, now=now, option="--train-until") if train_until else None
+    history = analysis_options_from(
+        analysis, files=list(sacct_files), since=t_since, until=t_until, now=now
+    )
+    text = render_forecast(run_forecast(ForecastOptions(history, freq, horizon)), fmt)
+    if output == "-":
+        click.echo(text, nl=False)
+    else:
+        write_atomic(output, text, backup=False)

@@ -1,0 +1,121 @@
+"""The forecasting models: seasonal-naive (the baseline) and a ridge regression in numpy.
+
+Both forecast `steps` buckets after the end of a history `y` (bucket-averaged demand) and see
+nothing after it. `pending` is the queue's part of the same history (the learned model's queue
+features). `day`/`week` are their lengths in buckets.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+NAIVE = "seasonal-naive"
+RIDGE = "ridge"
+RIDGE_LAMBDA = 1.0
+
+
+def seasonal_period(n_history: int, day: int, week: int) -> int:
+    """Same hour last week when the history holds a whole week, else yesterday."""
+    return week if n_history >= week else day
+
+
+def seasonal_naive(y: np.ndarray, steps: int, day: int, week: int) -> np.ndarray:
+    """y[t] = y[t - period], the last period repeated for horizons longer than one period."""
+    period = seasonal_period(len(y), day, week)
+    last = y[-period:]
+    return np.resize(last, steps).astype(float) if steps else np.zeros(0)
+
+
+@dataclass(frozen=True)
+class Calendar:
+    """Calendar positions of a series' buckets: slot of the day and day of the week."""
+
+    slot: np.ndarray  # 0 .. day-1
+    weekday: np.ndarray  # 0 = Monday
+    index: np.ndarray  # bucket number since the history's start (the trend)
+
+
+def calendar(times_s: np.ndarray, freq_s: int, origin_s: float) -> Calendar:
+    days = np.floor(times_s / 86400.0)
+    slot = ((times_s - days * 86400.0) // freq_s).astype(int)
+    weekday = ((days.astype(np.int64) + 3) % 7).astype(int)  # 1970-01-01 was a Thursday
+    return Calendar(slot, weekday, (times_s - origin_s) / freq_s)
+
+
+def _lags(day: int, week: int, n: int) -> tuple[int, ...]:
+    """1 bucket, 1 day, and 1 week when the history holds two weeks (a week of rows to fit)."""
+    return (1, day, week) if n >= 2 * week else (1, day)
+
+
+def _design(cal: Calendar, day: int, lags: list[np.ndarray], queue: list[np.ndarray]) -> np.ndarray:
+    cols = [cal.index[:, None]]
+    if day > 1:
+        cols.append(np.eye(day)[cal.slot][:, 1:])
+    cols.append(np.eye(7)[cal.weekday][:, 1:])
+    cols.extend(x[:, None] for x in lags)
+    cols.extend(x[:, None] for x in queue)
+    return np.hstack(cols)
+
+
+@dataclass(frozen=True)
+class RidgeFit:
+    beta: np.ndarray
+    mean: np.ndarray
+    scale: np.ndarray
+    intercept: float
+
+
+def _fit(x: np.ndarray, y: np.ndarray) -> RidgeFit:
+    mean = x.mean(axis=0)
+    scale = x.std(axis=0)
+    scale = np.where(scale > 0, scale, 1.0)
+    z = (x - mean) / scale
+    yc = y - y.mean()
+    a = z.T @ z + RIDGE_LAMBDA * np.eye(z.shape[1])
+    beta = np.linalg.solve(a, z.T @ yc)
+    return RidgeFit(beta, mean, scale, float(y.mean()))
+
+
+def ridge(
+    y: np.ndarray,
+    pending: np.ndarray,
+    times_s: np.ndarray,
+    freq_s: int,
+    steps: int,
+    day: int,
+    week: int,
+) -> np.ndarray:
+    """Ridge regression on calendar (trend, slot of day, day of week one-hot), lags of the
+    demand (1 bucket, 1 day, 1 week) and queue features (pending GPUs 1 day and 1 week back),
+    fitted on the history and run recursively: a lag inside the horizon is the model's own
+    forecast, pending GPUs inside the horizon are their seasonal-naive continuation."""
+    n = len(y)
+    lags = _lags(day, week, n)
+    first = max(lags)
+    if n - first < 2 * day:
+        raise ValueError("too little history for the learned model")
+    cal = calendar(times_s, freq_s, float(times_s[0]))
+    rows = np.arange(first, n)
+    lag_cols = [y[rows - k] for k in lags]
+    queue_lags = [k for k in lags if k > 1]
+    queue_cols = [pending[rows - k] for k in queue_lags]
+    x = _design(
+        Calendar(cal.slot[rows], cal.weekday[rows], cal.index[rows]), day, lag_cols, queue_cols
+    )
+    fit = _fit(x, y[rows])
+    future_s = times_s[-1] + freq_s * np.arange(1, steps + 1)
+    fcal = calendar(future_s, freq_s, float(times_s[0]))
+    ext = np.concatenate([y.astype(float), np.zeros(steps)])
+    pend = np.concatenate([pending.astype(float), seasonal_naive(pending, steps, day, week)])
+    for h in range(steps):
+        t = n + h
+        row = _design(
+            Calendar(fcal.slot[h : h + 1], fcal.weekday[h : h + 1], fcal.index[h : h + 1]),
+            day,
+            [ext[t - k : t - k + 1] for k in lags],
+            [pend[t - k : t - k + 1] for k in queue_lags],
+        )
+        ext[t] = max(float((((row - fit.mean) / fit.scale) @ fit.beta)[0]) + fit.intercept, 0.0)
+    return ext[n:]

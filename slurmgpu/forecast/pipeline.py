@@ -1,0 +1,280 @@
+"""`forecast()`: history -> demand series -> back-test both models -> pick -> forecast.
+
+The history ends at `train_until` (default: the analysis window's end); nothing after it is
+read into the series. The back-test holds out the history's last `min(horizon, history / 4)`
+buckets, fits and forecasts from the part before them only, and scores both models there
+(sMAPE, under-forecast rate). Per partition the model with the lower sMAPE is picked (a tie
+keeps the baseline); the interval is the picked model's back-test residual quantiles
+(10% / 90%) around its forecast.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+import numpy as np
+
+from slurmgpu.errors import UsageError
+from slurmgpu.forecast import models
+from slurmgpu.forecast.demand import DemandSeries, demand_series
+
+_DURATION = re.compile(r"^(?P<n>\d+)(?P<unit>m|min|h|d|w)$")
+_UNIT_S = {"m": 60, "min": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
+MAX_HORIZON_S = 92 * 86400
+LOW_Q, HIGH_Q = 0.10, 0.90
+
+
+def parse_duration(text: str, option: str) -> int:
+    """`1h`, `30m`, `7d`, `2w` -> seconds (> 0); UsageError naming the option otherwise."""
+    m = _DURATION.match(text.strip())
+    seconds = int(m.group("n")) * _UNIT_S[m.group("unit")] if m else 0
+    if seconds <= 0:
+        raise UsageError(f"{option} {text!r}: use a positive duration such as 30m, 1h, 1d, 7d")
+    return seconds
+
+
+def parse_freq(text: str) -> int:
+    seconds = parse_duration(text, "--freq")
+    if seconds < 300 or 86400 % seconds:
+        raise UsageError(f"--freq {text!r}: use 5m..1d dividing a day evenly (15m, 1h, 6h, 1d)")
+    return seconds
+
+
+def parse_horizon(text: str, freq_s: int) -> int:
+    """`--horizon` -> a number of buckets (at least one)."""
+    seconds = parse_duration(text, "--horizon")
+    if seconds > MAX_HORIZON_S:
+        raise UsageError(f"--horizon {text!r}: at most 92d")
+    return -(-seconds // freq_s)
+
+
+@dataclass(frozen=True)
+class Point:
+    time: datetime
+    gpus: float
+    low: float
+    high: float
+
+
+@dataclass(frozen=True)
+class Score:
+    model: str
+    smape_pct: float | None
+    under_forecast_rate: float | None
+    note: str | None = None
+
+
+@dataclass(frozen=True)
+class PartitionBacktest:
+    partition: str
+    picked: str
+    scores: tuple[Score, ...]
+
+
+@dataclass(frozen=True)
+class PartitionForecast:
+    partition: str
+    model: str
+    points: tuple[Point, ...]
+
+
+@dataclass(frozen=True)
+class Forecast:
+    freq_s: int
+    horizon_buckets: int
+    history_from: datetime
+    train_until: datetime
+    held_out_from: datetime
+    train_buckets: int
+    test_buckets: int
+    backtest: tuple[PartitionBacktest, ...]
+    by_partition: tuple[PartitionForecast, ...]
+    notes: tuple[str, ...] = field(default=())
+
+    def to_json(self) -> dict[str, Any]:
+        iso = _iso
+        return {
+            "model": {
+                "candidates": [models.NAIVE, models.RIDGE],
+                "picked": {b.partition: b.picked for b in self.backtest},
+                "freq_s": self.freq_s,
+                "horizon_buckets": self.horizon_buckets,
+                "history_from": iso(self.history_from),
+                "train_until": iso(self.train_until),
+            },
+            "backtest": {
+                "held_out_from": iso(self.held_out_from),
+                "train_buckets": self.train_buckets,
+                "test_buckets": self.test_buckets,
+                "by_partition": [
+                    {
+                        "partition": b.partition,
+                        "picked": b.picked,
+                        "models": {
+                            s.model: {
+                                "smape_pct": s.smape_pct,
+                                "under_forecast_rate": s.under_forecast_rate,
+                                "note": s.note,
+                            }
+                            for s in b.scores
+                        },
+                    }
+                    for b in self.backtest
+                ],
+            },
+            "by_partition": [
+                {
+                    "partition": p.partition,
+                    "model": p.model,
+                    "points": [
+                        {"time": iso(x.time), "gpus": x.gpus, "low": x.low, "high": x.high}
+                        for x in p.points
+                    ],
+                }
+                for p in self.by_partition
+            ],
+            "notes": list(self.notes),
+        }
+
+
+def _iso(t: datetime) -> str:
+    return t.astimezone(UTC).isoformat().replace("+00:00", "Z")
+
+
+def _dt(t_s: float) -> datetime:
+    return datetime.fromtimestamp(float(t_s), UTC)
+
+
+def smape_pct(actual: np.ndarray, pred: np.ndarray) -> float:
+    """Symmetric MAPE in percent; a bucket where both are 0 counts as exact."""
+    den = np.abs(actual) + np.abs(pred)
+    err = np.where(den > 0, 2.0 * np.abs(pred - actual) / np.where(den > 0, den, 1.0), 0.0)
+    return float(100.0 * err.mean())
+
+
+def under_rate(actual: np.ndarray, pred: np.ndarray) -> float:
+    """Share of buckets forecast below what came (a forecast that would leave jobs waiting)."""
+    return float((pred < actual - 1e-9).mean())
+
+
+def _run(name: str, y: np.ndarray, pend: np.ndarray, t_s: np.ndarray, freq_s: int, steps: int):
+    day, week = 86400 // freq_s, 7 * 86400 // freq_s
+    if name == models.NAIVE:
+        return models.seasonal_naive(y, steps, day, week)
+    return models.ridge(y, pend, t_s, freq_s, steps, day, week)
+
+
+def split(n: int, steps: int) -> int:
+    """Buckets held out at the history's end for the back-test."""
+    return max(1, min(steps, n // 4))
+
+
+def backtest_partition(
+    y: np.ndarray, pend: np.ndarray, t_s: np.ndarray, freq_s: int, steps: int
+) -> tuple[list[Score], dict[str, np.ndarray]]:
+    """Both models fitted on y[:n-h] only, scored on y[n-h:]; residuals (actual - forecast)."""
+    n = len(y)
+    h = split(n, steps)
+    cut = n - h
+    scores, residuals = [], {}
+    for name in (models.NAIVE, models.RIDGE):
+        try:
+            pred = _run(name, y[:cut], pend[:cut], t_s[:cut], freq_s, h)
+        except ValueError as exc:
+            scores.append(Score(name, None, None, str(exc)))
+            continue
+        actual = y[cut:]
+        scores.append(Score(name, smape_pct(actual, pred), under_rate(actual, pred)))
+        residuals[name] = actual - pred
+    return scores, residuals
+
+
+def forecast_series(
+    series: DemandSeries, steps: int
+) -> tuple[list[PartitionBacktest], list[PartitionForecast]]:
+    freq_s = series.freq_s
+    day = 86400 // freq_s
+    n = len(series.times)
+    if n - split(n, steps) < day:
+        raise UsageError(
+            f"too little history: {n} buckets of {freq_s}s before --train-until; the forecast "
+            f"needs at least one day ({day} buckets) before the back-test's held-out part "
+            "(give a longer history, a larger --freq or a shorter --horizon)"
+        )
+    t_s = (series.times - np.datetime64(0, "s")) / np.timedelta64(1, "s")
+    t_s = t_s.astype(float)
+    future = t_s[-1] + freq_s * np.arange(1, steps + 1)
+    backtests, forecasts = [], []
+    for part in series.partitions:
+        y, pend = series.demand(part), series.pending[part]
+        scores, residuals = backtest_partition(y, pend, t_s, freq_s, steps)
+        ok = [s for s in scores if s.smape_pct is not None]
+        best = min(ok, key=lambda s: (s.smape_pct, s.model != models.NAIVE))
+        backtests.append(PartitionBacktest(part, best.model, tuple(scores)))
+        pred = _run(best.model, y, pend, t_s, freq_s, steps)
+        res = residuals[best.model]
+        lo_q, hi_q = float(np.quantile(res, LOW_Q)), float(np.quantile(res, HIGH_Q))
+        points = tuple(
+            Point(
+                _dt(ts),
+                round(float(g), 4),
+                round(float(min(max(g + lo_q, 0.0), g)), 4),
+                round(float(max(g + hi_q, g)), 4),
+            )
+            for ts, g in zip(future, pred, strict=True)
+        )
+        forecasts.append(PartitionForecast(part, best.model, points))
+    return backtests, forecasts
+
+
+@dataclass(frozen=True)
+class ForecastOptions:
+    analysis: Any  # accounting.AnalysisOptions (its until is the history's end)
+    freq: str = "1h"
+    horizon: str = "7d"
+
+
+def forecast(options: ForecastOptions) -> Forecast:
+    """Read the history like `analyze` does, then forecast demand per partition."""
+    from slurmgpu.accounting import analyze
+    from slurmgpu.accounting.window import to64
+
+    freq_s = parse_freq(options.freq)
+    steps = parse_horizon(options.horizon, freq_s)
+    result = analyze(options.analysis)
+    since, until = result.document.window.since, result.document.window.until
+    series = demand_series(result.frame, to64(since), to64(until), freq_s)
+    if not series.partitions:
+        raise UsageError("no GPU jobs in the history: nothing to forecast")
+    backtests, forecasts = forecast_series(series, steps)
+    n = len(series.times)
+    h = split(n, steps)
+    t0 = series.times[0]
+    start_s = float((t0 - np.datetime64(0, "s")) / np.timedelta64(1, "s"))
+    week = 7 * 86400 // freq_s
+    notes = []
+    if n - h < week:
+        notes.append(
+            "history shorter than a week before the held-out part: seasonal-naive repeats "
+            "yesterday, not last week"
+        )
+    if n - h < 2 * week:
+        notes.append(
+            "history shorter than two weeks before the held-out part: the learned model has "
+            "no 1-week lag"
+        )
+    return Forecast(
+        freq_s=freq_s,
+        horizon_buckets=steps,
+        history_from=_dt(start_s),
+        train_until=_dt(start_s + n * freq_s),
+        held_out_from=_dt(start_s + (n - h) * freq_s),
+        train_buckets=n - h,
+        test_buckets=h,
+        backtest=tuple(backtests),
+        by_partition=tuple(forecasts),
+        notes=tuple(notes),
+    )
