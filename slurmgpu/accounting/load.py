@@ -898,7 +898,7 @@ def _chunk(
 # --------------------------------------------------------------------------------- finishing
 
 
-def _finish(acc: _Accumulator, files: list[str]) -> LoadResult:
+def _finish(acc: _Accumulator, files: list[str], derive: bool = True) -> LoadResult:
     schema_src = acc.allocs
     if schema_src:
         table = pa.concat_tables(schema_src, promote_options="permissive").unify_dictionaries()
@@ -923,7 +923,8 @@ def _finish(acc: _Accumulator, files: list[str]) -> LoadResult:
             )
         frame = frame[~dup].reset_index(drop=True)
     frame = _fold_steps(frame, acc.steps, acc.options.usage_sums_gpus)
-    frame = _derive(frame, acc.options)
+    if derive:  # (the accounting store keeps the frame before this step)
+        frame = _derive(frame, acc.options)
     result = LoadResult(
         frame=frame,
         files=files,
@@ -1112,6 +1113,13 @@ def _derive(frame: pd.DataFrame, opts: Options) -> pd.DataFrame:
     return f
 
 
+def derive_columns(frame: pd.DataFrame, options: Options) -> pd.DataFrame:
+    """The derived columns (tier, shard fractions, GPU-hours, wait, run end) of a frame
+    loaded with `derive=False`: what the accounting store reads back (`store.py`). Tier and
+    shard fractions depend on analysis options, so the store keeps the frame before them."""
+    return _derive(frame, options)
+
+
 def _range_size(text: str) -> float:
     size = fields.array_range_size(text)
     return np.nan if size is None else float(size)
@@ -1125,14 +1133,16 @@ def load_files(
     *,
     options: Options | None = None,
     chunk_bytes: int = DEFAULT_CHUNK_BYTES,
+    derive: bool = True,
 ) -> LoadResult:
-    """Load saved sacct dumps (plain or gzipped, each with its header line)."""
+    """Load saved sacct dumps (plain or gzipped, each with its header line); `derive=False`
+    stops before the derived columns (`derive_columns`), as the accounting store keeps it."""
     acc = _Accumulator(options or Options())
     names = [os.fspath(p) for p in paths]
     for name in names:
         with open_binary(name) as stream:
             _read_stream(acc, stream, name, chunk_bytes)
-    return _finish(acc, names)
+    return _finish(acc, names, derive)
 
 
 def load_text(

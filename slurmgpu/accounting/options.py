@@ -25,6 +25,10 @@ class AnalysisOptions:
     """One analysis request. Empty `files` means: query the live cluster (`backend`)."""
 
     files: Sequence[str | os.PathLike[str]] = ()
+    # an accounting store (`accounting/store.py`) instead of files or the live cluster, and
+    # the clusters of it to analyze (empty: all)
+    store: str | os.PathLike[str] | None = None
+    clusters: Sequence[str] = ()
     since: datetime | None = None  # None: dumps -> their whole span; live -> now - 7 days
     until: datetime | None = None  # None: dumps -> their last second; live -> now
     now: datetime | None = None
@@ -66,6 +70,10 @@ class AnalysisOptions:
             raise UsageError(f"replay effects {self.replay_effects!r}: use auto, always or never")
         if self.freq not in (None, "1h", "1D"):
             raise UsageError(f"time-series bucket {self.freq!r}: use 1h or 1D")
+        if self.store is not None and self.files:
+            raise UsageError("analyze either an accounting store or sacct dumps, not both")
+        if self.clusters and self.store is None:
+            raise UsageError("clusters are chosen within an accounting store: give the store")
         if self.slurm_version is not None:
             parse_version(self.slurm_version)
         for name, n in self.gpus_per_node.items():

@@ -42,7 +42,8 @@ def analyze(options: AnalysisOptions) -> AnalysisResult:
     assert now is not None
     cap, version, capacity_error = Capacity(), None, None
     since, until = opts.since, opts.until
-    if not opts.files:
+    live = not opts.files and opts.store is None
+    if live:
         cap, version, capacity_error = _live_facts(opts)
         since = since or (now - timedelta(days=LIVE_DEFAULT_DAYS))
         until = until or now
@@ -60,11 +61,11 @@ def analyze(options: AnalysisOptions) -> AnalysisResult:
     loaded = got.loaded
     source = doc_mod.Source(
         kind=got.kind if not opts.files else "file",
-        files=tuple(os.fspath(p) for p in opts.files),
+        files=tuple(os.fspath(p) for p in (opts.files or (loaded.files if opts.store else ()))),
         slurm_version="{}.{:02d}.{}".format(*version) if version else opts.slurm_version,
         usage_reading=reading["text"],
         capacity_error=capacity_error,
-        backend_note=got.note if not opts.files else None,
+        backend_note=got.note if live else None,
     )
 
     frame = loaded.frame

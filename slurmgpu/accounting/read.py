@@ -63,11 +63,11 @@ def register(cls: type[RowSource]) -> type[RowSource]:
 
 def source_for(options: AnalysisOptions) -> RowSource:
     """The source for saved dumps when files are given, else the named live backend."""
-    name = "files" if options.files else options.backend
+    name = "files" if options.files else "store" if options.store else options.backend
     try:
         return SOURCES[name]()
     except KeyError:
-        live = ", ".join(sorted(n for n in SOURCES if n != "files"))
+        live = ", ".join(sorted(n for n in SOURCES if n not in ("files", "store")))
         raise UsageError(f"unknown accounting backend {name!r}: use one of {live}") from None
 
 
@@ -80,6 +80,20 @@ class FileSource:
     def read(self, request: ReadRequest) -> ReadResult:
         loaded = load_mod.load_files(request.options.files, options=request.normalize)
         return ReadResult(loaded, "file", "saved sacct dumps")
+
+
+@register
+class StoreSource:
+    """An accounting store (`store.py`): the normalized runs of ingested dumps."""
+
+    name = "store"
+
+    def read(self, request: ReadRequest) -> ReadResult:
+        from slurmgpu.accounting import store
+
+        opts = request.options
+        loaded = store.read_store(opts.store, options=request.normalize, clusters=opts.clusters)
+        return ReadResult(loaded, "store", f"accounting store {opts.store}")
 
 
 @register
