@@ -255,7 +255,7 @@ def _to_table(frame: Any, seq: int) -> Any:
 
     table = pa.Table.from_pandas(frame, preserve_index=False)
     cols = []
-    for name, col in zip(table.column_names, table.columns, strict=True):
+    for col in table.columns:
         if pa.types.is_dictionary(col.type):
             col = col.cast(col.type.value_type)
         cols.append(col)
@@ -462,3 +462,13 @@ def read_store(
 def _has_cluster(entry: dict[str, Any], wanted: set[str]) -> bool:
     """Whether an ingested file gave rows to one of the clusters read (its ledger counts)."""
     return bool(set(entry.get("clusters", ())) & wanted)
+
+
+def usage_sums_for(slurm_version: str | None, timezone: str = "UTC") -> bool:
+    """Whether a dump of this Slurm version sums gres/gpuutil over a step's GPUs (as the
+    analysis reads it: `pipeline.USAGE_SUMS_FROM`); the time zone is checked on the way."""
+    from slurmgpu.accounting.options import AnalysisOptions, parse_version
+    from slurmgpu.accounting.pipeline import USAGE_SUMS_FROM
+
+    AnalysisOptions(timezone=timezone).validated()
+    return bool(slurm_version) and parse_version(slurm_version) >= USAGE_SUMS_FROM
