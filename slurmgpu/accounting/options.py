@@ -17,6 +17,9 @@ from typing import Any
 from slurmgpu.errors import UsageError
 from slurmgpu.model.measure import MeasureSource
 
+# Slurm 24.05 changed gres/gpuutil and gres/gpumem of a step to sums over its GPUs
+# (CHANGELOG/slurm-24.05.md: "gpuutil/gpumem will record sums of all GPUS in the step").
+USAGE_SUMS_FROM = (24, 5)
 _VERSION = re.compile(r"^(\d+)\.(\d+)(?:\.(\d+))?$")
 
 

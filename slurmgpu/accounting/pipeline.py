@@ -24,13 +24,10 @@ from slurmgpu.accounting.document import (
     AnalysisResult,
     ClusterFacts,
 )
-from slurmgpu.accounting.options import AnalysisOptions, parse_version
+from slurmgpu.accounting.options import USAGE_SUMS_FROM, AnalysisOptions, parse_version
 from slurmgpu.errors import SacctParseError, SlurmCommandError, UsageError
 
 LIVE_DEFAULT_DAYS = 7
-# Slurm 24.05 changed gres/gpuutil and gres/gpumem of a step to sums over its GPUs
-# (CHANGELOG/slurm-24.05.md: "gpuutil/gpumem will record sums of all GPUS in the step").
-USAGE_SUMS_FROM = (24, 5)
 
 
 def analyze(options: AnalysisOptions) -> AnalysisResult:

@@ -42,7 +42,7 @@ from typing import Any
 from slurmgpu.accounting import load as load_mod
 from slurmgpu.errors import SacctParseError, StoreError
 
-MANIFEST = "manifest.json"
+MANIFEST = "_manifest.json"  # ("_": dataset readers skip it)
 FORMAT = "slurmgpu-store-1"
 LOCK = ".ingest.lock"
 NULL_CLUSTER = "__HIVE_DEFAULT_PARTITION__"  # Hive's folder name for a null value
@@ -467,8 +467,7 @@ def _has_cluster(entry: dict[str, Any], wanted: set[str]) -> bool:
 def usage_sums_for(slurm_version: str | None, timezone: str = "UTC") -> bool:
     """Whether a dump of this Slurm version sums gres/gpuutil over a step's GPUs (as the
     analysis reads it: `pipeline.USAGE_SUMS_FROM`); the time zone is checked on the way."""
-    from slurmgpu.accounting.options import AnalysisOptions, parse_version
-    from slurmgpu.accounting.pipeline import USAGE_SUMS_FROM
+    from slurmgpu.accounting.options import USAGE_SUMS_FROM, AnalysisOptions, parse_version
 
     AnalysisOptions(timezone=timezone).validated()
     return bool(slurm_version) and parse_version(slurm_version) >= USAGE_SUMS_FROM
