@@ -1167,6 +1167,7 @@ def load_windows(
     options: Options | None = None,
     chunk_bytes: int = DEFAULT_CHUNK_BYTES,
     delimiter: str = "|",
+    derive: bool = True,
 ) -> LoadResult:
     """Load consecutive sub-windows of a live query, one sacct call each (bounded memory).
 
@@ -1185,7 +1186,7 @@ def load_windows(
         _read_stream(acc, io.BytesIO(data), name, chunk_bytes, delimiter)
         del data
     acc.end_window = None
-    result = _finish(acc, [name])
+    result = _finish(acc, [name], derive)
     result.rows_overlap = acc.rows_overlap
     return result
 

@@ -35,6 +35,12 @@ def analyze(options: AnalysisOptions) -> AnalysisResult:
     from slurmgpu.accounting import metrics, read, recommend, runs, window
 
     opts = options.validated()
+    if opts.store is not None and opts.slurm_version is None:  # as the store was ingested
+        from dataclasses import replace
+
+        from slurmgpu.accounting.store import store_slurm_version
+
+        opts = replace(opts, slurm_version=store_slurm_version(opts.store))
     now = opts.now
     assert now is not None
     cap, version, capacity_error = Capacity(), None, None

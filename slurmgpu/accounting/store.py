@@ -32,7 +32,7 @@ import os
 import time
 import urllib.parse
 import uuid
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -137,16 +137,29 @@ def _folder(cluster: str, month: str) -> str:
 # ---------------------------------------------------------------------------------- ingesting
 
 
+@dataclass(frozen=True)
+class LiveWindow:
+    """A live `sacct` query to ingest: [since, until), one call per `chunk_hours`."""
+
+    since: datetime
+    until: datetime
+    env: Mapping[str, str] | None = None
+    chunk_hours: float = 24.0
+
+
 def ingest(
     store: str | os.PathLike[str],
-    files: Sequence[str | os.PathLike[str]],
+    files: Sequence[str | os.PathLike[str]] = (),
     *,
+    live: LiveWindow | None = None,
     cluster: str = "",
     timezone: str = "UTC",
     usage_sums_gpus: bool = False,
+    slurm_version: str | None = None,
     now: datetime | None = None,
 ) -> IngestSummary:
-    """Add sacct dumps to the store (created when missing); idempotent, crash-safe."""
+    """Add sacct dumps (or one live sacct window) to the store (created when missing);
+    idempotent, crash-safe."""
     import pyarrow as pa
 
     root = Path(store)
@@ -169,15 +182,20 @@ def ingest(
             usage_sums_gpus=usage_sums_gpus,
             keep_admin_comment=True,
         )
-        for name in (os.fspath(f) for f in files):
-            sha, size = _sha256(name)
-            if (sha, cluster) in known:
+        inputs: list[tuple[str, str, int]] = [(os.fspath(f), *_sha256(os.fspath(f))) for f in files]
+        if live is not None:
+            inputs.append((_live_name(live), "", 0))  # (a live query is never skipped)
+        for name, sha, size in inputs:
+            if sha and (sha, cluster) in known:
                 skipped.append(name)
                 continue
             known.add((sha, cluster))
             seq = int(manifest["next_seq"])
             manifest["next_seq"] = seq + 1
-            loaded = load_mod.load_files([name], options=options, derive=False)
+            if sha:
+                loaded = load_mod.load_files([name], options=options, derive=False)
+            else:
+                loaded = _load_live(live, options, cluster)
             table = _to_table(loaded.frame, seq)
             runs_read += table.num_rows
             for key, rows in _split(table).items():
@@ -187,7 +205,8 @@ def ingest(
                 merged, dropped = merge_runs(old, rows)
                 changed[key] = merged
                 superseded += dropped
-            manifest["files"].append(_file_entry(name, sha, size, seq, stamp, loaded, options))
+            entry = _file_entry(name, sha, size, seq, stamp, loaded, options)
+            manifest["files"].append({**entry, "slurm_version": slurm_version})
             read.append(name)
         written = []
         ingest_id = uuid.uuid4().hex[:12]
@@ -217,6 +236,33 @@ def ingest(
     )
 
 
+def _live_name(live: LiveWindow) -> str:
+    def stamp(t: datetime) -> str:
+        return t.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+    return f"sacct {stamp(live.since)}..{stamp(live.until)}"
+
+
+def _load_live(live: LiveWindow, options: load_mod.Options, cluster: str) -> Any:
+    """One live window read as the analysis reads it (`when.sacct_calls`, `load_windows`)."""
+    from functools import partial
+
+    from slurmgpu.accounting.when import sacct_calls
+    from slurmgpu.sources import sacct
+
+    if not live.until > live.since:
+        raise StoreError(f"live window {_live_name(live)}: its end is not after its start")
+    fetch = partial(sacct.sacct_text, env=live.env, clusters=[cluster] if cluster else ())
+    return load_mod.load_windows(
+        sacct_calls(live.since, live.until, live.chunk_hours)[0],
+        fetch,
+        name=_live_name(live),
+        options=options,
+        delimiter=sacct.DELIMITER,
+        derive=False,
+    )
+
+
 def _columns_of(tables: dict[tuple[str, str], Any]) -> list[str]:
     first = next(iter(tables.values()))
     return ["cluster", *(n for n in first.column_names if n != SEQ)]
@@ -241,6 +287,7 @@ def _file_entry(
         "rows_rejected": loaded.rows_rejected,
         "step_rows": loaded.step_rows,
         "blank_lines": loaded.blank_lines,
+        "rows_overlap": loaded.rows_overlap,
         "latin1_lines": loaded.latin1_lines,
         "usage_over_100": loaded.usage_over_100,
         "has_usage": loaded.has_usage,
@@ -455,7 +502,9 @@ def read_store(
         : load_mod.MAX_REJECTED_KEPT
     ]
     result.rows_analyzed = result.rows_read - result.rows_rejected
+    # rows read twice: runs superseded by another ingest's row, live sub-window repeats
     result.rows_overlap = int(manifest["runs_superseded"])
+    result.rows_overlap += sum(int(f.get("rows_overlap", 0)) for f in files)
     return result
 
 
@@ -464,10 +513,60 @@ def _has_cluster(entry: dict[str, Any], wanted: set[str]) -> bool:
     return bool(set(entry.get("clusters", ())) & wanted)
 
 
-def usage_sums_for(slurm_version: str | None, timezone: str = "UTC") -> bool:
-    """Whether a dump of this Slurm version sums gres/gpuutil over a step's GPUs (as the
-    analysis reads it: `pipeline.USAGE_SUMS_FROM`); the time zone is checked on the way."""
-    from slurmgpu.accounting.options import USAGE_SUMS_FROM, AnalysisOptions, parse_version
+def store_slurm_version(store: str | os.PathLike[str]) -> str | None:
+    """The Slurm version the store's files were ingested with, when they all agree."""
+    root = Path(store)
+    if not root.is_dir():
+        return None  # (read_store says what is wrong)
+    versions = {f.get("slurm_version") for f in read_manifest(root)["files"]}
+    return versions.pop() if len(versions) == 1 else None
 
-    AnalysisOptions(timezone=timezone).validated()
-    return bool(slurm_version) and parse_version(slurm_version) >= USAGE_SUMS_FROM
+
+def ingest_command(
+    store: str | os.PathLike[str],
+    files: Sequence[str],
+    *,
+    since: str | None,
+    until: str | None,
+    cluster: str = "",
+    timezone: str = "UTC",
+    slurm_version: str | None = None,
+    chunk_hours: float = 24.0,
+    env: Mapping[str, str] | None = None,
+) -> IngestSummary:
+    """`slurmgpu ingest`: dumps, or (with `since`) one live sacct window up to `until`/now,
+    whose Slurm version is asked from Slurm unless given."""
+    from slurmgpu.accounting.options import USAGE_SUMS_FROM, AnalysisOptions, parse_version
+    from slurmgpu.accounting.when import parse_when
+    from slurmgpu.errors import SlurmCommandError, UsageError
+
+    AnalysisOptions(timezone=timezone).validated()  # (checks the time zone)
+    if bool(files) == bool(since):
+        raise UsageError("ingest: give --sacct-file FILE... or --since WHEN (one of them)")
+    if until and not since:
+        raise UsageError("ingest: --until is for a live query (with --since)")
+    version = parse_version(slurm_version) if slurm_version else None
+    live = None
+    if since:
+        now = datetime.now(UTC).replace(microsecond=0)
+        t_until = parse_when(until, now=now, option="--until") if until else now
+        t_since = parse_when(since, now=t_until, option="--since")
+        if t_since >= t_until:
+            raise UsageError(f"--since {since} is not before --until {until or 'now'}")
+        live = LiveWindow(t_since, t_until, env=env, chunk_hours=chunk_hours)
+        if version is None:
+            from slurmgpu.sources.slurm import slurm_version as asked
+
+            try:
+                version = asked(env)[:2]
+            except SlurmCommandError:
+                version = None
+    return ingest(
+        store,
+        files,
+        live=live,
+        cluster=cluster,
+        timezone=timezone,
+        usage_sums_gpus=version is not None and version >= USAGE_SUMS_FROM,
+        slurm_version="{}.{:02d}".format(*version) if version else None,
+    )
