@@ -325,3 +325,23 @@ def test_real_entry_point_one_line(tmp_path):
     )
     assert r.returncode == 1 and r.stdout == ""
     assert r.stderr.startswith("slurmgpu: error: ") and len(r.stderr.splitlines()) == 1
+
+
+def test_ingest_timer_unit_runs_a_valid_ingest():
+    """etc/systemd/slurmgpu-ingest.service: its command parses as `slurmgpu ingest`."""
+    import shlex
+
+    from slurmgpu.accounting.when import parse_when
+    from slurmgpu.cli.store import ingest
+
+    root = Path(__file__).resolve().parents[3]
+    unit = (root / "etc/systemd/slurmgpu-ingest.service").read_text()
+    lines = [x for x in unit.splitlines() if x.startswith("ExecStart=")]
+    assert len(lines) == 1
+    argv = shlex.split(lines[0].partition("=")[2])
+    assert argv[1] == "ingest"
+    ctx = ingest.make_context("ingest", argv[2:])
+    assert ctx.params["store"].startswith("/var/lib/slurmgpu/")
+    assert parse_when(ctx.params["since"], now=NOW) < NOW
+    timer = (root / "etc/systemd/slurmgpu-ingest.timer").read_text()
+    assert "OnCalendar=" in timer and "Persistent=true" in timer
