@@ -87,16 +87,28 @@ def capacity_from_scontrol(
     return cap
 
 
-def parse_capacity_options(values: Iterable[str]) -> dict[str, float]:
-    """`["gpu=64", "mig=8"]` -> {"gpu": 64.0, "mig": 8.0}; a bad value is a UsageError."""
+# 65,536 nodes (the hostlist limit) of 8 GPUs: more is a typo, and replay would build it
+MAX_CAPACITY_GPUS = 524_288
+
+
+def parse_capacity_options(values: Iterable[str], *, whole: bool = False) -> dict[str, float]:
+    """`["gpu=64", "mig=1.5"]` -> {"gpu": 64.0, "mig": 1.5}: GPUs per partition (fractions
+    for MIG slices; whole GPUs only with `whole`, as replay builds nodes of them), more than
+    0 and at most MAX_CAPACITY_GPUS, in plain decimal (no nan, inf, exponent); a partition
+    once. Anything else is a UsageError naming the form."""
+    from slurmgpu.util import numbers
+
     out: dict[str, float] = {}
-    for text in values:
-        name, sep, num = text.partition("=")
-        try:
-            value = float(num)
-        except ValueError:
-            value = -1.0
-        if not sep or not name or value < 0:
-            raise UsageError(f"--capacity {text!r}: use PARTITION=GPUS, e.g. gpu=64")
-        out[name] = value
+    try:
+        for name, num in numbers.partition_pairs(values):
+            if whole:
+                value = float(numbers.whole(num, 1, MAX_CAPACITY_GPUS, f"{name}="))
+            else:
+                value = numbers.decimal(num, 0, MAX_CAPACITY_GPUS, f"{name}=")
+            if value <= 0:
+                raise ValueError(f"{name}=: 0 GPUs (leave the partition out)")
+            out[name] = value
+    except ValueError as exc:
+        form = "PARTITION=GPUS (whole GPUs)" if whole else "PARTITION=GPUS"
+        raise UsageError(f"--capacity {exc}; use {form}, e.g. gpu=64") from None
     return out

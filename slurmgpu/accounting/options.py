@@ -61,12 +61,7 @@ class AnalysisOptions:
 
     def validated(self) -> AnalysisOptions:
         """Check values that can be checked up front; times made timezone-aware UTC."""
-        import zoneinfo
-
-        try:
-            zoneinfo.ZoneInfo(self.timezone)
-        except (ValueError, zoneinfo.ZoneInfoNotFoundError):
-            raise UsageError(f"time zone {self.timezone!r}: not a time zone name") from None
+        check_timezone(self.timezone)
         if not self.chunk_hours > 0:
             raise UsageError(f"sacct query chunk of {self.chunk_hours} hours: must be > 0")
         if self.replay_effects not in ("auto", "always", "never"):
@@ -122,3 +117,16 @@ def _utc(t: datetime | None) -> datetime | None:
     if t is None:
         return None
     return t.replace(tzinfo=UTC) if t.tzinfo is None else t.astimezone(UTC)
+
+
+def check_timezone(name: str) -> str:
+    """`name` when it is an IANA time zone name (`Europe/Paris`, `UTC`); UsageError else.
+
+    Dumps of ISO times are read in this zone: a name no zone has must not read them as UTC."""
+    import zoneinfo
+
+    try:
+        zoneinfo.ZoneInfo(name)
+    except (ValueError, OSError, zoneinfo.ZoneInfoNotFoundError):
+        raise UsageError(f"--timezone {name!r}: not a time zone name (e.g. Europe/Paris)") from None
+    return name

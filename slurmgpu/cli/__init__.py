@@ -31,6 +31,8 @@ LAZY_COMMANDS: dict[str, str] = {
     "check": "slurmgpu.cli.fleet:check",
     "rebalance": "slurmgpu.cli.fleet:rebalance",
     "replay": "slurmgpu.cli.replay:replay",
+    "idle": "slurmgpu.cli.idle:idle",
+    "job": "slurmgpu.cli.job:job",
     "replay-task": "slurmgpu.cli.replay:replay_task",  # hidden: a task of replay --via-slurm
 }
 

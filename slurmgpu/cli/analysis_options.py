@@ -8,6 +8,9 @@ from typing import Any
 
 import click
 
+MAX_SHARDS_PER_GPU = 65_536
+MAX_GPUS_PER_NODE = 1_024
+
 _OPTIONS = [
     click.option(
         "--store",
@@ -155,17 +158,23 @@ def _pairs(values: tuple[str, ...], option: str, form: str = "KEY=VALUE") -> dic
     return out
 
 
-def _numbers_by_partition(values: tuple[str, ...], option: str) -> dict[str, float]:
-    """`[PARTITION=]N` values -> {partition or "*": N}."""
+def _numbers_by_partition(values: tuple[str, ...], option: str, high: int) -> dict[str, float]:
+    """`[PARTITION=]N` values -> {partition or "*": N}: whole numbers 1..high, a partition
+    once (nan, 0, -4, 1e12, `a=1,b=2` are usage errors)."""
     from slurmgpu.errors import UsageError
+    from slurmgpu.util import numbers
 
+    try:
+        pairs = numbers.partition_pairs(values, default_key="*")
+    except ValueError as exc:
+        raise UsageError(f"{option} {exc}; use N or PARTITION=N") from None
     out: dict[str, float] = {}
-    for text in values:
-        key, sep, value = text.rpartition("=")
-        try:
-            out[key if sep else "*"] = float(value)
-        except ValueError:
-            raise UsageError(f"{option} {text!r}: use N or PARTITION=N") from None
+    for (key, value), text in zip(pairs, values, strict=True):
+        if not numbers.WHOLE.fullmatch(value):
+            raise UsageError(f"{option} {text!r}: use N or PARTITION=N")
+        if not 1 <= int(value) <= high:
+            raise UsageError(f"{option} {text!r}: not a whole number from 1 to {high}")
+        out[key] = float(value)
     return out
 
 
@@ -212,8 +221,8 @@ def analysis_options_from(params: dict[str, Any], **fields: Any) -> Any:
                 return mapping[qos]
             return getattr(base.tier_for_qos(qos), "name", None) if base is not None else None
 
-    shard_map = _numbers_by_partition(opts["shards"], "--shards-per-gpu")
-    per_node = _numbers_by_partition(opts["gpus_per_node"], "--gpus-per-node")
+    shard_map = _numbers_by_partition(opts["shards"], "--shards-per-gpu", MAX_SHARDS_PER_GPU)
+    per_node = _numbers_by_partition(opts["gpus_per_node"], "--gpus-per-node", MAX_GPUS_PER_NODE)
     memory = gpu_memory_option(opts["gpu_memory"], policy)
     return AnalysisOptions(
         backend=opts["backend"],

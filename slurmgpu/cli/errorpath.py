@@ -30,8 +30,8 @@ _MAX_LINE = 400  # a message quoting hostile input is cut, never allowed to run 
 
 def one_line(message: str) -> str:
     """`message` flattened to one printable line (control characters shown escaped)."""
-    flat = "".join(ch if ch.isprintable() else repr(ch)[1:-1] for ch in message.strip())
-    return flat if len(flat) <= _MAX_LINE else flat[: _MAX_LINE - 3] + "..."
+    text = flat(message)
+    return text if len(text) <= _MAX_LINE else text[: _MAX_LINE - 3] + "..."
 
 
 def fail(message: str, code: int) -> click.exceptions.Exit:
@@ -50,10 +50,21 @@ def describe_os_error(exc: OSError) -> str:
     return reason
 
 
+def flat(message: str) -> str:
+    """`message` on one printable line (control characters shown escaped), never cut."""
+    return "".join(ch if ch.isprintable() else repr(ch)[1:-1] for ch in message.strip())
+
+
 def expected_failure(exc: BaseException) -> str | None:
-    """The message for a failure a user can cause and fix, or None for a bug."""
+    """The message for a failure a user can cause and fix, or None for a bug.
+
+    A policy with several problems prints each on its own `slurmgpu: policy:` line first, in
+    full (issue #20: joined on one line, the 400-character cut hid the fourth), and the one
+    error line counts them."""
     if isinstance(exc, PolicyError) and len(exc.problems) > 1:
-        return "; ".join(one_line(p) for p in exc.problems)
+        for problem in exc.problems:
+            click.echo(f"slurmgpu: policy: {flat(problem)}", err=True)
+        return f"the policy has {len(exc.problems)} problems (each on a line above)"
     if isinstance(exc, SlurmgpuError):
         return str(exc)
     if isinstance(exc, UnicodeDecodeError):

@@ -259,7 +259,14 @@ def replay_options(params: dict):
     """The command's options as a `ReplayOptions` (bad values are one-line usage errors)."""
     import os
 
-    from slurmgpu.cli.analysis_options import gpu_memory_option
+    from slurmgpu.accounting.capacity import parse_capacity_options
+    from slurmgpu.accounting.options import check_timezone
+    from slurmgpu.cli.analysis_options import (
+        MAX_GPUS_PER_NODE,
+        MAX_SHARDS_PER_GPU,
+        _numbers_by_partition,
+        gpu_memory_option,
+    )
     from slurmgpu.replay import ReplayOptions, parse_change, read_sweep
     from slurmgpu.replay.cluster import qos_from_policy
     from slurmgpu.replay.engine import SchedConfig
@@ -280,9 +287,14 @@ def replay_options(params: dict):
     what_if = tuple(parse_change(c) for c in params["what_if"])
     if params["sweep"]:
         what_if += read_sweep(params["sweep"])
-    per_node = _pairs(params["per_node"], "--gpus-per-node", int, "*")
+    per_node = {
+        k: int(v)
+        for k, v in _numbers_by_partition(
+            params["per_node"], "--gpus-per-node", MAX_GPUS_PER_NODE
+        ).items()
+    }
     default_per_node = per_node.pop("*", None)
-    capacity = _pairs(params["capacity"], "--capacity", float)
+    capacity = parse_capacity_options(params["capacity"], whole=True)
     if default_per_node:
         per_node = {p: per_node.get(p, default_per_node) for p in capacity} | per_node
     processes = params["processes"] or min(os.cpu_count() or 1, max(len(what_if), 1))
@@ -292,13 +304,15 @@ def replay_options(params: dict):
         gpus_per_node=per_node,
         gpu_types=_pairs(params["gpu_types"], "--gpu-type"),
         gpu_memory_mib=gpu_memory_option(params["gpu_memory"], policy),
-        shards_per_gpu=_pairs(params["shards"], "--shards-per-gpu", float, "*"),
+        shards_per_gpu=_numbers_by_partition(
+            params["shards"], "--shards-per-gpu", MAX_SHARDS_PER_GPU
+        ),
         qos=qos,
         tiers=policy,
         baseline_changes=tuple(parse_change(c) for c in params["baseline"]),
         what_if=what_if,
         config=config,
-        timezone=str(params["tz"]),
+        timezone=check_timezone(str(params["tz"])),
         processes=processes,
         live=bool(params["live"]),
     )

@@ -36,7 +36,8 @@ def write_report(path: str | os.PathLike[str], text: str, fmt: str) -> Path:
         raise UsageError(f"--output {target}: directory {target.parent} does not exist")
 
     def validate(tmp: Path) -> None:
-        written = tmp.read_text(encoding="utf-8")
+        with open(tmp, encoding="utf-8", newline="") as fh:  # no "\r" read as a newline
+            written = fh.read()
         try:
             if fmt == "json":
                 import json
@@ -89,6 +90,14 @@ def write_report(path: str | os.PathLike[str], text: str, fmt: str) -> Path:
     help="File to write atomically, or - for stdout. strftime codes are expanded with the "
     "report time in UTC (report-%Y-%m-%d.html).",
 )
+@click.option(
+    "--idle/--no-idle",
+    "with_idle",
+    default=True,
+    show_default=True,
+    help="Add the idle policy's retrospective (waste ranking, reclaimable GPU-hours) when "
+    "--policy has an [idle] table (docs/idle.md).",
+)
 @analysis_options
 def report(
     since: str | None,
@@ -96,6 +105,7 @@ def report(
     sacct_files: tuple[str, ...],
     fmt: str,
     output: str,
+    with_idle: bool,
     **analysis: object,
 ) -> None:
     """Analyze GPU accounting and write a report (for people, scripts, or Prometheus).
@@ -112,6 +122,8 @@ def report(
     from slurmgpu.advice import analyze
     from slurmgpu.cli.progress import LoadProgress
     from slurmgpu.errors import UsageError
+    from slurmgpu.idle import idle_for_report
+    from slurmgpu.measure.options import MeasureOptions
     from slurmgpu.views.report import render_report
 
     now = dt.datetime.now(dt.UTC).replace(microsecond=0)
@@ -121,6 +133,8 @@ def report(
     since_t = parse_when(since, now=until_t or now, option="--since") if since else None
     if since_t and until_t and since_t >= until_t:
         raise UsageError(f"--since {since} is not before --until {until}")
+    measure = MeasureOptions.from_kwargs(dict(analysis))  # a copy: the analysis pops them
+    policy_path = str(analysis["policy"]) if with_idle and analysis.get("policy") else None
     options = analysis_options_from(
         analysis, files=list(sacct_files), since=since_t, until=until_t, now=now
     )
@@ -129,7 +143,8 @@ def report(
         label = "reading the accounting store"
     with LoadProgress(label, sacct_files):
         result = analyze(options)
-    text = render_report(result.document, fmt)
+        idle = idle_for_report(policy_path, sacct_files, since_t, until_t, measure, now)
+    text = render_report(result.document, fmt, idle=idle)
     if output == "-":
         click.echo(text, nl=False)
         return

@@ -52,6 +52,11 @@ def policy_check(policy_path: str | None) -> None:
             f"  kind {k.name}: {k.slice.describe()}{share} (--gres={k.slice.gres}), "
             f"partition {k.partition or '-'}, time limit {k.time_limit_min or '-'} min"
         )
+    if pol.idle is not None:
+        from slurmgpu.views.idle import describe_policy
+
+        for line in describe_policy(pol.idle):
+            click.echo(f"  {line}")
 
 
 @click.group()

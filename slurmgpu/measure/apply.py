@@ -8,8 +8,9 @@ queried for runs a collector or jobstats summary already covers. Slurm's own hig
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 
 from slurmgpu.measure.warnings import MeasureWarning
@@ -46,6 +47,7 @@ def measure_runs(runs: Sequence[RunRef], sources: Sequence[MeasureSource]) -> Me
             for r in asked:
                 by_id.setdefault(r.job_id, []).append(r)
             for m in source.measures(asked):
+                m = _checked(m, source.name, warnings)
                 run = _match(m, by_id.get(m.job_id, []))
                 if run is not None and run_key(run) in remaining:
                     by_run[run_key(run)] = m
@@ -54,6 +56,23 @@ def measure_runs(runs: Sequence[RunRef], sources: Sequence[MeasureSource]) -> Me
         measured[source.name] = count
         warnings.extend(getattr(source, "warnings", []))
     return MeasureResult(by_run, measured, tuple(warnings))
+
+
+def _checked(measure: JobGpuMeasure, source: str, warnings: list[MeasureWarning]) -> JobGpuMeasure:
+    """The measure with any number that cannot be true (negative, NaN, infinite) taken out and
+    named in a warning: a source's bug never averages into a utilization. (Over 100 % is
+    clipped to 100 by the accounting stage: a rounding excess, not nonsense.)"""
+    bad = {
+        name: None
+        for name in ("util_mean_pct", "mem_used_max_mib", "gpu_memory_mib")
+        if (value := getattr(measure, name)) is not None
+        and not (isinstance(value, int | float) and math.isfinite(value) and value >= 0)
+    }
+    if not bad:
+        return measure
+    message = f"{', '.join(bad)} not a number >= 0: left out"
+    warnings.append(MeasureWarning(source, "invalid", message, (measure.job_id,)))
+    return replace(measure, **bad)
 
 
 def _match(measure: JobGpuMeasure, candidates: list[RunRef]) -> RunRef | None:

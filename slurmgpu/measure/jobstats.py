@@ -17,11 +17,11 @@ from __future__ import annotations
 
 import base64
 import binascii
-import gzip
-import json
+import math
 import re
 from dataclasses import dataclass
 
+from slurmgpu.measure import bounded
 from slurmgpu.measure.warnings import MeasureWarning
 from slurmgpu.model.measure import JobGpuMeasure, RunRef
 
@@ -50,6 +50,7 @@ class JobstatsSummary:
     total_time_s: float
     gpus_allocated: int
     gpus: tuple[JobstatsGpu, ...]
+    negative: int = 0  # GPUs whose utilization was negative (left out of the mean)
 
 
 class JobstatsFormatError(ValueError):
@@ -63,13 +64,20 @@ def find_token(admin_comment: str) -> str | None:
 
 
 def decode(token: str) -> JobstatsSummary | None:
-    """The summary in a `JS1:` token; None for the short forms `JS1:Short` / `JS1:None`."""
+    """The summary in a `JS1:` token; None for the short forms `JS1:Short` / `JS1:None`.
+
+    Bounded: a token longer than `MAX_TOKEN_CHARS`, or one that inflates past
+    `MAX_SUMMARY_BYTES` (a gzip bomb), is refused before it is inflated whole. Every number
+    must be finite; a negative utilization is left out of that GPU (`None`), counted in
+    `JobstatsSummary.negative`."""
     body = token[len(PREFIX) :] if token[: len(PREFIX)].upper() == PREFIX else token
     if body.capitalize() in SHORT_FORMS:
         return None
+    if len(body) > bounded.MAX_TOKEN_CHARS:
+        raise JobstatsFormatError(f"token of {len(body)} characters: longer than any summary")
     try:
-        data = json.loads(gzip.decompress(base64.b64decode(body, validate=True)))
-    except (binascii.Error, OSError, EOFError, ValueError) as exc:
+        data = bounded.loads(bounded.gunzip(base64.b64decode(body, validate=True)))
+    except (binascii.Error, ValueError) as exc:
         if body == body.lower() and token.startswith(PREFIX.lower()):
             raise JobstatsFormatError(
                 "lower-cased (sacctmgr of Slurm 22.05 lower-cases AdminComment): the base64 "
@@ -79,6 +87,7 @@ def decode(token: str) -> JobstatsSummary | None:
     if not isinstance(data, dict) or not isinstance(data.get("nodes"), dict):
         raise JobstatsFormatError("JSON has no 'nodes' map")
     gpus: list[JobstatsGpu] = []
+    negative = 0
     for node, stats in sorted(data["nodes"].items()):
         if not isinstance(stats, dict):
             raise JobstatsFormatError(f"node {node}: not a map")
@@ -86,23 +95,33 @@ def decode(token: str) -> JobstatsSummary | None:
         used = _gpu_map(stats, "gpu_used_memory", node)
         total = _gpu_map(stats, "gpu_total_memory", node)
         for minor in sorted(set(util) | set(used) | set(total), key=_minor_key):
-            values = util.get(minor), used.get(minor), total.get(minor)
+            values = [util.get(minor), used.get(minor), total.get(minor)]
+            if values[0] is not None and values[0] < 0:
+                negative += 1
+                values[0] = None  # no utilization is negative: not averaged in
+            if any(v is not None and v < 0 for v in values[1:]):
+                raise JobstatsFormatError(f"node {node}: GPU {minor}: negative memory")
             gpus.append(JobstatsGpu(node, minor, *values))
     return JobstatsSummary(
-        total_time_s=float(data.get("total_time") or 0),
-        gpus_allocated=int(data.get("gpus") or 0),
+        total_time_s=_number(data.get("total_time") or 0, "total_time"),
+        gpus_allocated=int(_number(data.get("gpus") or 0, "gpus")),
         gpus=tuple(gpus),
+        negative=negative,
     )
+
+
+def _number(value: object, what: str) -> float:
+    """A finite JSON number (not a bool, not a string)."""
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+        raise JobstatsFormatError(f"{what}: {str(value)[:40]!r} is not a finite number")
+    return float(value)
 
 
 def _gpu_map(stats: dict, key: str, node: str) -> dict[str, float]:
     value = stats.get(key, {})
     if not isinstance(value, dict):
         raise JobstatsFormatError(f"node {node}: {key} is not a map by minor number")
-    try:
-        return {str(k): float(v) for k, v in value.items()}
-    except (TypeError, ValueError) as exc:
-        raise JobstatsFormatError(f"node {node}: {key}: {exc}") from exc
+    return {str(k): _number(v, f"node {node}: {key}[{k}]") for k, v in value.items()}
 
 
 def _minor_key(minor: str) -> tuple[int, str]:
@@ -160,6 +179,9 @@ class JobstatsSource:
             if summary is None:
                 self.short += 1
                 continue
+            if summary.negative:
+                message = f"{summary.negative} GPU(s) with a negative utilization, left out"
+                self.warnings.append(MeasureWarning(self.name, "invalid", message, (run.job_id,)))
             measure = to_measure(run, summary)
             if measure is not None:
                 out.append(measure)

@@ -65,6 +65,7 @@ def parse_header(text: str) -> tuple[str, str]:
 
 def build_measure_sources(options: MeasureOptions) -> list[MeasureSource]:
     """The sources these options ask for, in order of preference."""
+    from slurmgpu.measure.http import HttpError, check_url
     from slurmgpu.measure.jobstats import JobstatsSource
     from slurmgpu.measure.prometheus import PrometheusSource, schema
     from slurmgpu.measure.summary import CollectorSource
@@ -77,8 +78,10 @@ def build_measure_sources(options: MeasureOptions) -> list[MeasureSource]:
     if options.jobstats:
         sources.append(JobstatsSource())
     if options.prometheus:
-        if not options.prometheus.startswith(("http://", "https://")):
-            raise UsageError(f"--prometheus {options.prometheus!r}: expected an http(s):// URL")
+        try:
+            check_url(options.prometheus)
+        except HttpError as exc:
+            raise UsageError(f"--prometheus: {exc}") from exc
         if options.prometheus_schema not in SCHEMA_NAMES:
             raise UsageError(f"--prometheus-schema: one of {', '.join(SCHEMA_NAMES)}")
         chosen = schema(
@@ -142,7 +145,7 @@ def measure_options(command: Callable[..., Any]) -> Callable[..., Any]:
             type=click.FloatRange(min=0.1),
             default=30.0,
             show_default=True,
-            help="Seconds per request.",
+            help="Seconds for a whole request (connect, headers, body).",
         ),
         click.option(
             "--prometheus-batch",

@@ -17,20 +17,21 @@ from __future__ import annotations
 
 import json
 import math
-import urllib.error
 import urllib.parse
-import urllib.request
 from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 
+from slurmgpu.measure import http
 from slurmgpu.measure.warnings import MeasureWarning
 from slurmgpu.model.measure import JobGpuMeasure, RunRef
 
 MIB = 2**20
 DEFAULT_BATCH = 40
-DEFAULT_TIMEOUT_S = 30.0
+DEFAULT_TIMEOUT_S = 30.0  # the whole request, not one socket read
+# an answer for DEFAULT_BATCH runs of 64 GPUs each is about 1 MiB; 64 MiB is room enough
+DEFAULT_MAX_BYTES = 64 * MIB
 MAX_FAILED_IN_A_ROW = 3
 
 
@@ -146,9 +147,11 @@ class PrometheusSource:
         headers: Sequence[tuple[str, str]] = (),
         timeout_s: float = DEFAULT_TIMEOUT_S,
         batch_size: int = DEFAULT_BATCH,
+        max_bytes: int = DEFAULT_MAX_BYTES,
         now: datetime | None = None,
     ) -> None:
         self.url = url.rstrip("/")
+        self.max_bytes = max_bytes
         self.schema = schema or SCHEMAS["dcgm"]
         self.headers = list(headers)
         self.timeout_s = timeout_s
@@ -208,13 +211,18 @@ class PrometheusSource:
         s = self.schema
         at = max(w.end_epoch for w in batch)
         devices: dict[str, dict[tuple[str, ...], _Device]] = defaultdict(dict)
+        negative: dict[str, set[str]] = defaultdict(set)  # metric -> jobs with a value < 0
 
         def each(func: str, metric: str):
             for labels, value in self.query(self._expr(func, metric, batch, at), at):
                 job = labels.get(s.job_label)
-                if job is not None and not math.isnan(value):
-                    key = tuple(labels.get(k, "") for k in s.device_labels)
-                    yield devices[job].setdefault(key, _Device()), value
+                if job is None or not math.isfinite(value):
+                    continue  # NaN (no sample in the window) or +-Inf: nothing to average
+                if value < 0:  # no utilization or memory is negative: a broken exporter
+                    negative[metric].add(job)
+                    continue
+                key = tuple(labels.get(k, "") for k in s.device_labels)
+                yield devices[job].setdefault(key, _Device()), value
 
         for rank, (metric, factor) in enumerate(s.util_metrics):
             for dev, value in each("avg_over_time", metric):
@@ -226,6 +234,10 @@ class PrometheusSource:
             for dev, value in each("last_over_time", metric):
                 dev.mem_total += value
                 dev.mem_total_parts += 1
+        for metric, jobs in sorted(negative.items()):
+            message = f"negative {metric} values left out (not averaged in)"
+            ordered = tuple(sorted(jobs, key=lambda j: (len(j), j)))
+            self.warnings.append(MeasureWarning(self.name, "invalid", message, ordered))
         return devices
 
     def _expr(self, func: str, metric: str, batch: list[_Window], at: int) -> str:
@@ -240,39 +252,77 @@ class PrometheusSource:
         return " or ".join(parts)
 
     def query(self, expr: str, at: int) -> list[tuple[dict[str, str], float]]:
-        """One instant query: [(labels, value)]; PrometheusError on any failure."""
+        """One instant query: [(labels, value)]; PrometheusError on any failure.
+
+        The whole request (connect, headers, body) has `timeout_s`, the answer at most
+        `max_bytes`; an answer of the wrong shape is refused whole ("malformed"), a result
+        entry of the wrong shape is left out and counted in one warning."""
+        data = self.query_data(expr, at)
+        if data.get("resultType") != "vector":
+            got = data.get("resultType")
+            raise PrometheusError("malformed", f"{self.url}: expected a vector, got {got!r}")
+        result = data.get("result", [])
+        if not isinstance(result, list):
+            raise PrometheusError("malformed", f"{self.url}: 'result' is not a list")
+        out: list[tuple[dict[str, str], float]] = []
+        bad = 0
+        for entry in result:
+            pair = _sample(entry)
+            if pair is None:
+                bad += 1
+            else:
+                out.append(pair)
+        if bad:
+            message = f"{bad} of {len(result)} results of the wrong shape, left out"
+            self.warnings.append(MeasureWarning(self.name, "malformed", message))
+        return out
+
+    def query_data(self, expr: str, at: int) -> dict:
+        """One instant query's `data` (any result type), checked to be an object;
+        PrometheusError on any failure (same deadline and size limit as `query`)."""
         body = urllib.parse.urlencode(
             {"query": expr, "time": str(at), "timeout": f"{self.timeout_s:g}s"}
         ).encode()
-        request = urllib.request.Request(f"{self.url}/api/v1/query", data=body, method="POST")
-        request.add_header("Content-Type", "application/x-www-form-urlencoded")
-        for name, value in self.headers:
-            request.add_header(name, value)
+        headers = [("Content-Type", "application/x-www-form-urlencoded"), *self.headers]
         self.requests += 1
         try:
-            with urllib.request.urlopen(request, timeout=self.timeout_s) as response:
-                answer = json.loads(response.read())
-        except urllib.error.HTTPError as exc:
-            detail = f"{self.url}: HTTP {exc.code}: {_error_text(exc)}"
-            raise PrometheusError("http", detail) from exc
-        except (urllib.error.URLError, OSError) as exc:
-            reason = getattr(exc, "reason", exc)
-            if isinstance(exc, TimeoutError) or isinstance(reason, TimeoutError):
-                detail = f"{self.url}: no answer in {self.timeout_s:g} s"
-                raise PrometheusError("timeout", detail) from exc
-            raise PrometheusError("http", f"{self.url}: {reason}") from exc
-        except ValueError as exc:
-            raise PrometheusError("http", f"{self.url}: answer is not JSON: {exc}") from exc
-        if answer.get("status") != "success":
-            raise PrometheusError(
-                "http", f"{answer.get('errorType', 'error')}: {answer.get('error', answer)}"
+            answer = http.post(
+                f"{self.url}/api/v1/query",
+                body,
+                headers,
+                deadline_s=self.timeout_s,
+                max_bytes=self.max_bytes,
             )
-        for text in answer.get("warnings") or []:
-            self.warnings.append(MeasureWarning(self.name, "prometheus-warning", str(text)))
-        data = answer.get("data") or {}
-        if data.get("resultType") != "vector":
-            raise PrometheusError("http", f"expected a vector, got {data.get('resultType')}")
-        return [(r["metric"], float(r["value"][1])) for r in data.get("result", [])]
+        except http.HttpTimeout as exc:
+            raise PrometheusError("timeout", f"{self.url}: {exc}") from exc
+        except http.HttpTooLarge as exc:
+            raise PrometheusError("too-large", f"{self.url}: {exc}") from exc
+        except http.HttpError as exc:
+            raise PrometheusError("http", f"{self.url}: {exc}") from exc
+        doc = _json(answer.body)
+        if answer.status >= 300:
+            error = doc.get("error") if isinstance(doc, dict) else None
+            detail = str(error) if isinstance(error, str) and error else answer.reason
+            raise PrometheusError("http", f"{self.url}: HTTP {answer.status}: {_short(detail)}")
+        if doc is _NOT_JSON:
+            raise PrometheusError("malformed", f"{self.url}: answer is not JSON")
+        return self._data(doc)
+
+    def _data(self, doc: object) -> dict:
+        """The `data` object of a successful answer, checked by shape; warnings kept."""
+        if not isinstance(doc, dict):
+            raise PrometheusError("malformed", f"{self.url}: answer is not a JSON object")
+        if doc.get("status") != "success":
+            kind, error = doc.get("errorType", "error"), doc.get("error", "no error text")
+            raise PrometheusError("http", f"{self.url}: {_short(f'{kind}: {error}')}")
+        notes = doc.get("warnings") or []
+        for text in notes if isinstance(notes, list) else [notes]:
+            self.warnings.append(MeasureWarning(self.name, "prometheus-warning", _short(text)))
+        data = doc.get("data")
+        if not isinstance(data, dict):
+            got = type(data).__name__
+            raise PrometheusError("malformed", f"{self.url}: expected a data object, got {got}")
+        return data
 
     # -- one run ------------------------------------------------------------------------
     def _measure(
@@ -318,9 +368,35 @@ def _quote(value: str) -> str:
     return value.replace("\\", "\\\\").replace('"', '\\"')
 
 
-def _error_text(exc: urllib.error.HTTPError) -> str:
+_NOT_JSON = object()
+
+
+def _json(body: bytes) -> object:
+    """The parsed answer, or _NOT_JSON (not UTF-8, not JSON, nested too deeply)."""
     try:
-        body = json.loads(exc.read() or b"{}")
-        return str(body.get("error") or exc.reason)
+        return json.loads(body)
+    except (ValueError, RecursionError):
+        return _NOT_JSON
+
+
+def _sample(entry: object) -> tuple[dict[str, str], float] | None:
+    """One vector entry `{"metric": {...}, "value": [time, "number"]}`, or None."""
+    if not isinstance(entry, dict):
+        return None
+    labels, value = entry.get("metric"), entry.get("value")
+    if not isinstance(labels, dict) or not all(
+        isinstance(k, str) and isinstance(v, str) for k, v in labels.items()
+    ):
+        return None
+    if not isinstance(value, list) or len(value) != 2 or not isinstance(value[1], str):
+        return None
+    try:
+        number = float(value[1])
     except ValueError:
-        return str(exc.reason)
+        return None
+    return labels, number
+
+
+def _short(text: object, limit: int = 300) -> str:
+    text = str(text)
+    return text if len(text) <= limit else text[:limit] + "..."

@@ -25,14 +25,17 @@ import base64
 import binascii
 import gzip
 import json
+import math
 import os
 import re
+import stat
 from collections import defaultdict
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 
+from slurmgpu.measure import bounded
 from slurmgpu.measure.warnings import MeasureWarning
 from slurmgpu.model.measure import JobGpuMeasure, RunRef
 
@@ -82,6 +85,8 @@ class JobSummary:
         data = json.loads(text)
         if not isinstance(data, dict) or data.get("v") != FORMAT_VERSION:
             raise ValueError(f"not a version-{FORMAT_VERSION} summary")
+        if not isinstance(data["gpus"], list):
+            raise ValueError("gpus is not a list")
         gpus = tuple(
             GpuSummary(
                 minor=int(g["minor"]),
@@ -96,6 +101,10 @@ class JobSummary:
             )
             for g in data["gpus"]
         )
+        for g in gpus:
+            numbers = (g.mem_total_mib, g.mem_max_mib, g.util_mean_pct or 0.0)
+            if not all(math.isfinite(x) and x >= 0 for x in numbers):
+                raise ValueError(f"GPU {g.minor}: memory or utilization not a number >= 0")
         return cls(
             job=str(data["job"]),
             cluster=str(data.get("cluster", "")),
@@ -118,15 +127,18 @@ def decode(token: str) -> JobSummary:
     """The summary in one `SG1:` token; ValueError saying why when it is not one."""
     if not is_token(token):
         raise ValueError("does not start with SG1:")
+    if len(token) > bounded.MAX_TOKEN_CHARS:
+        raise ValueError(f"token of {len(token)} characters: longer than any summary")
     try:
         body = token[len(PREFIX) :].rstrip("=")
         padded = body + "=" * (-len(body) % 8)
-        text = gzip.decompress(base64.b32decode(padded, casefold=True))
+        text = bounded.gunzip(base64.b32decode(padded, casefold=True))
+    except (binascii.Error, ValueError) as exc:
+        raise ValueError(f"not base32 gzip: {exc}") from exc
+    try:
         return JobSummary.from_json(text.decode("utf-8"))
-    except (binascii.Error, OSError, EOFError, UnicodeDecodeError) as exc:
-        raise ValueError(f"not base64 gzip: {exc}") from exc
-    except (KeyError, TypeError, json.JSONDecodeError) as exc:
-        raise ValueError(f"bad summary JSON: {exc}") from exc
+    except (KeyError, TypeError, ValueError, OverflowError, RecursionError) as exc:
+        raise ValueError(f"bad summary JSON: {type(exc).__name__}: {exc}") from exc
 
 
 def is_token(word: str) -> bool:
@@ -266,7 +278,7 @@ class CollectorSource:
                     continue
                 path = directory / name
                 try:
-                    s = decode(path.read_text(encoding="ascii").strip())
+                    s = decode(_read_spool_file(path))
                 except (OSError, UnicodeDecodeError, ValueError) as exc:
                     self._warn("undecodable", f"{path}: {exc}", name.split(".", 1)[0])
                     continue
@@ -275,6 +287,19 @@ class CollectorSource:
 
     def _warn(self, kind: str, message: str, *job_ids: str) -> None:
         self.warnings.append(MeasureWarning(self.name, kind, message, tuple(job_ids)))
+
+
+def _read_spool_file(path: Path) -> str:
+    """One spool file's token, read no further than a token can be long (a 3 GB file, a FIFO
+    or a device put in the spool is refused, not read whole)."""
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)  # a FIFO must not block the analysis
+    with os.fdopen(fd, "rb") as f:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise ValueError("not a regular file")
+        data = f.read(bounded.MAX_TOKEN_CHARS + 1)
+    if len(data) > bounded.MAX_TOKEN_CHARS:
+        raise ValueError(f"longer than {bounded.MAX_TOKEN_CHARS} bytes: not a summary")
+    return data.decode("ascii").strip()
 
 
 # the name the issue uses for the spool reader: one class reads both places

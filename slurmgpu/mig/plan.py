@@ -11,6 +11,7 @@ lower bound beside the GPUs carved, so a gap is visible rather than hidden.
 from __future__ import annotations
 
 import math
+import re
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -211,6 +212,10 @@ def fewest_layouts(
     return None
 
 
+# a mig-parted config name is `PREFIX` + the node name (a host name): a plain YAML key
+CONFIG_PREFIX = re.compile(r"[A-Za-z0-9_.-]{0,64}")
+
+
 def plan(
     inventories: Sequence[Inventory],
     demand: Demand,
@@ -221,6 +226,11 @@ def plan(
     """Per-GPU layouts for these nodes meeting `demand` with the fewest GPUs carved we find."""
     if keep_whole < 0:
         raise UsageError("--keep-whole: must be 0 or more")
+    if not CONFIG_PREFIX.fullmatch(config_prefix):
+        # the name becomes a key of the mig-parted YAML: a newline, `:` or `#` would add lines
+        raise UsageError(
+            f"--config-prefix {config_prefix!r}: use letters, digits and . _ - (at most 64)"
+        )
     if not inventories:
         raise UsageError("no nodes to plan for: give --snapshot FILE or --snapshot-dir DIR")
     names = [inv.node_name for inv in inventories]

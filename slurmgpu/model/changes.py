@@ -9,6 +9,9 @@ string), so `analyze` recommendations can emit them and `replay` can read them b
     tier:QOS:KEY=VALUE[,KEY=VALUE]             a QOS's priority / preemption / grace time
                                                (keys: priority, preempts (QOS+QOS or "none"),
                                                grace_s, mode (requeue|cancel|off))
+    idle:FILE                                  jobs the idle policy flagged end at their
+                                               action time (FILE: `slurmgpu idle --format
+                                               json`)
     CHANGE + CHANGE                            several together, one scenario (a
                                                recommendation's `changes`)
 """
@@ -98,17 +101,28 @@ class TierChange:
 
 
 @dataclass(frozen=True)
+class IdleReclaim:
+    """The idle policy on: each run `slurmgpu idle` flagged (the JSON file at `path`) ends at
+    its `action_at` instead of its recorded end (its work shrinks by end - action_at)."""
+
+    path: str
+
+    def format(self) -> str:
+        return f"idle:{self.path}"
+
+
+@dataclass(frozen=True)
 class Together:
     """Several changes applied together as one scenario, in order (`A + B`): what a
     recommendation's `changes` list is (a carve in two layouts)."""
 
-    changes: tuple[Move | Carve | Shard | TierChange, ...]
+    changes: tuple[Move | Carve | Shard | TierChange | IdleReclaim, ...]
 
     def format(self) -> str:
         return TOGETHER.join(c.format() for c in self.changes)
 
 
-Change = Move | Carve | Shard | TierChange | Together
+Change = Move | Carve | Shard | TierChange | IdleReclaim | Together
 TOGETHER = " + "  # spaces required: `preempts=p1+p2` is one change
 
 
@@ -146,11 +160,15 @@ def parse_change(text: str) -> Change:
     if kind == "shard" and len(fields) == 3:
         part = _name(fields[0], "partition", text)
         return Shard(part, _count(fields[1], "GPUS", text), _count(fields[2], "N", text, 2))
+    if kind == "idle":
+        if not rest.strip() or any(c in rest for c in "\n\r\x00"):
+            raise UsageError(f"change {text!r}: use idle:FILE (the JSON of `slurmgpu idle`)")
+        return IdleReclaim(rest.strip())
     if kind == "tier" and len(fields) == 2:
         return _parse_tier(_name(fields[0], "QOS", text), fields[1], text)
     raise UsageError(
         f"change {text!r}: use move:FROM:TO:GPUS, carve:PARTITION:GPUS:PROFILE=COUNT[,...], "
-        "shard:PARTITION:GPUS:N or tier:QOS:KEY=VALUE[,...]"
+        "shard:PARTITION:GPUS:N, tier:QOS:KEY=VALUE[,...] or idle:FILE"
     )
 
 

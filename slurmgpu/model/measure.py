@@ -50,3 +50,35 @@ class MeasureSource(Protocol):
     def measures(self, runs: list[RunRef]) -> list[JobGpuMeasure]:
         """The measures it has for these runs; runs it cannot see are simply absent."""
         ...
+
+
+@dataclass(frozen=True)
+class DeviceSeries:
+    """Every sample one GPU or MIG instance gave while a job held it (epoch seconds, sorted).
+
+    `util_pct` is aligned with `times`; `mem_times`/`mem_used_mib` are the memory samples
+    (their own times: an exporter may scrape them apart). `key` tells devices apart:
+    `node/gpu` or `node/gpu/gi` for a MIG instance.
+    """
+
+    key: str
+    node: str
+    gpu: str
+    times: tuple[float, ...]
+    util_pct: tuple[float, ...]
+    uuid: str = ""
+    mig_instance: str | None = None
+    mig_profile: str | None = None
+    mem_times: tuple[float, ...] = ()
+    mem_used_mib: tuple[float, ...] = ()
+    mem_total_mib: float | None = None
+
+
+@dataclass(frozen=True)
+class JobSeries:
+    """A run's per-device series from one source (`complete`: no request failed or was cut)."""
+
+    job_id: str
+    source: str
+    devices: tuple[DeviceSeries, ...]
+    complete: bool = True

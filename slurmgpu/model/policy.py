@@ -110,6 +110,69 @@ class Partition:
     description: str = ""
 
 
+IDLE_ACTIONS = ("cancel", "requeue", "notify")
+# rule keys an `[idle.tiers.X]` / `[idle.partitions.X]` override may set
+IDLE_RULE_KEYS = ("window_min", "util_pct", "warn_after_min", "action", "memory_held_mib")
+
+
+@dataclass(frozen=True)
+class IdleRule:
+    """When a job counts as idle and what happens then (docs/idle.md "The rule").
+
+    A job is idle at time t when t - start >= `window_min` and every utilization sample of
+    every GPU or MIG instance it holds in [t - window, t] is <= `util_pct`. With
+    `memory_held_mib`, a device also needs every memory sample in the window >= that much
+    ("memory held, 0% compute"). `warn_after_min` are the same test with shorter windows.
+    """
+
+    window_min: float = 120.0
+    util_pct: float = 1.0
+    warn_after_min: tuple[float, ...] = (60.0, 105.0)
+    action: str = "cancel"
+    memory_held_mib: float | None = None
+
+    @property
+    def window_s(self) -> float:
+        return self.window_min * 60.0
+
+
+@dataclass(frozen=True)
+class IdlePolicy:
+    """The `[idle]` table: the default rule, who is exempt, per-tier/partition overrides.
+
+    `max_gap_s`: a stretch without a sample longer than this (inside the window, or from its
+    edges to the nearest sample) means "not known", never "idle". `exempt_reasons`: the
+    reasons a user may give in `--comment idle-exempt=REASON`; empty = users cannot exempt.
+    `max_actions_per_run`: the live mode's rate limit.
+    """
+
+    rule: IdleRule = IdleRule()
+    exempt_tiers: tuple[str, ...] = ()
+    exempt_interactive: bool = True
+    exempt_users: tuple[str, ...] = ()
+    exempt_accounts: tuple[str, ...] = ()
+    exempt_partitions: tuple[str, ...] = ()
+    exempt_reasons: tuple[str, ...] = ()
+    max_gap_s: float = 300.0
+    max_actions_per_run: int = 10
+    min_notice_min: float = 15.0
+    tiers: tuple[tuple[str, IdleRule], ...] = ()
+    partitions: tuple[tuple[str, IdleRule], ...] = ()
+    mail_from: str = ""
+    mail_domain: str = ""
+    admin_mail: tuple[str, ...] = ()
+
+    def rule_for(self, tier: str | None, partition: str | None) -> IdleRule:
+        """The rule a job runs under: a partition override, else its tier's, else the default."""
+        for name, rule in self.partitions:
+            if partition and name == partition:
+                return rule
+        for name, rule in self.tiers:
+            if tier and name == tier:
+                return rule
+        return self.rule
+
+
 @dataclass(frozen=True)
 class Policy:
     """The whole validated site policy (see `etc/slurmgpu.toml`)."""
@@ -124,6 +187,8 @@ class Policy:
     source: str = ""
     # GPU type -> memory MiB for types the catalogue does not know (`[gpu_memory]`)
     gpu_memory_mib: tuple[tuple[str, float], ...] = ()
+    # the `[idle]` table; None when the policy has none (`slurmgpu idle` then refuses)
+    idle: IdlePolicy | None = None
 
     def tier(self, name: str) -> Tier | None:
         """The tier called `name` (exact), or None."""

@@ -17,6 +17,7 @@ with both; gen-gres refuses it unless `--allow-partial` (docs/hardening.md).
 from __future__ import annotations
 
 import re
+from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass
 
@@ -188,6 +189,7 @@ def _host(inv: Inventory) -> Iterator[str]:
         yield from _range(f"host.cpus[{i}].physical_package_id", c.physical_package_id, CPU_ID)
         yield from _range(f"host.cpus[{i}].core_id", c.core_id, CPU_ID)
         yield from _unique(seen_cpu, c.cpu, f"host.cpus[{i}].cpu", "cpu")
+    yield from _cpu_layout(host)
     cpus = {c.cpu for c in host.cpus}
     seen_node: dict[object, str] = {}
     for i, node in enumerate(host.numa_nodes):
@@ -203,6 +205,55 @@ def _host(inv: Inventory) -> Iterator[str]:
         yield from _unique(seen_minor, minor, f"host.mig_minors.{key[:40]}", "caps minor")
     for i, node in enumerate(host.device_nodes):
         yield from _text(f"host.device_nodes[{i}]", node, DEVICE_NODE)
+
+
+def _cpu_layout(host) -> Iterator[str]:
+    """The node line states Sockets x CoresPerSocket x ThreadsPerCore = CPUs: every package
+    must have as many cores, every core as many threads (one corrupted cpu entry -- a wrong
+    core_id or physical_package_id -- breaks that, and Slurm would be told a wrong node)."""
+    if not host.cpus:
+        return
+    cores: dict[int, set[int]] = {}
+    threads: dict[tuple[int, int], int] = {}
+    for c in host.cpus:
+        cores.setdefault(c.physical_package_id, set()).add(c.core_id)
+        threads[(c.physical_package_id, c.core_id)] = (
+            threads.get((c.physical_package_id, c.core_id), 0) + 1
+        )
+    per_package = sorted({len(ids) for ids in cores.values()})
+    if len(per_package) > 1:
+        counts = ", ".join(f"package {p}: {len(ids)}" for p, ids in sorted(cores.items()))
+        yield (
+            f"host.cpus: packages have different core counts ({_cut(counts)}), so Sockets x "
+            f"CoresPerSocket x ThreadsPerCore cannot be CPUs={len(host.cpus)}"
+        )
+    per_core = sorted(set(threads.values()))
+    if len(per_core) > 1:
+        usual = Counter(threads.values()).most_common(1)[0][0]
+        (pkg, core), n = next((k, n) for k, n in sorted(threads.items()) if n != usual)
+        yield (
+            f"host.cpus: cores have {' or '.join(map(str, per_core))} threads (package {pkg} "
+            f"core {core} has {n}), so Sockets x CoresPerSocket x ThreadsPerCore cannot be "
+            f"CPUs={len(host.cpus)}"
+        )
+
+
+def layout_problem(host, *, numa_as_socket: bool) -> str | None:
+    """Why the node line's Sockets x CoresPerSocket x ThreadsPerCore would not be CPUs (with
+    NUMA nodes as sockets, every NUMA node must hold as many cores), or None."""
+    sockets, per_socket = host.layout(numa_as_socket=numa_as_socket)
+    product = sockets * per_socket * host.threads_per_core
+    if product == host.cpu_count:
+        return None
+    what = "NUMA nodes as sockets" if numa_as_socket else "sockets"
+    return (
+        f"host.cpus: {sockets} {what} x {per_socket} cores x {host.threads_per_core} threads "
+        f"= {product}, not CPUs={host.cpu_count}: the cpu layout is not uniform"
+    )
+
+
+def _cut(text: str, limit: int = 120) -> str:
+    return text if len(text) <= limit else text[:limit] + "..."
 
 
 def _gpus(inv: Inventory) -> Iterator[str]:

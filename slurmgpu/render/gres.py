@@ -32,7 +32,7 @@ from slurmgpu.model.gpu import (
 )
 from slurmgpu.model.gres_record import GresDevice
 from slurmgpu.model.inventory import Inventory
-from slurmgpu.model.validate import GRES_TYPE, HOST_NAME, missing_gpus
+from slurmgpu.model.validate import GRES_TYPE, HOST_NAME, layout_problem, missing_gpus
 from slurmgpu.render.guard import check_config_lines
 from slurmgpu.render.templating import render
 from slurmgpu.util.hostlist import (
@@ -558,6 +558,9 @@ def node_line(inv: Inventory, opts: GresOptions) -> str:
     """`NodeName=... CPUs=... Boards=1 SocketsPerBoard=... Gres=gpu:a100:8` (one line)."""
     plan = plan_gres(inv, opts)
     host = inv.host
+    wrong = layout_problem(host, numa_as_socket=opts.numa_as_socket)
+    if wrong:  # never a node line whose Sockets x Cores x Threads is not its CPUs
+        raise InventoryError(wrong)
     sockets, per_socket = host.layout(numa_as_socket=opts.numa_as_socket)
     gres = ",".join(f"{n}:{t}:{c}" if t else f"{n}:{c}" for n, t, c in gres_counts(plan, opts))
     parts = [f"NodeName={opts.node_name or host.hostname}"]

@@ -196,8 +196,11 @@ def _gpus_by_partition(model: ClusterModel) -> dict[str, int]:
 
 
 def _scenario(args: tuple) -> ResultBlock:
+    from slurmgpu.replay.idle_reclaim import reclaim
+
     trace, model, change, config, window = args
     changed = apply_change(model, change)
+    trace, _cut = reclaim(trace, change)  # idle:FILE changes the jobs, not the cluster
     outcome = run_engine(trace, changed, config)
     return block_from_outcome(
         format_change(change), trace, outcome, _gpus_by_partition(changed), window,
@@ -235,9 +238,13 @@ def replay_trace(trace: ReplayTrace, options: ReplayOptions) -> ReplayReport:
 def check_changes(model: ClusterModel, trace: ReplayTrace, changes: Sequence[Change]) -> None:
     """Each change fits the model and names what the site has (UsageError otherwise): checked
     before any long replay or any submission, not after."""
+    from slurmgpu.replay.idle_reclaim import idle_files, read_cuts
+
     for change in changes:
         apply_change(model, change)
         _check_qos(change, model, trace)
+        for path in idle_files(change):
+            read_cuts(path)  # readable and the JSON of `slurmgpu idle`, before any replay
 
 
 def _check_qos(change: Change, model: ClusterModel, trace: ReplayTrace) -> None:

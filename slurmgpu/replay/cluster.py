@@ -13,7 +13,15 @@ from dataclasses import dataclass, replace
 
 from slurmgpu.errors import UsageError
 from slurmgpu.model.catalog import MigProfile, model_for_type
-from slurmgpu.model.changes import Carve, Change, Move, Shard, TierChange, Together
+from slurmgpu.model.changes import (
+    Carve,
+    Change,
+    IdleReclaim,
+    Move,
+    Shard,
+    TierChange,
+    Together,
+)
 
 DEFAULT_GPUS_PER_NODE = 8
 MIG_MEMORY_SLICES = 8  # A100/H100/H200: profiles are placed on an 8-memory-slice grid
@@ -178,6 +186,8 @@ def apply_change(model: ClusterModel, change: Change) -> ClusterModel:
         )
     if isinstance(change, TierChange):
         return _tier(model, change)
+    if isinstance(change, IdleReclaim):
+        return model  # it changes the jobs (replay/idle_reclaim.py), not the cluster
     if isinstance(change, Together):
         for one in change.changes:
             model = apply_change(model, one)

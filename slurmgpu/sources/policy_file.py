@@ -10,6 +10,7 @@ A key inside an inline table (`x = {a = 1}`) gets the line of `x`.
 
 from __future__ import annotations
 
+import math
 import os
 import re
 import tomllib
@@ -17,10 +18,14 @@ import tomllib
 from slurmgpu.errors import PolicyError
 from slurmgpu.model.catalog import GPU_MODELS, model_for_type
 from slurmgpu.model.policy import (
+    IDLE_ACTIONS,
+    IDLE_RULE_KEYS,
     PREEMPT_MODES,
     SLICE_GPU,
     SLICE_MIG,
     SLICE_SHARD,
+    IdlePolicy,
+    IdleRule,
     JobKind,
     Partition,
     Policy,
@@ -57,6 +62,24 @@ _TOP_KEYS = {
     "tiers",
     "kinds",
     "partitions",
+    "idle",
+}
+_IDLE_KEYS = {
+    *IDLE_RULE_KEYS,
+    "exempt_tiers",
+    "exempt_interactive",
+    "exempt_users",
+    "exempt_accounts",
+    "exempt_partitions",
+    "exempt_reasons",
+    "max_gap_s",
+    "max_actions_per_run",
+    "min_notice_min",
+    "tiers",
+    "partitions",
+    "mail_from",
+    "mail_domain",
+    "admin_mail",
 }
 _TIER_KEYS = {
     "qos",
@@ -210,6 +233,35 @@ class _Checker:
             return None
         return value
 
+    def number(
+        self, keys, value, *, minimum: float = 0.0, maximum: float | None = None, above=False
+    ) -> float | None:
+        """An integer or float; `above`: strictly greater than `minimum`."""
+        if value is None:
+            return None
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            self.error(keys, f"must be a number, not {_type_name(value)}")
+            return None
+        if isinstance(value, float) and not math.isfinite(value):
+            self.error(keys, f"{value}: must be a finite number")
+            return None
+        low = value <= minimum if above else value < minimum
+        if low:
+            self.error(keys, f"{value} must be {'>' if above else '>='} {minimum:g}")
+            return None
+        if maximum is not None and value > maximum:
+            self.error(keys, f"{value} must be <= {maximum:g}")
+            return None
+        return float(value)
+
+    def boolean(self, keys, value, default: bool) -> bool:
+        if value is None:
+            return default
+        if not isinstance(value, bool):
+            self.error(keys, f"must be true or false, not {_type_name(value)}")
+            return default
+        return value
+
     def names(self, keys, value, *, pattern: re.Pattern[str]) -> tuple[str, ...]:
         if value is None:
             return ()
@@ -257,6 +309,7 @@ def load_policy(path: str | os.PathLike[str]) -> Policy:
             raw = fh.read()
     except OSError as exc:
         raise PolicyError(f"{path}: cannot read the policy file: {exc.strerror}") from exc
+    raw = raw.removeprefix(b"\xef\xbb\xbf")  # a UTF-8 byte order mark: not part of the TOML
     try:
         source = raw.decode("utf-8")
     except UnicodeDecodeError as exc:
@@ -361,6 +414,9 @@ def parse_policy(source: str, path: str = "<policy>") -> Policy:
         check.error(("default_kind",), f"unknown job kind '{default_kind}'")
 
     gpu_memory = _gpu_memory(check, data.get("gpu_memory", {}))
+    idle = None
+    if "idle" in data:
+        idle = _idle(check, data["idle"], tier_names, {p.name for p in partitions})
     if check.errors:
         raise PolicyError("\n".join(check.errors), tuple(check.errors))
     return Policy(
@@ -373,6 +429,7 @@ def parse_policy(source: str, path: str = "<policy>") -> Policy:
         shards_per_gpu=shards_per_gpu,
         priority_weight_qos=weight or 10000,
         source=path,
+        idle=idle,
     )
 
 
@@ -598,3 +655,104 @@ def _slice(
         )
     check.error(skeys, f"{text!r}: unknown slice kind '{kind}' (use mig, shard or gpu)")
     return None
+
+
+def _idle(
+    check: _Checker, raw: object, tier_names: set[str], partition_names: set[str]
+) -> IdlePolicy:
+    """`[idle]`: the idle-GPU rule (docs/idle.md), its exemptions and overrides."""
+    keys = ("idle",)
+    body = check.table(keys, raw)
+    check.unknown_keys(keys, body, _IDLE_KEYS)
+    rule = _idle_rule(check, keys, body, IdleRule())
+
+    def known_tiers(k: tuple[str, ...], names: tuple[str, ...]) -> tuple[str, ...]:
+        for name in names:
+            if tier_names and name not in tier_names:
+                check.error(k, f"unknown tier '{name}' (tiers: {', '.join(sorted(tier_names))})")
+        return names
+
+    def overrides(table: str, known: set[str], what: str) -> tuple[tuple[str, IdleRule], ...]:
+        out = []
+        for name, value in check.table((*keys, table), body.get(table, {})).items():
+            k = (*keys, table, name)
+            if known and name not in known:
+                check.error(k, f"unknown {what} '{name}' ({what}s: {', '.join(sorted(known))})")
+                continue
+            sub = check.table(k, value)
+            check.unknown_keys(k, sub, set(IDLE_RULE_KEYS))
+            out.append((name, _idle_rule(check, k, sub, rule)))
+        return tuple(out)
+
+    gap = check.number((*keys, "max_gap_s"), body.get("max_gap_s"), above=True)
+    actions = check.integer(
+        (*keys, "max_actions_per_run"), body.get("max_actions_per_run"), minimum=0
+    )
+    notice = check.number((*keys, "min_notice_min"), body.get("min_notice_min"))
+    mail_from = check.string((*keys, "mail_from"), body.get("mail_from")) or ""
+    domain = check.string((*keys, "mail_domain"), body.get("mail_domain"), pattern=_SLURM_NAME)
+    return IdlePolicy(
+        rule=rule,
+        exempt_tiers=known_tiers(
+            (*keys, "exempt_tiers"),
+            check.names((*keys, "exempt_tiers"), body.get("exempt_tiers"), pattern=_NAME),
+        ),
+        exempt_interactive=check.boolean(
+            (*keys, "exempt_interactive"), body.get("exempt_interactive"), True
+        ),
+        exempt_users=check.names(
+            (*keys, "exempt_users"), body.get("exempt_users"), pattern=_SLURM_NAME
+        ),
+        exempt_accounts=check.names(
+            (*keys, "exempt_accounts"), body.get("exempt_accounts"), pattern=_SLURM_NAME
+        ),
+        exempt_partitions=check.names(
+            (*keys, "exempt_partitions"), body.get("exempt_partitions"), pattern=_SLURM_NAME
+        ),
+        exempt_reasons=check.names(
+            (*keys, "exempt_reasons"), body.get("exempt_reasons"), pattern=_NAME
+        ),
+        max_gap_s=300.0 if gap is None else gap,
+        max_actions_per_run=10 if actions is None else actions,
+        min_notice_min=15.0 if notice is None else notice,
+        tiers=overrides("tiers", tier_names, "tier"),
+        partitions=overrides("partitions", partition_names, "partition"),
+        mail_from=mail_from,
+        mail_domain=domain or "",
+        admin_mail=check.names((*keys, "admin_mail"), body.get("admin_mail"), pattern=_SLURM_NAME),
+    )
+
+
+def _idle_rule(check: _Checker, keys: tuple[str, ...], body: dict, base: IdleRule) -> IdleRule:
+    """The rule keys of one table, on top of `base` (the default rule for an override)."""
+    window = check.number((*keys, "window_min"), body.get("window_min"), above=True)
+    util = check.number((*keys, "util_pct"), body.get("util_pct"), maximum=100.0)
+    window = base.window_min if window is None else window
+    warn = base.warn_after_min
+    if "warn_after_min" in body:
+        raw = body["warn_after_min"]
+        if not isinstance(raw, list):
+            check.error((*keys, "warn_after_min"), f"must be a list, not {_type_name(raw)}")
+        else:
+            values = [check.number((*keys, "warn_after_min"), v, above=True) for v in raw]
+            warn = tuple(v for v in values if v is not None)
+    if list(warn) != sorted(set(warn)) or any(w >= window for w in warn):
+        check.error(
+            (*keys, "warn_after_min"),
+            f"{list(warn)}: must rise, each below window_min = {window:g} (the action comes "
+            "after the last warning)",
+        )
+    action = body.get("action", base.action)
+    if action not in IDLE_ACTIONS:
+        check.error((*keys, "action"), f"{action!r}: use one of {', '.join(IDLE_ACTIONS)}")
+        action = base.action
+    memory = base.memory_held_mib
+    if "memory_held_mib" in body:
+        memory = check.number((*keys, "memory_held_mib"), body["memory_held_mib"], above=True)
+    return IdleRule(
+        window_min=window,
+        util_pct=base.util_pct if util is None else util,
+        warn_after_min=warn,
+        action=action,
+        memory_held_mib=memory,
+    )

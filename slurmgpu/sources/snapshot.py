@@ -227,6 +227,7 @@ def _check_semantics(inv: Inventory) -> None:
 
 
 def loads(text: str, *, source: str = "snapshot") -> Inventory:
+    text = text.removeprefix("\ufeff")  # a UTF-8 byte order mark (Windows editors write one)
     try:
         data = json.loads(text)
     except json.JSONDecodeError as exc:

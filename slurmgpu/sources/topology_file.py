@@ -54,7 +54,7 @@ def load_topology_spec(path: str | Path) -> TopologySpec:
     """Parse and shape-check the description; raises TopologyError naming file, line and key."""
     path = Path(path)
     try:
-        text = path.read_text(encoding="utf-8")
+        text = path.read_text(encoding="utf-8-sig")  # a UTF-8 byte order mark is dropped
     except OSError as exc:
         raise TopologyError(f"{path}: cannot read: {exc.strerror or exc}") from exc
     except UnicodeDecodeError as exc:

@@ -12,6 +12,7 @@ from typing import Any
 from slurmgpu import __version__
 from slurmgpu.render.templating import render
 from slurmgpu.views.report import REJECTED_SHOWN, printable
+from slurmgpu.views.safe_text import neutralise
 
 
 def _h(value: Any) -> str:
@@ -74,7 +75,13 @@ def _rows(cols: list[dict[str, Any]]) -> list[tuple[str, list[str]]]:
 
 
 def render_replay(doc: dict[str, Any], fmt: str) -> str:
-    """The report (`ReplayReport.to_dict()`) as text, json or html."""
+    """The report (`ReplayReport.to_dict()`) as text, json or html (text and html with bidi
+    controls shown, not obeyed: `safe_text.neutralise`)."""
+    out = _render(doc, fmt)
+    return out if fmt == "json" else neutralise(out)
+
+
+def _render(doc: dict[str, Any], fmt: str) -> str:
     if fmt == "json":
         return json.dumps(doc, indent=2, sort_keys=True) + "\n"
     cols = columns(doc)

@@ -26,6 +26,7 @@ from slurmgpu.accounting.document import (
 )
 from slurmgpu.render.templating import render as render_template
 from slurmgpu.views import svg
+from slurmgpu.views.safe_text import neutralise
 
 FORMATS: tuple[str, ...] = ("text", "json", "html", "prom")
 
@@ -37,8 +38,8 @@ HTML_TOP_N = 50
 REJECTED_SHOWN = 20
 
 
-def render_report(doc: AnalysisDocument, fmt: str) -> str:
-    """Render `doc` in one of `FORMATS`."""
+def render_report(doc: AnalysisDocument, fmt: str, idle: Any = None) -> str:
+    """Render `doc` in one of `FORMATS` (with `idle`, an `IdleReport`: its section too)."""
     renderers: dict[str, Callable[[AnalysisDocument], str]] = {
         "text": render_text,
         "json": render_json,
@@ -49,7 +50,14 @@ def render_report(doc: AnalysisDocument, fmt: str) -> str:
         renderer = renderers[fmt]
     except KeyError:
         raise ValueError(f"unknown report format {fmt!r} (one of {', '.join(FORMATS)})") from None
-    return renderer(doc)
+    text = renderer(doc)
+    if idle is not None:
+        from slurmgpu.views.idle import with_idle_section
+
+        text = with_idle_section(text, idle, fmt)
+    # text and HTML are read by people: a site string's bidi override must not reorder them
+    # (Prometheus and JSON keep the values exact; their readers are programs)
+    return neutralise(text) if fmt in ("text", "html") else text
 
 
 # --------------------------------------------------------------------------- formatting
@@ -613,7 +621,8 @@ def render_html(analysis: AnalysisDocument) -> str:
 
 
 def prom_label_value(value: Any) -> str:
-    r"""A label value escaped per the text exposition format: `\` `"` and newline."""
+    r"""A label value escaped per the text exposition format: `\` `"` and newline (every
+    other character, a `\r` or U+2028 too, is valid as it is and kept)."""
     return str(value).replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
 
 
@@ -791,7 +800,9 @@ def check_prom_text(text: str) -> None:
     """Raise ValueError naming the first line that is not valid textfile exposition format."""
     if not text.endswith("\n"):
         raise ValueError("Prometheus text must end with a newline")
-    for number, line in enumerate(text.splitlines(), 1):
+    # lines end at "\n" only: a label value may hold a raw "\r", U+2028 or U+0085 (the
+    # format escapes only backslash, double quote and line feed), which splitlines() would cut
+    for number, line in enumerate(text[:-1].split("\n"), 1):
         if line.startswith("# HELP ") or line.startswith("# TYPE "):
             continue
         if not _PROM_SAMPLE.match(line):

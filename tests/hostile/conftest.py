@@ -63,7 +63,13 @@ def assert_one_error(run: Run, code: int = 1, *, says: str = "") -> str:
         line
         for line in run.stderr.splitlines()
         if not line.startswith(
-            ("slurmgpu: error:", "slurmgpu: warning:", "slurmgpu: WARNING:", "slurmgpu: check:")
+            (
+                "slurmgpu: error:",
+                "slurmgpu: warning:",
+                "slurmgpu: WARNING:",
+                "slurmgpu: check:",
+                "slurmgpu: policy:",
+            )
         )
     ]
     assert others == [], run.stderr

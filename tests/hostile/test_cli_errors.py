@@ -228,15 +228,20 @@ def test_a_very_long_message_is_cut(tmp_path):
     assert len(line) <= len("slurmgpu: error: ") + 400 and line.endswith("...")
 
 
-def test_a_policy_with_several_problems_lists_them_on_one_line(tmp_path):
+def test_a_policy_with_several_problems_lists_each_on_its_own_line(tmp_path):
+    # issue #20: joined on one line and cut at 400 characters, a 4th problem was never shown
     policy = tmp_path / "pol.toml"
     policy.write_text('[gpu_memory]\nt4 = "16G"\n')
     dump = ROOT / "tests" / "data" / "sacct" / "synthetic-mix.txt"
     res = cli("analyze", "--sacct-file", dump, "--policy", policy)
-    assert res.code == 1 and res.stderr.count("\n") == 1, res.stderr
-    assert "\\n" not in res.stderr  # no escaped line break between the problems
-    assert f"{policy}:1: tiers: missing" in res.stderr
-    assert f"; {policy}:1: default_tier: missing" in res.stderr
+    assert_one_error(res, 1, says="the policy has 2 problems")
+    assert "\\n" not in res.stderr  # no escaped line break inside a problem
+    listed = [ln for ln in res.stderr.splitlines() if ln.startswith("slurmgpu: policy: ")]
+    assert listed == [
+        f"slurmgpu: policy: {policy}:1: tiers: missing" + listed[0].split("tiers: missing")[1],
+        f"slurmgpu: policy: {policy}:1: default_tier: missing"
+        + listed[1].split("default_tier: missing")[1],
+    ]
 
 
 @pytest.mark.parametrize(

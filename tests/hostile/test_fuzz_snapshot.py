@@ -30,6 +30,9 @@ HOSTILE_VALUES = [
 STATEMENT = re.compile(
     r"^(AutoDetect=off|GresTypes=[a-z,]+|([A-Za-z]+=[A-Za-z0-9_.+/,\[\]:-]+ ?)+)$"
 )
+NODE_LAYOUT = re.compile(
+    r"CPUs=(\d+) Boards=1 SocketsPerBoard=(\d+) CoresPerSocket=(\d+) ThreadsPerCore=(\d+)"
+)
 BASES = [example(name) for name in ("dgx-h100", "dgx-a100-mig", "pcie-8gpu")]
 
 
@@ -86,4 +89,8 @@ def test_mutated_snapshots_are_refused_or_render_clean_statements(seed):
             for line in text.splitlines():
                 if line and not line.startswith("#"):
                     assert STATEMENT.match(line), line
+                layout = NODE_LAYOUT.search(line)
+                if layout:  # issue #20: a node line Slurm would be told wrongly, with exit 0
+                    cpus, sockets, cores, threads = map(int, layout.groups())
+                    assert sockets * cores * threads == cpus, line
     assert refused > 0 and refused + rendered == 150

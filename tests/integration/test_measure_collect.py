@@ -26,6 +26,7 @@ from slurmgpu.measure.summary import CollectorSource, decode, tokens
 from slurmgpu.model.measure import RunRef
 from tests.doubles.machines import machine, subprocess_env
 from tests.harness import SlurmCluster
+from tests.harness.cluster import CommandFailed
 
 pytestmark = [
     pytest.mark.integration,
@@ -245,3 +246,87 @@ def test_analyze_on_live_sacct_shows_what_the_collector_measured(epilog_cluster,
     # 6000 MiB of an 81559 MiB H100 (the size the summary carries): fits every slice size
     assert fit["basis_counts"]["measured_gpumem"] == 1
     assert fit["1/2"]["jobs"] == 1.0 and fit["1/7"]["jobs"] == 1.0
+
+
+ARRAY_TASKS = 100
+TASK_PASS = """#!{python}
+# one array task: a collector pass that sees this task's process on GPU 0 (utilization = the
+# task id, memory = 1000 + the task id), so every task's summary is its own and known
+import json, os, subprocess, sys
+from pathlib import Path
+
+job, task = os.environ["SLURM_JOB_ID"], int(os.environ["SLURM_ARRAY_TASK_ID"])
+work = Path({work!r}) / f"task-{{job}}"
+proc = work / "host" / "proc" / "31001"
+proc.mkdir(parents=True)
+(proc / "cgroup").write_text(f"0::/system.slice/slurmstepd.scope/job_{{job}}/step_0\\n")
+(proc / "status").write_text("Name:\\tpython3\\nPid:\\t31001\\nUid:\\t0\\t0\\t0\\t0\\n")
+(work / "host" / "etc").mkdir()
+(work / "host" / "etc" / "passwd").write_text("root:x:0:0:root:/root:/bin/sh\\n")
+data = json.loads(Path({machine!r}).read_text())
+for gpu in data["gpus"]:
+    gpu["processes"] = []
+data["gpus"][0]["processes"] = [{{"pid": 31001, "used_memory_mib": 1000 + task}}]
+data["gpus"][0]["utilization"] = {{"gpu": task, "memory": 0}}
+(work / "machine.json").write_text(json.dumps(data))
+env = dict(os.environ, PYTHONPATH={pythonpath!r},
+           SLURMGPU_FAKE_NVML_MACHINE=str(work / "machine.json"))
+subprocess.run([sys.executable, "-m", "slurmgpu", "collect", "--state", {state!r},
+                "--host-root", str(work / "host"), "--node", "gpu01"], env=env, check=True)
+"""
+
+
+def test_every_task_of_a_100_task_array_keeps_its_own_summary(epilog_cluster, tmp_path):
+    """Issue #20: the epilog wrote `sacctmgr modify job where JobID=<raw id>`; for the array's
+    last task the raw id is the array's id, which sacctmgr reads as every task of the array:
+    96 of 100 summaries were lost and 97 tasks carried task 100's. Each task now writes its
+    own record (`JobID=ARRAY_TASK`), found by its JobIDRaw."""
+    c, paths = epilog_cluster
+    from tests.doubles.machines import DOUBLES, MACHINES, ROOT
+
+    script = TASK_PASS.format(
+        python=sys.executable,
+        work=str(tmp_path),
+        machine=str(MACHINES / "dgx-h100.json"),
+        pythonpath=os.pathsep.join([str(DOUBLES), str(ROOT)]),
+        state=str(paths["state.json"]),
+    )
+    array = c.sbatch(f"--array=0-{ARRAY_TASKS - 1}%10", "-o", "/dev/null", script=script)
+    fields = "JobIDRaw,JobID,State,AdminComment"
+
+    def all_done(rows):
+        tasks = [r for r in rows if "." not in r["JobID"]]
+        return len(tasks) == ARRAY_TASKS and all(
+            r["State"] == "COMPLETED" and "sg1:" in r["AdminComment"].lower() for r in tasks
+        )
+
+    deadline = time.monotonic() + 900
+    rows: list[dict[str, str]] = []
+    while not all_done(rows):
+        if time.monotonic() > deadline:
+            log = paths["epilog.log"].read_text() if paths["epilog.log"].exists() else ""
+            raise AssertionError(f"the array's summaries after 900 s: {rows}\n{log[-4000:]}")
+        time.sleep(2)
+        try:
+            rows = c.sacct_rows(array, fields)
+        except CommandFailed:  # a busy munged (the machine's, shared): ask again
+            continue
+    tasks = {r["JobIDRaw"]: r for r in rows if "." not in r["JobID"]}
+    assert len(tasks) == ARRAY_TASKS
+    seen_tasks = set()
+    runs = []
+    for raw, row in tasks.items():
+        task = int(row["JobID"].split("_")[1])
+        [token] = tokens(row["AdminComment"])  # its own summary, and no other task's
+        summary = decode(token)
+        assert summary.job == raw, (row["JobID"], summary.job)
+        [gpu] = summary.gpus
+        assert (gpu.minor, gpu.util_mean_pct, gpu.mem_max_mib) == (0, task, 1000 + task), row
+        seen_tasks.add(task)
+        runs.append(RunRef(raw, c.cluster_name, None, None, "gpu01", 1, row["AdminComment"]))
+    assert seen_tasks == set(range(ARRAY_TASKS))
+    # and the collector source reads 100 distinct, right measures from them
+    measures = {m.job_id: m for m in CollectorSource().measures(runs)}
+    assert len(measures) == ARRAY_TASKS
+    for raw, row in tasks.items():
+        assert measures[raw].util_mean_pct == int(row["JobID"].split("_")[1])

@@ -13,6 +13,7 @@ from __future__ import annotations
 import logging
 import os
 import random
+import re
 import sys
 import time
 from collections.abc import Mapping
@@ -170,23 +171,43 @@ def store_admin_comment(
     ended, and slurmctld 22.05 answers "Job has already finished" (seen on the test
     cluster). So the record is changed in the accounting database with `sacctmgr modify
     job`, as jobstats' epilog does (root is always a slurmdbd administrator).
+
+    One record only: sacct and sacctmgr read `JobID=N` as "job N, and every task of the
+    array N" -- the raw id of an array's last task is the array's id -- so writing by the
+    raw id changed every task of the array (issue #20). The record is named the way sacct
+    shows it (`ARRAY_TASK`, e.g. `41_7`; a plain job's `N`), found by its JobIDRaw.
     """
     from slurmgpu.errors import SlurmCommandError
     from slurmgpu.measure.summary import merge_admin_comment
 
-    where = [f"JobID={summary.job}"]
-    if summary.cluster:
-        where.append(f"Cluster={summary.cluster}")
+    failed: SlurmCommandError | None = None
+    # a node stays COMPLETING while its Epilog runs: failures are retried for 3 command
+    # timeouts at most, then the summary goes to the log (see `_epilog`)
+    give_up = time.monotonic() + 3 * timeout_s
     for _ in range(tries):
-        current = _stored_admin_comment(summary, timeout_s)
-        if _holds(current, summary):
-            return
-        merged = merge_admin_comment(current, summary)
-        argv = ["sacctmgr", "-i", "modify", "job", "where", *where]
-        _run([*argv, "set", f"AdminComment={merged}"], timeout_s)
-        time.sleep(settle_s + random.uniform(0, settle_s))
-        if _holds(_stored_admin_comment(summary, timeout_s), summary):
-            return
+        try:
+            shown, current = _stored_admin_comment(summary, timeout_s)
+            if _holds(current, summary):
+                return
+            merged = merge_admin_comment(current, summary)
+            where = [f"JobID={shown}"]
+            if summary.cluster:
+                where.append(f"Cluster={summary.cluster}")
+            argv = ["sacctmgr", "-i", "modify", "job", "where", *where]
+            _run([*argv, "set", f"AdminComment={merged}"], timeout_s)
+            time.sleep(settle_s + random.uniform(0, settle_s))
+            if _holds(_stored_admin_comment(summary, timeout_s)[1], summary):
+                return
+        except SlurmCommandError as exc:
+            # a busy munged or slurmdbd ("If munged is up, restart with --num-threads=10",
+            # seen when 20 epilogs end at once): wait and try again, the summary is not lost
+            failed = exc
+            if time.monotonic() > give_up:
+                break
+            log.warning("epilog: job %s: %s; trying again", summary.job, exc)
+            time.sleep(settle_s + random.uniform(0, 2 * settle_s))
+    if failed is not None:
+        raise failed
     raise SlurmCommandError(f"AdminComment of job {summary.job} did not keep the summary")
 
 
@@ -203,13 +224,29 @@ def _holds(admin_comment: str, summary: JobSummary) -> bool:
     return False
 
 
-def _stored_admin_comment(summary: JobSummary, timeout_s: float) -> str:
-    """The AdminComment as the accounting database has it (what `analyze` will read)."""
-    argv = ["sacct", "-n", "-X", "-P", "-j", summary.job, "-o", "AdminComment"]
+def _stored_admin_comment(summary: JobSummary, timeout_s: float) -> tuple[str, str]:
+    """(the record's JobID as sacct shows it, its AdminComment) as the accounting database
+    has them (what `analyze` will read): the row whose JobIDRaw is the summary's job.
+
+    `sacct -j N` lists every task of array N, so the row is picked by JobIDRaw, never by
+    position. SlurmCommandError when no row has that raw id (nothing would be written)."""
+    from slurmgpu.errors import SlurmCommandError
+
+    argv = ["sacct", "-n", "-X", "-P", "-j", summary.job, "-o", "JobIDRaw,JobID,AdminComment"]
     if summary.cluster:
         argv += ["-M", summary.cluster]
-    lines = [ln for ln in _run(argv, timeout_s).splitlines() if ln.strip()]
-    return lines[-1].strip() if lines else ""
+    found: tuple[str, str] | None = None
+    for line in _run(argv, timeout_s).splitlines():
+        parts = line.split("|", 2)  # AdminComment is last: a `|` in it stays in it
+        if len(parts) == 3 and parts[0].strip() == summary.job:
+            found = (parts[1].strip(), parts[2].strip())  # the latest run comes last
+    if found is None or not _RECORD_ID.fullmatch(found[0]):
+        raise SlurmCommandError(f"sacct has no record with JobIDRaw {summary.job}")
+    return found
+
+
+# what sacct shows as JobID for one record: `N`, an array task `N_T`, a het component `N+K`
+_RECORD_ID = re.compile(r"[0-9]+(?:_[0-9]+|\+[0-9]+)?")
 
 
 def _run(argv: list[str], timeout_s: float) -> str:

@@ -216,3 +216,34 @@ def test_cli_unwritable_paths_are_one_line_errors(nvml, tmp_path):
     out = CliRunner().invoke(main, args)
     assert out.exit_code == 1 and out.output.startswith("slurmgpu: error: ")
     assert "/file: " in out.output and len(out.output.splitlines()) == 1
+
+
+def test_the_admin_comment_goes_to_the_one_record_of_the_task(monkeypatch):
+    """`sacct -j 7` of an array's last task (raw id 7 = the array's id) lists every task: the
+    record is picked by JobIDRaw and written as `JobID=7_2`, never `JobID=7` (issue #20).
+    A busy munged once is retried. (The real thing: test_measure_collect.py, 100 tasks.)"""
+    import slurmgpu.measure.collector as collector
+    from slurmgpu.errors import SlurmCommandError
+    from slurmgpu.measure.summary import GpuSummary, JobSummary, encode
+
+    summary = JobSummary("7", "c1", "gpu01", 100, 200, 3,
+                         (GpuSummary(0, None, None, "GPU-x", 80.0, 1.0, 50.0, 3, 3),))  # fmt: skip
+    stored = {"7": "slurmgpu tier=p1"}
+    calls: list[list[str]] = []
+    busy = [True]
+
+    def fake_run(argv, timeout_s):
+        calls.append(argv)
+        if argv[0] == "sacct":
+            if busy.pop() if busy else False:
+                raise SlurmCommandError("sacct exited 1: If munged is up, restart it")
+            rows = [f"8|7_0|{encode(summary)}", "9|7_1|", f"7|7_2|{stored['7']}"]
+            return "\n".join(rows) + "\n"
+        assert argv[:6] == ["sacctmgr", "-i", "modify", "job", "where", "JobID=7_2"], argv
+        stored["7"] = argv[-1].split("=", 1)[1]
+        return ""
+
+    monkeypatch.setattr(collector, "_run", fake_run)
+    collector.store_admin_comment(summary, settle_s=0)
+    assert stored["7"] == f"slurmgpu tier=p1 {encode(summary)}"
+    assert sum(1 for c in calls if c[0] == "sacctmgr") == 1

@@ -344,6 +344,13 @@ def test_docs_list_exactly_the_exported_metrics(analysis):
             allocation_ratio=0.1,
         )
     text = render_prom(doc(full))
+    # with the idle policy's section (`report --policy` with an [idle] table, docs/idle.md)
+    from slurmgpu.idle.retrospective import IdleReport, policy_json
+    from slurmgpu.model.policy import IdlePolicy
+    from slurmgpu.views.idle import with_idle_section
+
+    idle = IdleReport(policy_json(IdlePolicy()), None, "2026-12-01T00:00:00Z", (), (), (), 0, {})
+    text = with_idle_section(text, idle, "prom")
     exported = {ln.split()[2] for ln in text.splitlines() if ln.startswith("# TYPE")}
     docs = (Path(__file__).resolve().parents[3] / "docs" / "reports.md").read_text()
     named = set(re.findall(r"`(slurmgpu_[a-z0-9_]+)[`{]", docs))
