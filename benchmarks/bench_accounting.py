@@ -7,6 +7,8 @@ Stages, each in its own subprocess so that its peak RSS is its own:
             (run on the first --baseline-rows rows and extrapolated linearly: labelled so)
   analyze   slurmgpu.accounting.analyze(): chunked load + metrics + recommendations
   report    analyze + rendering every report format (text, JSON, HTML, Prometheus)
+  ingest    slurmgpu.accounting.store.ingest() into a fresh store beside the file (#27)
+  analyze-store  analyze() of that store (run after ingest: --stages ...,ingest,analyze-store)
 
     python benchmarks/gen_sacct.py --jobs 1000000 --output benchmarks/out/sacct-1m.txt
     python benchmarks/bench_accounting.py benchmarks/out/sacct-1m.txt
@@ -125,9 +127,9 @@ def stage_baseline(path: Path, args: argparse.Namespace) -> dict:
     return result
 
 
-def _analyze(path: Path):
-    """The library call `slurmgpu report --sacct-file` makes, with the synthetic site's
-    capacity, GPU types and shards (as a site would pass --capacity/--gpu-type)."""
+def _analyze(path: Path, store: Path | None = None):
+    """The library call `slurmgpu report --sacct-file` (or `--store`) makes, with the
+    synthetic site's capacity, GPU types and shards (as a site would pass --capacity)."""
     sys.path.insert(0, str(HERE))
     import gen_sacct
 
@@ -139,7 +141,8 @@ def _analyze(path: Path):
     }
     return analyze(
         AnalysisOptions(
-            files=[path],
+            files=[] if store else [path],
+            store=str(store) if store else None,
             capacity=capacity,
             gpu_types={"gpu": "h100", "mig": "a100_80gb", "shard": "rtx4090"},
             shards_per_gpu={"shard": 8},
@@ -192,8 +195,61 @@ def stage_report(path: Path, _args: argparse.Namespace) -> dict:
     }
 
 
+def _store_of(path: Path) -> Path:
+    return path.with_suffix(".store")
+
+
+def stage_ingest(path: Path, _args: argparse.Namespace) -> dict:
+    """`slurmgpu ingest` of the file into a fresh store beside it (`FILE.store`)."""
+    import shutil
+
+    import pandas  # noqa: F401
+    import pyarrow.parquet  # noqa: F401
+
+    from slurmgpu.accounting import store
+
+    shutil.rmtree(_store_of(path), ignore_errors=True)
+    base = _peak_rss_mib()
+    start, cpu0 = time.perf_counter(), time.process_time()
+    summary = store.ingest(_store_of(path), [path])
+    seconds, cpu = time.perf_counter() - start, time.process_time() - cpu0
+    size = sum(p.stat().st_size for p in _store_of(path).rglob("*") if p.is_file())
+    return {
+        "rows": _count_rows(path),
+        "seconds": seconds,
+        "cpu_seconds": cpu,
+        "rss_after_import_mib": base,
+        "runs_stored": summary.runs_stored,
+        "store_mib": size / 2**20,
+    }
+
+
+def stage_analyze_store(path: Path, _args: argparse.Namespace) -> dict:
+    """`analyze --store` of the store the ingest stage wrote (run `ingest` first)."""
+    import pandas  # noqa: F401
+    import pyarrow.parquet  # noqa: F401
+
+    import slurmgpu.accounting  # noqa: F401
+
+    base = _peak_rss_mib()
+    start, cpu0 = time.perf_counter(), time.process_time()
+    result = _analyze(path, _store_of(path))
+    seconds, cpu = time.perf_counter() - start, time.process_time() - cpu0
+    totals = result.to_dict()["totals"]
+    return {
+        "rows": totals["rows_read"],
+        "seconds": seconds,
+        "cpu_seconds": cpu,
+        "rss_after_import_mib": base,
+        "jobs": totals["jobs"],
+        "gpu_hours_allocated": totals["gpu_hours_allocated"],
+    }
+
+
 STAGES = {
     "pyarrow": stage_pyarrow,
+    "ingest": stage_ingest,
+    "analyze-store": stage_analyze_store,
     "baseline": stage_baseline,
     "analyze": stage_analyze,
     "report": stage_report,

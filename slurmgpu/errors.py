@@ -69,6 +69,11 @@ class SacctParseError(SlurmgpuError):
     """Accounting input cannot be used at all (a missing required column, unreadable file)."""
 
 
+class StoreError(SlurmgpuError):
+    """The accounting store cannot be used (not a directory, a corrupt manifest, a missing
+    partition file)."""
+
+
 class TopologyError(SlurmgpuError):
     """The switch / NVLink-domain description is inconsistent."""
 

@@ -51,7 +51,7 @@ class LoadResult:
         )
 
 
-def finish(acc: Accumulator, files: list[str]) -> LoadResult:
+def finish(acc: Accumulator, files: list[str], derive: bool = True) -> LoadResult:
     schema_src = acc.allocs
     if schema_src:
         table = pa.concat_tables(schema_src, promote_options="permissive").unify_dictionaries()
@@ -76,7 +76,8 @@ def finish(acc: Accumulator, files: list[str]) -> LoadResult:
             )
         frame = frame[~dup].reset_index(drop=True)
     frame = _fold_steps(frame, acc.steps, acc.options.usage_sums_gpus)
-    frame = _derive(frame, acc.options)
+    if derive:  # (the accounting store keeps the frame before this step)
+        frame = _derive(frame, acc.options)
     result = LoadResult(
         frame=frame,
         files=files,
@@ -268,3 +269,10 @@ def _derive(frame: pd.DataFrame, opts: Options) -> pd.DataFrame:
 def _range_size(text: str) -> float:
     size = fields.array_range_size(text)
     return np.nan if size is None else float(size)
+
+
+def derive_columns(frame: pd.DataFrame, options: Options) -> pd.DataFrame:
+    """The derived columns (tier, shard fractions, GPU-hours, wait, run end) of a frame
+    loaded with `derive=False`: what the accounting store reads back (`store.py`). Tier and
+    shard fractions depend on analysis options, so the store keeps the frame before them."""
+    return _derive(frame, options)

@@ -36,7 +36,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.csv as pacsv
 
-from slurmgpu.accounting.finish import LoadResult, finish
+from slurmgpu.accounting.finish import LoadResult, derive_columns, finish
 from slurmgpu.accounting.normalize import Accumulator, Options, Rejected, normalize_chunk
 from slurmgpu.errors import SacctParseError
 
@@ -505,10 +505,12 @@ def load_files(
     options: Options | None = None,
     chunk_bytes: int = DEFAULT_CHUNK_BYTES,
     json_reader: JsonReader | None = None,
+    derive: bool = True,
 ) -> LoadResult:
     """Load saved sacct dumps (plain or gzipped): `sacct -P` text with its header line, `|`
     or `\x1f` delimited (told by the header), or a `sacct --json` document when
-    `json_reader` (bytes, name -> sacct-column records) is given."""
+    `json_reader` (bytes, name -> sacct-column records) is given. `derive=False` stops
+    before the derived columns (`derive_columns`), as the accounting store keeps it."""
     acc = Accumulator(options or Options())
     names = [os.fspath(p) for p in paths]
     for name in names:
@@ -522,7 +524,7 @@ def load_files(
                 continue
             delimiter = UNIT_SEPARATOR if kind == "unit-separator" else "|"
             _read_stream(acc, stream, name, chunk_bytes, delimiter)
-    return finish(acc, names)
+    return finish(acc, names, derive)
 
 
 def load_text(
@@ -547,6 +549,7 @@ def load_windows(
     options: Options | None = None,
     chunk_bytes: int = DEFAULT_CHUNK_BYTES,
     delimiter: str = "|",
+    derive: bool = True,
 ) -> LoadResult:
     """Load consecutive sub-windows of a live query, one sacct call each (bounded memory).
 
@@ -565,7 +568,7 @@ def load_windows(
         _read_stream(acc, io.BytesIO(data), name, chunk_bytes, delimiter)
         del data
     acc.end_window = None
-    result = finish(acc, [name])
+    result = finish(acc, [name], derive)
     result.rows_overlap = acc.rows_overlap
     return result
 
@@ -621,6 +624,7 @@ __all__ = [
     "LoadResult",
     "Options",
     "Rejected",
+    "derive_columns",
     "load_files",
     "load_records",
     "load_text",

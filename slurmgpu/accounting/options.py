@@ -17,6 +17,9 @@ from typing import Any
 from slurmgpu.errors import UsageError
 from slurmgpu.model.measure import MeasureSource
 
+# Slurm 24.05 changed gres/gpuutil and gres/gpumem of a step to sums over its GPUs
+# (CHANGELOG/slurm-24.05.md: "gpuutil/gpumem will record sums of all GPUS in the step").
+USAGE_SUMS_FROM = (24, 5)
 _VERSION = re.compile(r"^(\d+)\.(\d+)(?:\.(\d+))?$")
 
 
@@ -25,6 +28,10 @@ class AnalysisOptions:
     """One analysis request. Empty `files` means: query the live cluster (`backend`)."""
 
     files: Sequence[str | os.PathLike[str]] = ()
+    # an accounting store (`accounting/store.py`) instead of files or the live cluster, and
+    # the clusters of it to analyze (empty: all)
+    store: str | os.PathLike[str] | None = None
+    clusters: Sequence[str] = ()
     since: datetime | None = None  # None: dumps -> their whole span; live -> now - 7 days
     until: datetime | None = None  # None: dumps -> their last second; live -> now
     now: datetime | None = None
@@ -61,6 +68,10 @@ class AnalysisOptions:
             raise UsageError(f"replay effects {self.replay_effects!r}: use auto, always or never")
         if self.freq not in (None, "1h", "1D"):
             raise UsageError(f"time-series bucket {self.freq!r}: use 1h or 1D")
+        if self.store is not None and self.files:
+            raise UsageError("analyze either an accounting store or sacct dumps, not both")
+        if self.clusters and self.store is None:
+            raise UsageError("clusters are chosen within an accounting store: give the store")
         if self.slurm_version is not None:
             parse_version(self.slurm_version)
         for name, n in self.gpus_per_node.items():

@@ -26,18 +26,21 @@ from slurmgpu.accounting.document import (
     AnalysisResult,
     ClusterFacts,
 )
-from slurmgpu.accounting.options import AnalysisOptions, parse_version
+from slurmgpu.accounting.options import USAGE_SUMS_FROM, AnalysisOptions, parse_version
 from slurmgpu.errors import SacctParseError, SlurmCommandError, UsageError
 
 LIVE_DEFAULT_DAYS = 7
-# Slurm 24.05 changed gres/gpuutil and gres/gpumem of a step to sums over its GPUs
-# (CHANGELOG/slurm-24.05.md: "gpuutil/gpumem will record sums of all GPUS in the step").
-USAGE_SUMS_FROM = (24, 5)
 
 
 def analyze(options: AnalysisOptions) -> AnalysisResult:
     """Analyze saved sacct dumps, or the live cluster when `options.files` is empty."""
     opts = options.validated()
+    if opts.store is not None and opts.slurm_version is None:  # as the store was ingested
+        from dataclasses import replace
+
+        from slurmgpu.accounting.store import store_slurm_version
+
+        opts = replace(opts, slurm_version=store_slurm_version(opts.store))
     live = _live(opts)
     got, source = _read(opts, live)
     frame, win, outside, raw_partitions = _in_window(got.loaded.frame, live)
@@ -84,7 +87,7 @@ class _Live:
 
 def _live(opts: AnalysisOptions) -> _Live:
     """Slurm's version, the capacity and the default window (7 days to now) when live."""
-    if opts.files:
+    if opts.files or opts.store is not None:  # dumps or the accounting store: not live
         return _Live(Capacity(), None, None, opts.since, opts.until)
     assert opts.now is not None
     cap, version, capacity_error = _live_facts(opts)
@@ -110,11 +113,11 @@ def _read(opts: AnalysisOptions, live: _Live) -> tuple[Any, doc_mod.Source]:
     version = live.version
     source = doc_mod.Source(
         kind=got.kind if not opts.files else "file",
-        files=tuple(os.fspath(p) for p in opts.files),
+        files=tuple(os.fspath(p) for p in (opts.files or (got.loaded.files if opts.store else ()))),
         slurm_version="{}.{:02d}.{}".format(*version) if version else opts.slurm_version,
         usage_reading=reading["text"],
         capacity_error=live.capacity_error,
-        backend_note=got.note if not opts.files else None,
+        backend_note=got.note if not (opts.files or opts.store is not None) else None,
     )
     return got, source
 

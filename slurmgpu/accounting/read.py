@@ -11,12 +11,13 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import datetime
 from functools import partial
 from typing import ClassVar, Protocol
 
 from slurmgpu.accounting import load as load_mod
 from slurmgpu.accounting.options import AnalysisOptions
+from slurmgpu.accounting.when import sacct_calls, sub_windows  # noqa: F401 (sub_windows: API)
 from slurmgpu.errors import UsageError
 
 
@@ -51,8 +52,6 @@ class RowSource(Protocol):
 
 
 SOURCES: dict[str, type[RowSource]] = {}
-# a live window is cut into at most this many sacct calls (chunks grow beyond chunk_hours)
-MAX_SACCT_CALLS = 1000
 
 
 def register(cls: type[RowSource]) -> type[RowSource]:
@@ -63,11 +62,11 @@ def register(cls: type[RowSource]) -> type[RowSource]:
 
 def source_for(options: AnalysisOptions) -> RowSource:
     """The source for saved dumps when files are given, else the named live backend."""
-    name = "files" if options.files else options.backend
+    name = "files" if options.files else "store" if options.store else options.backend
     try:
         return SOURCES[name]()
     except KeyError:
-        live = ", ".join(sorted(n for n in SOURCES if n != "files"))
+        live = ", ".join(sorted(n for n in SOURCES if n not in ("files", "store")))
         raise UsageError(f"unknown accounting backend {name!r}: use one of {live}") from None
 
 
@@ -88,6 +87,20 @@ class FileSource:
 
 
 @register
+class StoreSource:
+    """An accounting store (`store.py`): the normalized runs of ingested dumps."""
+
+    name = "store"
+
+    def read(self, request: ReadRequest) -> ReadResult:
+        from slurmgpu.accounting import store
+
+        opts = request.options
+        loaded = store.read_store(opts.store, options=request.normalize, clusters=opts.clusters)
+        return ReadResult(loaded, "store", f"accounting store {opts.store}")
+
+
+@register
 class SacctTextSource:
     """Live `sacct -P` text, one call per `chunk_hours` of the window (bounded memory)."""
 
@@ -96,11 +109,8 @@ class SacctTextSource:
     def read(self, request: ReadRequest) -> ReadResult:
         from slurmgpu.sources import sacct
 
-        env, hours = request.options.env, request.options.chunk_hours
-        span_h = (request.until - request.since).total_seconds() / 3600
-        if span_h / hours > MAX_SACCT_CALLS:  # a years-long window: fewer, larger calls
-            hours = span_h / MAX_SACCT_CALLS
-        bounds = sub_windows(request.since, request.until, hours)
+        env = request.options.env
+        bounds, hours = sacct_calls(request.since, request.until, request.options.chunk_hours)
         fetch: Callable[[datetime, datetime], str] = partial(sacct.sacct_text, env=env)
         loaded = load_mod.load_windows(
             bounds, fetch, name="sacct", options=request.normalize, delimiter=sacct.DELIMITER
@@ -158,15 +168,3 @@ class AutoSource:
         result = SacctTextSource().read(request)
         result.note = f"sacct text ({decision.reason}); {result.note}"
         return result
-
-
-def sub_windows(since: datetime, until: datetime, hours: float) -> list[tuple[datetime, datetime]]:
-    """[since, until) cut into consecutive pieces of at most `hours`."""
-    step = timedelta(hours=hours)
-    out = []
-    a = since
-    while a < until:
-        b = min(a + step, until)
-        out.append((a, b))
-        a = b
-    return out or [(since, until)]

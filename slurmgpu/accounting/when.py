@@ -41,3 +41,31 @@ def parse_when(text: str, *, now: datetime, option: str = "--since") -> datetime
     if not EARLIEST <= t < LATEST:
         raise UsageError(f"{option} {text!r}: outside 1970..2200")
     return t
+
+
+# a live window is cut into at most this many sacct calls (chunks grow beyond chunk_hours)
+MAX_SACCT_CALLS = 1000
+
+
+def sacct_calls(
+    since: datetime, until: datetime, chunk_hours: float
+) -> tuple[list[tuple[datetime, datetime]], float]:
+    """The sub-windows of a live query (one sacct call each) and their length in hours:
+    `chunk_hours`, or longer for a years-long window (at most MAX_SACCT_CALLS calls)."""
+    hours = chunk_hours
+    span_h = (until - since).total_seconds() / 3600
+    if span_h / hours > MAX_SACCT_CALLS:  # a years-long window: fewer, larger calls
+        hours = span_h / MAX_SACCT_CALLS
+    return sub_windows(since, until, hours), hours
+
+
+def sub_windows(since: datetime, until: datetime, hours: float) -> list[tuple[datetime, datetime]]:
+    """[since, until) cut into consecutive pieces of at most `hours`."""
+    step = timedelta(hours=hours)
+    out = []
+    a = since
+    while a < until:
+        b = min(a + step, until)
+        out.append((a, b))
+        a = b
+    return out or [(since, until)]

@@ -25,6 +25,7 @@ LAZY_COMMANDS: dict[str, str] = {
     "submit": "slurmgpu.cli.submit:submit",
     "analyze": "slurmgpu.cli.accounting:analyze",
     "report": "slurmgpu.cli.report:report",
+    "ingest": "slurmgpu.cli.store:ingest",
     "collect": "slurmgpu.cli.collect:collect",
     "mig": "slurmgpu.cli.mig:mig",
     "check": "slurmgpu.cli.fleet:check",

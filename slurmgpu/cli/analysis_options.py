@@ -13,6 +13,17 @@ MAX_GPUS_PER_NODE = 1_024
 
 _OPTIONS = [
     click.option(
+        "--store",
+        type=click.Path(),
+        help="Read an accounting store (`slurmgpu ingest`) instead of dumps or the live cluster.",
+    ),
+    click.option(
+        "--cluster",
+        "clusters",
+        multiple=True,
+        help="With --store: analyze only this cluster of the store (repeatable).",
+    ),
+    click.option(
         "--policy",
         type=click.Path(exists=True, dir_okay=False),
         help="Site policy: maps QOS to tiers.",
@@ -107,6 +118,8 @@ _OPTIONS = [
 ]
 
 ANALYSIS_PARAMS = (
+    "store",
+    "clusters",
     "policy",
     "inventories",
     "tier_pairs",
@@ -199,8 +212,14 @@ def analysis_options_from(params: dict[str, Any], **fields: Any) -> Any:
     from slurmgpu.measure.options import MeasureOptions, build_measure_sources
 
     absent: dict[str, Any] = {"chunk_hours": 24.0, "backend": "auto", "tz": "UTC"}
-    absent.update(policy=None, slurm_version=None, freq=None, replay_effects="auto")
+    absent.update(policy=None, slurm_version=None, freq=None, replay_effects="auto", store=None)
     opts = {name: params.pop(name, absent.get(name, ())) for name in ANALYSIS_PARAMS}
+    from slurmgpu.errors import UsageError
+
+    if opts["clusters"] and not opts["store"]:
+        raise UsageError("--cluster: only with --store (a dump's clusters are all analyzed)")
+    if opts["store"] and fields.get("files"):
+        raise UsageError("--store and --sacct-file: give one of them")
     measure_sources = build_measure_sources(MeasureOptions.from_kwargs(params))
     tiers: Any = None
     policy = None
@@ -234,5 +253,7 @@ def analysis_options_from(params: dict[str, Any], **fields: Any) -> Any:
         slurm_version=opts["slurm_version"],
         replay_effects=opts["replay_effects"],
         measure_sources=measure_sources,
+        store=opts["store"] or None,
+        clusters=tuple(opts["clusters"]),
         **fields,
     )

@@ -127,7 +127,7 @@ def report(
     from slurmgpu.views.report import render_report
 
     now = dt.datetime.now(dt.UTC).replace(microsecond=0)
-    if not sacct_files:  # live: the last 7 days unless told otherwise
+    if not sacct_files and not analysis.get("store"):  # live: the last 7 days unless told
         until, since = until or "now", since or "7d"
     until_t = parse_when(until, now=now, option="--until") if until else None
     since_t = parse_when(since, now=until_t or now, option="--since") if since else None
@@ -139,6 +139,8 @@ def report(
         analysis, files=list(sacct_files), since=since_t, until=until_t, now=now
     )
     label = "reading sacct dumps" if sacct_files else "querying sacct"
+    if options.store is not None:
+        label = "reading the accounting store"
     with LoadProgress(label, sacct_files):
         result = analyze(options)
         idle = idle_for_report(policy_path, sacct_files, since_t, until_t, measure, now)

@@ -307,3 +307,36 @@ def pd_isna(value) -> bool:
     import pandas as pd
 
     return bool(pd.isna(value))
+
+
+def test_live_ingest_into_a_store_gives_the_live_analysis(
+    slurm_cluster: SlurmCluster, ran: dict, tmp_path
+) -> None:
+    """`slurmgpu ingest --since` (#27): the store's runs are the live query's, and the same
+    window ingested again changes no run."""
+    from slurmgpu.accounting.store import ingest_command
+
+    until = datetime.now(UTC).replace(microsecond=0) + timedelta(seconds=5)
+    since = ran["since"].replace(microsecond=0)
+    window = {
+        "since": since.strftime("%Y-%m-%dT%H:%M:%S"),
+        "until": until.strftime("%Y-%m-%dT%H:%M:%S"),
+    }
+    store = tmp_path / "s"
+    first = ingest_command(store, [], **window, env=slurm_cluster.env, chunk_hours=10 / 3600)
+    assert first.runs_read > 0 and first.partitions_written
+    kw = {"since": since, "until": until, "env": slurm_cluster.env}
+    live = analyze(AnalysisOptions(**kw, backend="sacct"))
+    cols = ["job_id", "state", "gpu_count", "elapsed_s", "gpu_hours", "wait_s"]
+
+    def mine(f):
+        f = f[f["account"] == ACCOUNT][cols].astype(str)
+        return sorted(map(tuple, f.to_numpy().tolist()))
+
+    stored = analyze(AnalysisOptions(since=since, until=until, store=str(store)))
+    assert mine(stored.frame) == mine(live.frame) and len(mine(live.frame)) == 8
+    again = ingest_command(store, [], **window, env=slurm_cluster.env)
+    assert again.runs_stored == first.runs_stored
+    stored = analyze(AnalysisOptions(since=since, until=until, store=str(store)))
+    assert mine(stored.frame) == mine(live.frame)
+    assert stored.document.source.kind == "store"
