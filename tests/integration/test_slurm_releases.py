@@ -165,7 +165,10 @@ def test_topology_block(cluster: SlurmCluster, slurm_series, tmp_path) -> None:
         jobid = cluster.sbatch("--gres=gpu:1")
         assert cluster.wait_job_state(jobid, "COMPLETED", timeout=60) == "COMPLETED"
     finally:
-        (cluster.conf_dir / "topology.conf").unlink(missing_ok=True)
+        # 25.05+: gen-topology --output-dir wrote topology.yaml too, which slurmctld reads
+        # before topology.conf: a stale one would hide the next test's tree
+        for name in ("topology.conf", "topology.yaml"):
+            (cluster.conf_dir / name).unlink(missing_ok=True)
         cluster.reset()
 
 

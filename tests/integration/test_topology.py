@@ -26,6 +26,8 @@ FABRIC = textwrap.dedent(
 def topology_cluster(slurm_cluster, tmp_path):
     fabric = tmp_path / "fabric.toml"
     fabric.write_text(FABRIC)
+    # slurmctld 25.05+ reads topology.yaml before topology.conf: none may be left over
+    (slurm_cluster.conf_dir / "topology.yaml").unlink(missing_ok=True)
     result = CliRunner().invoke(
         main,
         [
@@ -45,7 +47,8 @@ def topology_cluster(slurm_cluster, tmp_path):
         slurm_cluster.reconfigure(extra_conf="TopologyPlugin=topology/tree")
         yield slurm_cluster
     finally:
-        (slurm_cluster.conf_dir / "topology.conf").unlink(missing_ok=True)
+        for name in ("topology.conf", "topology.yaml"):
+            (slurm_cluster.conf_dir / name).unlink(missing_ok=True)
         slurm_cluster.reset()
 
 
