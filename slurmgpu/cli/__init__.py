@@ -40,6 +40,11 @@ LAZY_COMMANDS: dict[str, str] = {
 }
 
 
+# every command's help option; a context made without the group's (a test's
+# `cmd.make_context`) must pass them, as click caches a command's help option when first made
+HELP_OPTION_NAMES = ["-h", "--help"]
+
+
 class SlurmgpuGroup(click.Group):
     """A group that loads subcommands lazily and owns the one error path of every command."""
 
@@ -74,7 +79,7 @@ class SlurmgpuGroup(click.Group):
             return super().invoke(ctx)
 
 
-@click.group(cls=SlurmgpuGroup, context_settings={"help_option_names": ["-h", "--help"]})
+@click.group(cls=SlurmgpuGroup, context_settings={"help_option_names": HELP_OPTION_NAMES})
 @click.version_option(__version__, "-V", "--version", prog_name="slurmgpu")
 def main() -> None:
     """Generated Slurm GPU configs, priority tiers with preemption, and GPU accounting reports.

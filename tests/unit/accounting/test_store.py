@@ -21,7 +21,7 @@ from click.testing import CliRunner
 from slurmgpu.accounting import store
 from slurmgpu.accounting.options import AnalysisOptions
 from slurmgpu.accounting.pipeline import analyze
-from slurmgpu.cli import main
+from slurmgpu.cli import HELP_OPTION_NAMES, main
 from slurmgpu.errors import StoreError
 
 DATA = Path(__file__).resolve().parents[2] / "data" / "sacct"
@@ -340,7 +340,7 @@ def test_ingest_timer_unit_runs_a_valid_ingest():
     assert len(lines) == 1
     argv = shlex.split(lines[0].partition("=")[2])
     assert argv[1] == "ingest"
-    ctx = ingest.make_context("ingest", argv[2:])
+    ctx = ingest.make_context("ingest", argv[2:], help_option_names=HELP_OPTION_NAMES)
     assert ctx.params["store"].startswith("/var/lib/slurmgpu/")
     assert parse_when(ctx.params["since"], now=NOW) < NOW
     timer = (root / "etc/systemd/slurmgpu-ingest.timer").read_text()

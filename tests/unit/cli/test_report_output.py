@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from slurmgpu.accounting.when import parse_when
+from slurmgpu.cli import HELP_OPTION_NAMES
 from slurmgpu.cli.progress import LoadProgress
 from slurmgpu.cli.report import expand_output, report, write_report
 from slurmgpu.errors import SlurmgpuError, UsageError
@@ -117,7 +118,9 @@ def test_example_units_use_valid_report_options(unit):
     for argv in commands:
         assert argv[0] == "report"
         args = [a.replace("%%", "%").replace("\\%", "%") for a in argv[1:]]
-        ctx = report.make_context("report", args)  # raises on an unknown option or value
+        ctx = report.make_context(
+            "report", args, help_option_names=HELP_OPTION_NAMES
+        )  # raises on an unknown option or value
         assert ctx.params["fmt"] in ("html", "json", "prom")
         assert ctx.params["output"].startswith("/var/lib/")
         parse_when(ctx.params["since"], now=NOW, option="--since")

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from slurmgpu.cli import main
+from slurmgpu.cli import HELP_OPTION_NAMES, main
 from slurmgpu.ops.install import KIT, PLACEHOLDER, install_units, installed_executable
 from tests.unit.tools import need
 
@@ -92,7 +92,9 @@ def test_every_command_in_the_kit_parses(staged):
             args = argv[1:]
             if isinstance(cmd, __import__("click").Group):
                 cmd, args = cmd.get_command(None, args[0]), args[1:]
-            cmd.make_context(argv[0], list(args))  # raises on an unknown option or value
+            cmd.make_context(
+                argv[0], list(args), help_option_names=HELP_OPTION_NAMES
+            )  # raises on an unknown option or value
     assert seen == {"collect", "report", "rebalance", "idle", "check"}
 
 
