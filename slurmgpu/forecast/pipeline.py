@@ -65,6 +65,7 @@ class Score:
     smape_pct: float | None
     under_forecast_rate: float | None
     note: str | None = None
+    folds: int = 0  # back-test folds it was scored on (0: it could not run)
 
 
 @dataclass(frozen=True)
@@ -139,6 +140,7 @@ class Forecast:
                                 "smape_pct": s.smape_pct,
                                 "under_forecast_rate": s.under_forecast_rate,
                                 "note": s.note,
+                                "folds": s.folds,
                             }
                             for s in b.scores
                         },
@@ -200,6 +202,26 @@ def split(n: int, steps: int) -> int:
     return max(1, min(steps, n // 4))
 
 
+FOLDS = 2
+
+
+def _fold(
+    names: tuple[str, ...], y, pend, t_s, freq_s: int, cut: int, h: int
+) -> dict[str, tuple[float, float, np.ndarray] | str]:
+    """Each model fitted on y[:cut], scored on y[cut:cut+h]: (sMAPE, under rate, residuals),
+    or the reason it could not run."""
+    out: dict[str, tuple[float, float, np.ndarray] | str] = {}
+    actual = y[cut : cut + h]
+    for name in names:
+        try:
+            pred = _run(name, y[:cut], pend[:cut], t_s[:cut], freq_s, h)
+        except ValueError as exc:
+            out[name] = str(exc)
+            continue
+        out[name] = (smape_pct(actual, pred), under_rate(actual, pred), actual - pred)
+    return out
+
+
 def backtest_partition(
     y: np.ndarray,
     pend: np.ndarray,
@@ -208,20 +230,31 @@ def backtest_partition(
     steps: int,
     names: tuple[str, ...] = models.CANDIDATES,
 ) -> tuple[list[Score], dict[str, np.ndarray]]:
-    """Each model fitted on y[:n-h] only, scored on y[n-h:]; residuals (actual - forecast)."""
+    """Rolling origin: fold 1 fits on y[:n-h] and scores y[n-h:]; fold 2 fits on y[:n-2h] and
+    scores y[n-2h:n-h], when the history holds a day before it and every model that ran on
+    fold 1 runs there too. A model's score is its mean over the folds; its residuals
+    (actual - forecast) are fold 1's then fold 2's."""
     n = len(y)
     h = split(n, steps)
-    cut = n - h
+    day = 86400 // freq_s
+    folds = [_fold(names, y, pend, t_s, freq_s, n - h, h)]
+    for k in range(2, FOLDS + 1):
+        if n - k * h < day:
+            break
+        more = _fold(names, y, pend, t_s, freq_s, n - k * h, h)
+        if any(isinstance(more[m], str) for m in names if not isinstance(folds[0][m], str)):
+            break
+        folds.append(more)
     scores, residuals = [], {}
     for name in names:
-        try:
-            pred = _run(name, y[:cut], pend[:cut], t_s[:cut], freq_s, h)
-        except ValueError as exc:
-            scores.append(Score(name, None, None, str(exc)))
+        ran = [f[name] for f in folds if not isinstance(f[name], str)]
+        if not ran:
+            scores.append(Score(name, None, None, str(folds[0][name])))
             continue
-        actual = y[cut:]
-        scores.append(Score(name, smape_pct(actual, pred), under_rate(actual, pred)))
-        residuals[name] = actual - pred
+        smape = float(np.mean([r[0] for r in ran]))
+        under = float(np.mean([r[1] for r in ran]))
+        scores.append(Score(name, smape, under, folds=len(ran)))
+        residuals[name] = np.concatenate([r[2] for r in ran])
     return scores, residuals
 
 

@@ -137,7 +137,8 @@ def test_boosted_never_sees_the_held_out_part():
     y2 = y.copy()
     y2[-48:] += 1000.0
     _, res2 = backtest_partition(y2, y2 * 0.1, t_s, 3600, 48, names)
-    np.testing.assert_allclose(res2[models.BOOSTED] - res[models.BOOSTED], 1000.0)
+    np.testing.assert_allclose(res2[models.BOOSTED][:48] - res[models.BOOSTED][:48], 1000.0)
+    np.testing.assert_allclose(res2[models.BOOSTED][48:], res[models.BOOSTED][48:])
 
 
 @pytest.mark.parametrize(
@@ -242,3 +243,17 @@ def test_forecast_as_mig_demand_hostile_inputs():
     assert empty.items == ()
     a30 = demand_from_forecast(_forecast(series=(("gpu", "3g", [0.5]),)), resolve("a30"))
     assert a30.items == () and "offers no 3g" in a30.notes[0]
+
+
+def test_backtest_holds_two_folds_when_every_model_runs_on_both():
+    y = _seasonal(weeks=4, trend=0.02, noise=2.0)
+    t_s = 1762128000.0 + 3600.0 * np.arange(len(y))
+    scores, res = backtest_partition(y, y * 0.1, t_s, 3600, 48)
+    assert [s.folds for s in scores] == [2, 2, 2]
+    assert all(len(r) == 96 for r in res.values())
+    # 4 days, 24 held out: the learned models fit on fold 1's 3 days but not fold 2's 2 days,
+    # so fold 2 is dropped for every model (all are scored on the same buckets)
+    short = y[:96]
+    scores, res = backtest_partition(short, short * 0.1, t_s[:96], 3600, 24)
+    assert [s.folds for s in scores] == [1, 1, 1]
+    assert all(len(r) == 24 for r in res.values())
