@@ -257,3 +257,48 @@ def test_backtest_holds_two_folds_when_every_model_runs_on_both():
     scores, res = backtest_partition(short, short * 0.1, t_s[:96], 3600, 24)
     assert [s.folds for s in scores] == [1, 1, 1]
     assert all(len(r) == 24 for r in res.values())
+
+
+def _no_gpus(tmp_path):
+    rows = [_row(1, "cpu", "COMPLETED", T0, T0, T0 + 9 * 86400, "cpu=4", "cpu=4")]
+    p = tmp_path / "cpu.txt"
+    p.write_text("\n".join([HEADER, *rows]) + "\n")
+    return p
+
+
+@pytest.mark.parametrize(
+    ("extra", "needle"),
+    [
+        (["--by", "node"], "--by"),
+        (["--by", "slice", "--horizon", "0"], "--horizon '0'"),
+        (["--by", "slice"], "no GPU jobs"),
+    ],
+)
+def test_by_slice_hostile_inputs_one_error_line(tmp_path, extra, needle):
+    r = CliRunner().invoke(main, ["forecast", "--sacct-file", str(_no_gpus(tmp_path)), *extra])
+    assert r.exit_code in (1, 2)
+    lines = r.output.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("slurmgpu: error:"), r.output
+    assert needle in lines[0]
+
+
+def test_by_slice_without_mig_is_whole_gpus_only(tmp_path):
+    rows = []
+    for d in range(5):
+        for hh in range(0, 24, 4):
+            s = T0 + d * 86400 + hh * H
+            rows.append(_row(len(rows) + 1, "a", "COMPLETED", s, s, s + 2 * H, "gres/gpu=1",
+                             "gres/gpu=1"))  # fmt: skip
+    p = tmp_path / "whole.txt"
+    p.write_text("\n".join([HEADER, *rows]) + "\n")
+    args = ["forecast", "--sacct-file", str(p), "--train-until", "2025-12-06T00:00",
+            "--horizon", "3h", "--format", "json", "--by", "slice"]  # fmt: skip
+    doc = json.loads(CliRunner().invoke(main, args).output)
+    assert [(e["partition"], e["slice"]) for e in doc["by_partition"]] == [("a", "gpu")]
+    forecast = Forecast(3600, 3, *(datetime(2025, 12, 6, tzinfo=UTC),) * 3, 96, 3, (),
+                        tuple(PartitionForecast(e["partition"], e["model"], tuple(
+                            Point(datetime(2025, 12, 6, tzinfo=UTC), x["gpus"], x["low"],
+                                  x["high"]) for x in e["points"]), e["slice"])
+                              for e in doc["by_partition"]), (), "slice")  # fmt: skip
+    d = demand_from_forecast(forecast, resolve("A100-SXM4-80GB"))
+    assert d.items == () and any("not in MIG instances" in n for n in d.notes)
