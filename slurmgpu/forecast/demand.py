@@ -77,34 +77,35 @@ def _seconds(t: np.ndarray) -> np.ndarray:
     return np.where(np.isnat(t), np.nan, out.astype(float))
 
 
-def _fraction_slice(per_task: float) -> str:
+def fraction_slice(per_task: np.ndarray) -> np.ndarray:
     """The slice a request of `per_task` GPU equivalents asks for (pending jobs: the frame
-    keeps only ReqTRES's GPU equivalents, a MIG slice being N/7 of a GPU, N/4 on an A30)."""
-    if per_task >= 1.0 - 1e-9 or per_task <= 0:
-        return WHOLE
+    keeps only ReqTRES's GPU equivalents, a MIG slice being N/7 of a GPU, N/4 on an A30):
+    a whole number (or nothing) -> `gpu`, k/7 or k/4 -> `kg`, any other fraction -> `shard`."""
+    out = np.full(len(per_task), WHOLE, dtype=object)
+    frac = (per_task > 0) & (per_task < 1.0 - 1e-9)
+    open_ = frac.copy()
     for per_gpu in (7, 4):
         k = per_task * per_gpu
-        if abs(k - round(k)) < 1e-6:
-            return f"{round(k)}g"
-    return SHARD
+        hit = open_ & (np.abs(k - np.round(k)) < 1e-6)
+        out[hit] = np.char.add(np.round(k[hit]).astype(int).astype(str), "g").astype(object)
+        open_ &= ~hit
+    out[open_] = SHARD
+    return out
 
 
 def slice_of(frame: pd.DataFrame, requested_per_task: np.ndarray) -> np.ndarray:
     """Per run: the slice size it held, else the one it asked for. A MIG GRES type
     (`1g.10gb`, `nvidia_a100_3g.40gb`) -> `Ng`; shards only -> `shard`; else `gpu`; a run that
-    never started -> from its requested GPU equivalents (`_fraction_slice`)."""
-    mig = objects(frame, "mig_profile", None)
+    never started -> from its requested GPU equivalents (`fraction_slice`)."""
+    mig = pd.Series(objects(frame, "mig_profile", None), dtype="string")
+    size = mig.str.extract(_MIG_SIZE)[0].to_numpy(dtype=object, na_value=None)
     shards = np.nan_to_num(num(frame, "shards"))
     count = np.nan_to_num(num(frame, "gpu_count"))
-    out = np.full(len(frame), WHOLE, dtype=object)
     held = np.nan_to_num(num(frame, "gpu_equiv")) > 0
-    for i in np.flatnonzero(~held):
-        out[i] = _fraction_slice(float(requested_per_task[i]))
+    out = np.where(held, WHOLE, fraction_slice(np.nan_to_num(requested_per_task))).astype(object)
     out[held & (shards > 0) & (count == 0)] = SHARD
-    for i in np.flatnonzero(held):
-        m = _MIG_SIZE.match(mig[i]) if isinstance(mig[i], str) else None
-        if m:
-            out[i] = f"{m.group(1)}g"
+    mig_held = held & pd.notna(size)
+    out[mig_held] = np.char.add(size[mig_held].astype(str), "g").astype(object)
     return out
 
 

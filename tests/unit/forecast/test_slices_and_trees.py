@@ -302,3 +302,10 @@ def test_by_slice_without_mig_is_whole_gpus_only(tmp_path):
                               for e in doc["by_partition"]), (), "slice")  # fmt: skip
     d = demand_from_forecast(forecast, resolve("A100-SXM4-80GB"))
     assert d.items == () and any("not in MIG instances" in n for n in d.notes)
+
+
+def test_pending_requests_classed_by_their_fraction():
+    from slurmgpu.forecast.demand import fraction_slice
+
+    got = fraction_slice(np.array([0, 1, 2, 1 / 7, 3 / 7, 6 / 7, 0.25, 0.5, 0.3, 1.5]))
+    assert got.tolist() == ["gpu", "gpu", "gpu", "1g", "3g", "6g", "1g", "2g", "shard", "gpu"]
