@@ -309,3 +309,17 @@ def test_pending_requests_classed_by_their_fraction():
 
     got = fraction_slice(np.array([0, 1, 2, 1 / 7, 3 / 7, 6 / 7, 0.25, 0.5, 0.3, 1.5]))
     assert got.tolist() == ["gpu", "gpu", "gpu", "1g", "3g", "6g", "1g", "2g", "shard", "gpu"]
+
+
+def test_forecast_demand_feeds_the_mig_planner():
+    from slurmgpu.mig.plan import plan
+    from tests.unit.mig.conftest import node_of
+
+    h100 = resolve("h100")
+    # 1g peak 1.5 GPUs -> 10.5 -> 11 instances; 3g peak 0.8 GPU -> 1.87 -> 2 instances
+    fc = _forecast(series=(("gpu", "1g", [1.0, 1.5]), ("gpu", "3g", [0.8, 0.4])))
+    demand = demand_from_forecast(fc, h100)
+    assert demand.items == (("1g", 11), ("3g", 2))
+    result = plan([node_of("NVIDIA H100 80GB HBM3")], demand)
+    assert result.met and dict(result.served) == {"1g": 11, "3g": 2}
+    assert result.carved == result.lower_bound == 3  # 11 + 6 = 17 compute slices
