@@ -1,11 +1,12 @@
-"""`forecast()`: history -> demand series -> back-test both models -> pick -> forecast.
+"""`forecast()`: history -> demand series -> back-test the models -> pick -> forecast.
 
 The history ends at `train_until` (default: the analysis window's end); nothing after it is
-read into the series. The back-test holds out the history's last `min(horizon, history / 4)`
-buckets, fits and forecasts from the part before them only, and scores both models there
-(sMAPE, under-forecast rate). Per partition the model with the lower sMAPE is picked (a tie
-keeps the baseline); the interval is the picked model's back-test residual quantiles
-(10% / 90%) around its forecast.
+read into the series. The back-test is a rolling origin of up to two folds of
+`min(horizon, history / 4)` buckets at the history's end: each model is fitted and run from
+the part before a fold only and scored on it (sMAPE, under-forecast rate; the mean over the
+folds). Per series (a partition, or a partition's slice size) the model with the lowest
+sMAPE is picked, a learned one only when strictly better than seasonal-naive; the interval
+is the picked model's back-test residual quantiles (10% / 90%) around its forecast.
 """
 
 from __future__ import annotations
@@ -323,10 +324,10 @@ def forecast(options: ForecastOptions) -> Forecast:
 
     freq_s = parse_freq(options.freq)
     steps = parse_horizon(options.horizon, freq_s)
-    result = analyze(options.analysis)
-    since, until = result.document.window.since, result.document.window.until
     if options.by not in ("partition", "slice"):
         raise UsageError(f"--by {options.by!r}: use partition or slice")
+    result = analyze(options.analysis)
+    since, until = result.document.window.since, result.document.window.until
     by_slice = options.by == "slice"
     series = demand_series(result.frame, to64(since), to64(until), freq_s, by_slice)
     if not series.partitions:
