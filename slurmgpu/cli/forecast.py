@@ -18,7 +18,9 @@ from slurmgpu.cli.analysis_options import some_analysis_options
               "files' end, or now).")  # fmt: skip
 @click.option("--horizon", default="7d", show_default=True, help="How far ahead (1d, 7d, 12h).")
 @click.option("--freq", default="1h", show_default=True, help="Bucket: 5m..1d dividing a day.")
-@click.option("--by", type=click.Choice(["partition"]), default="partition", show_default=True)
+@click.option("--by", type=click.Choice(["partition", "slice"]), default="partition",
+              show_default=True, help="One series per partition, or per partition and slice "
+              "size (whole GPUs, each MIG size 1g..7g, shards).")  # fmt: skip
 @click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text",
               show_default=True)  # fmt: skip
 @some_analysis_options("shards", "slurm_version", "backend", "tz", "chunk_hours")
@@ -34,7 +36,8 @@ def forecast(
     output: str,
     **analysis: object,
 ) -> None:
-    """Demand (running + pending GPUs) per partition: back-tested model, forecast, interval."""
+    """Demand (running + pending GPUs) per partition or slice: back-tested model, forecast,
+    interval."""
     from datetime import datetime
 
     from slurmgpu.accounting.when import parse_when
@@ -50,7 +53,7 @@ def forecast(
     history = analysis_options_from(
         analysis, files=list(sacct_files), since=t_since, until=t_until, now=now
     )
-    text = render_forecast(run_forecast(ForecastOptions(history, freq, horizon)), fmt)
+    text = render_forecast(run_forecast(ForecastOptions(history, freq, horizon, by)), fmt)
     if output == "-":
         click.echo(text, nl=False)
     else:

@@ -6,19 +6,27 @@ a job is pending over [Submit, Start), or [Submit, End) for one that never start
 while pending), or [Submit, the history's end) while still pending. Each `--freq` bucket gets
 the exact time-weighted average of that step function: the integral over the bucket / its
 length, computed from the intervals' cumulative integral at the bucket edges (no sampling).
+
+By slice (`--by slice`), each interval also carries the slice size it holds or asks for:
+`gpu` (whole GPUs), `Ng` (a MIG instance of N compute slices, from the run's MIG GRES type),
+`shard` (gres/shard). Values stay GPU equivalents, so a partition's slices sum to its demand.
 """
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
 
+from slurmgpu.accounting.columns import objects
 from slurmgpu.accounting.runs import num
 from slurmgpu.accounting.window import dt_column
 
 SECOND = np.timedelta64(1, "s")
+WHOLE, SHARD = "gpu", "shard"
+_MIG_SIZE = re.compile(r"^([1-7])g\.")
 
 
 @dataclass(frozen=True)
@@ -30,28 +38,75 @@ class Intervals:
     end: np.ndarray
     gpus: np.ndarray
     pending: np.ndarray  # bool: a pending (requested) interval, not a running one
+    slice: np.ndarray  # object: `gpu`, `1g`..`7g`, `shard` (see `slice_of`)
 
 
 @dataclass(frozen=True)
 class DemandSeries:
-    """Bucket-averaged demand per partition on one time grid (bucket starts, UTC)."""
+    """Bucket-averaged demand on one time grid (bucket starts, UTC), per key: a partition,
+    or (partition, slice) for a series by slice."""
 
     times: np.ndarray  # datetime64[s], bucket starts
     freq_s: int
-    running: dict[str, np.ndarray]
-    pending: dict[str, np.ndarray]
+    running: dict[Key, np.ndarray]
+    pending: dict[Key, np.ndarray]
 
-    def demand(self, partition: str) -> np.ndarray:
-        return self.running[partition] + self.pending[partition]
+    def demand(self, key: Key) -> np.ndarray:
+        return self.running[key] + self.pending[key]
 
     @property
-    def partitions(self) -> list[str]:
-        return sorted(self.running)
+    def partitions(self) -> list[Key]:
+        """The keys in order: partitions by name; slices `gpu`, `1g`..`7g`, `shard` in each."""
+        return sorted(self.running, key=_order)
+
+
+Key = str | tuple[str, str]
+
+
+def slice_order(name: str) -> tuple[int, int]:
+    m = re.fullmatch(r"([1-7])g", name)
+    return (1, int(m.group(1))) if m else ((0, 0) if name == WHOLE else (2, 0))
+
+
+def _order(key: Key) -> tuple:
+    return (key, (0, 0)) if isinstance(key, str) else (key[0], slice_order(key[1]))
 
 
 def _seconds(t: np.ndarray) -> np.ndarray:
     out = (t - np.datetime64(0, "s")) / SECOND
     return np.where(np.isnat(t), np.nan, out.astype(float))
+
+
+def fraction_slice(per_task: np.ndarray) -> np.ndarray:
+    """The slice a request of `per_task` GPU equivalents asks for (pending jobs: the frame
+    keeps only ReqTRES's GPU equivalents, a MIG slice being N/7 of a GPU, N/4 on an A30):
+    a whole number (or nothing) -> `gpu`, k/7 or k/4 -> `kg`, any other fraction -> `shard`."""
+    out = np.full(len(per_task), WHOLE, dtype=object)
+    frac = (per_task > 0) & (per_task < 1.0 - 1e-9)
+    open_ = frac.copy()
+    for per_gpu in (7, 4):
+        k = per_task * per_gpu
+        hit = open_ & (np.abs(k - np.round(k)) < 1e-6)
+        out[hit] = np.char.add(np.round(k[hit]).astype(int).astype(str), "g").astype(object)
+        open_ &= ~hit
+    out[open_] = SHARD
+    return out
+
+
+def slice_of(frame: pd.DataFrame, requested_per_task: np.ndarray) -> np.ndarray:
+    """Per run: the slice size it held, else the one it asked for. A MIG GRES type
+    (`1g.10gb`, `nvidia_a100_3g.40gb`) -> `Ng`; shards only -> `shard`; else `gpu`; a run that
+    never started -> from its requested GPU equivalents (`fraction_slice`)."""
+    mig = pd.Series(objects(frame, "mig_profile", None), dtype="string")
+    size = mig.str.extract(_MIG_SIZE)[0].to_numpy(dtype=object, na_value=None)
+    shards = np.nan_to_num(num(frame, "shards"))
+    count = np.nan_to_num(num(frame, "gpu_count"))
+    held = np.nan_to_num(num(frame, "gpu_equiv")) > 0
+    out = np.where(held, WHOLE, fraction_slice(np.nan_to_num(requested_per_task))).astype(object)
+    out[held & (shards > 0) & (count == 0)] = SHARD
+    mig_held = held & pd.notna(size)
+    out[mig_held] = np.char.add(size[mig_held].astype(str), "g").astype(object)
+    return out
 
 
 def intervals_of(frame: pd.DataFrame, until: np.datetime64) -> Intervals:
@@ -61,7 +116,9 @@ def intervals_of(frame: pd.DataFrame, until: np.datetime64) -> Intervals:
     held = np.nan_to_num(num(frame, "gpu_equiv"))
     tasks = num(frame, "array_pending_tasks")
     weight = np.where(np.isnan(tasks), 1.0, tasks)
-    requested = np.where(held > 0, held, np.nan_to_num(num(frame, "req_gpus")) * weight)
+    per_task = np.nan_to_num(num(frame, "req_gpus"))
+    requested = np.where(held > 0, held, per_task * weight)
+    sizes = slice_of(frame, per_task)
     part = frame["partition"].to_numpy(dtype=object, na_value="")
     ran = ~np.isnat(start) & ~np.isnat(run_end) & (held > 0)
     wait_end = np.where(np.isnat(start), np.where(np.isnat(end), until, end), start)
@@ -72,6 +129,7 @@ def intervals_of(frame: pd.DataFrame, until: np.datetime64) -> Intervals:
         end=np.concatenate([_seconds(run_end[ran]), _seconds(wait_end[waited])]),
         gpus=np.concatenate([held[ran], requested[waited]]),
         pending=np.concatenate([np.zeros(int(ran.sum()), bool), np.ones(int(waited.sum()), bool)]),
+        slice=np.concatenate([sizes[ran], sizes[waited]]),
     )
 
 
@@ -102,19 +160,28 @@ def bucket_average(
 
 
 def demand_series(
-    frame: pd.DataFrame, since: np.datetime64, until: np.datetime64, freq_s: int
+    frame: pd.DataFrame,
+    since: np.datetime64,
+    until: np.datetime64,
+    freq_s: int,
+    by_slice: bool = False,
 ) -> DemandSeries:
-    """Demand per partition over the whole buckets of [since, until), the grid aligned to UTC
-    multiples of `freq_s` (the first bucket starts at or after `since`)."""
+    """Demand per partition (or per (partition, slice)) over the whole buckets of
+    [since, until), the grid aligned to UTC multiples of `freq_s` (the first bucket starts at
+    or after `since`)."""
     lo = int(np.ceil(((since - np.datetime64(0, "s")) / SECOND) / freq_s)) * freq_s
     hi = int(((until - np.datetime64(0, "s")) / SECOND) // freq_s) * freq_s
     n = max((hi - lo) // freq_s, 0)
     edges = lo + freq_s * np.arange(n + 1, dtype=float)
     iv = intervals_of(frame, until)
-    running: dict[str, np.ndarray] = {}
-    pending: dict[str, np.ndarray] = {}
-    for part in sorted(set(iv.partition.tolist())):
-        mine = iv.partition == part
+    running: dict[Key, np.ndarray] = {}
+    pending: dict[Key, np.ndarray] = {}
+    if by_slice:
+        groups = sorted(set(zip(iv.partition.tolist(), iv.slice.tolist(), strict=True)))
+        masks = [((p, k), (iv.partition == p) & (iv.slice == k)) for p, k in groups]
+    else:
+        masks = [(p, iv.partition == p) for p in sorted(set(iv.partition.tolist()))]
+    for part, mine in masks:
         for pend, out in ((False, running), (True, pending)):
             m = mine & (iv.pending == pend)
             out[part] = (

@@ -1,11 +1,12 @@
-"""`forecast()`: history -> demand series -> back-test both models -> pick -> forecast.
+"""`forecast()`: history -> demand series -> back-test the models -> pick -> forecast.
 
 The history ends at `train_until` (default: the analysis window's end); nothing after it is
-read into the series. The back-test holds out the history's last `min(horizon, history / 4)`
-buckets, fits and forecasts from the part before them only, and scores both models there
-(sMAPE, under-forecast rate). Per partition the model with the lower sMAPE is picked (a tie
-keeps the baseline); the interval is the picked model's back-test residual quantiles
-(10% / 90%) around its forecast.
+read into the series. The back-test is a rolling origin of up to two folds of
+`min(horizon, history / 4)` buckets at the history's end: each model is fitted and run from
+the part before a fold only and scored on it (sMAPE, under-forecast rate; the mean over the
+folds). Per series (a partition, or a partition's slice size) the model with the lowest
+sMAPE is picked, a learned one only when strictly better than seasonal-naive; the interval
+is the picked model's back-test residual quantiles (10% / 90%) around its forecast.
 """
 
 from __future__ import annotations
@@ -65,6 +66,7 @@ class Score:
     smape_pct: float | None
     under_forecast_rate: float | None
     note: str | None = None
+    folds: int = 0  # back-test folds it was scored on (0: it could not run)
 
 
 @dataclass(frozen=True)
@@ -72,6 +74,7 @@ class PartitionBacktest:
     partition: str
     picked: str
     scores: tuple[Score, ...]
+    slice: str | None = None  # `--by slice`: gpu, 1g..7g, shard
 
 
 @dataclass(frozen=True)
@@ -79,6 +82,15 @@ class PartitionForecast:
     partition: str
     model: str
     points: tuple[Point, ...]
+    slice: str | None = None
+
+    @property
+    def label(self) -> str:
+        return self.partition if self.slice is None else f"{self.partition}:{self.slice}"
+
+    def peak(self, field: str = "gpus") -> float:
+        """The largest point of the horizon (`gpus`, or `high` for the interval's top)."""
+        return max((getattr(p, field) for p in self.points), default=0.0)
 
 
 @dataclass(frozen=True)
@@ -93,13 +105,23 @@ class Forecast:
     backtest: tuple[PartitionBacktest, ...]
     by_partition: tuple[PartitionForecast, ...]
     notes: tuple[str, ...] = field(default=())
+    by: str = "partition"
+
+    def slices(self, partition: str | None = None) -> tuple[PartitionForecast, ...]:
+        """The per-slice forecasts (`by == "slice"`), of one partition or of all."""
+        return tuple(
+            p
+            for p in self.by_partition
+            if p.slice is not None and (partition is None or p.partition == partition)
+        )
 
     def to_json(self) -> dict[str, Any]:
         iso = _iso
         return {
             "model": {
-                "candidates": [models.NAIVE, models.RIDGE],
-                "picked": {b.partition: b.picked for b in self.backtest},
+                "candidates": list(models.CANDIDATES),
+                "picked": {_label(b): b.picked for b in self.backtest},
+                **({} if self.by == "partition" else {"by": self.by}),
                 "freq_s": self.freq_s,
                 "horizon_buckets": self.horizon_buckets,
                 "history_from": iso(self.history_from),
@@ -112,12 +134,14 @@ class Forecast:
                 "by_partition": [
                     {
                         "partition": b.partition,
+                        **({} if b.slice is None else {"slice": b.slice}),
                         "picked": b.picked,
                         "models": {
                             s.model: {
                                 "smape_pct": s.smape_pct,
                                 "under_forecast_rate": s.under_forecast_rate,
                                 "note": s.note,
+                                "folds": s.folds,
                             }
                             for s in b.scores
                         },
@@ -128,6 +152,7 @@ class Forecast:
             "by_partition": [
                 {
                     "partition": p.partition,
+                    **({} if p.slice is None else {"slice": p.slice}),
                     "model": p.model,
                     "points": [
                         {"time": iso(x.time), "gpus": x.gpus, "low": x.low, "high": x.high}
@@ -138,6 +163,10 @@ class Forecast:
             ],
             "notes": list(self.notes),
         }
+
+
+def _label(b: PartitionBacktest) -> str:
+    return b.partition if b.slice is None else f"{b.partition}:{b.slice}"
 
 
 def _iso(t: datetime) -> str:
@@ -164,6 +193,8 @@ def _run(name: str, y: np.ndarray, pend: np.ndarray, t_s: np.ndarray, freq_s: in
     day, week = 86400 // freq_s, 7 * 86400 // freq_s
     if name == models.NAIVE:
         return models.seasonal_naive(y, steps, day, week)
+    if name == models.BOOSTED:
+        return models.boosted(y, pend, t_s, freq_s, steps, day, week)
     return models.ridge(y, pend, t_s, freq_s, steps, day, week)
 
 
@@ -172,24 +203,72 @@ def split(n: int, steps: int) -> int:
     return max(1, min(steps, n // 4))
 
 
-def backtest_partition(
-    y: np.ndarray, pend: np.ndarray, t_s: np.ndarray, freq_s: int, steps: int
-) -> tuple[list[Score], dict[str, np.ndarray]]:
-    """Both models fitted on y[:n-h] only, scored on y[n-h:]; residuals (actual - forecast)."""
-    n = len(y)
-    h = split(n, steps)
-    cut = n - h
-    scores, residuals = [], {}
-    for name in (models.NAIVE, models.RIDGE):
+FOLDS = 2
+
+
+def _fold(
+    names: tuple[str, ...], y, pend, t_s, freq_s: int, cut: int, h: int
+) -> dict[str, tuple[float, float, np.ndarray] | str]:
+    """Each model fitted on y[:cut], scored on y[cut:cut+h]: (sMAPE, under rate, residuals),
+    or the reason it could not run."""
+    out: dict[str, tuple[float, float, np.ndarray] | str] = {}
+    actual = y[cut : cut + h]
+    for name in names:
         try:
             pred = _run(name, y[:cut], pend[:cut], t_s[:cut], freq_s, h)
         except ValueError as exc:
-            scores.append(Score(name, None, None, str(exc)))
+            out[name] = str(exc)
             continue
-        actual = y[cut:]
-        scores.append(Score(name, smape_pct(actual, pred), under_rate(actual, pred)))
-        residuals[name] = actual - pred
+        out[name] = (smape_pct(actual, pred), under_rate(actual, pred), actual - pred)
+    return out
+
+
+def backtest_partition(
+    y: np.ndarray,
+    pend: np.ndarray,
+    t_s: np.ndarray,
+    freq_s: int,
+    steps: int,
+    names: tuple[str, ...] = models.CANDIDATES,
+) -> tuple[list[Score], dict[str, np.ndarray]]:
+    """Rolling origin: fold 1 fits on y[:n-h] and scores y[n-h:]; fold 2 fits on y[:n-2h] and
+    scores y[n-2h:n-h], when the history holds a day before it and every model that ran on
+    fold 1 runs there too. A model's score is its mean over the folds; its residuals
+    (actual - forecast) are fold 1's then fold 2's."""
+    n = len(y)
+    h = split(n, steps)
+    day = 86400 // freq_s
+    folds = [_fold(names, y, pend, t_s, freq_s, n - h, h)]
+    for k in range(2, FOLDS + 1):
+        if n - k * h < day:
+            break
+        more = _fold(names, y, pend, t_s, freq_s, n - k * h, h)
+        if any(isinstance(more[m], str) for m in names if not isinstance(folds[0][m], str)):
+            break
+        folds.append(more)
+    scores, residuals = [], {}
+    for name in names:
+        ran = [f[name] for f in folds if not isinstance(f[name], str)]
+        if not ran:
+            scores.append(Score(name, None, None, str(folds[0][name])))
+            continue
+        smape = float(np.mean([r[0] for r in ran]))
+        under = float(np.mean([r[1] for r in ran]))
+        scores.append(Score(name, smape, under, folds=len(ran)))
+        residuals[name] = np.concatenate([r[2] for r in ran])
     return scores, residuals
+
+
+def pick(scores: list[Score]) -> str:
+    """The model with the lowest back-test sMAPE; a learned model only when it is strictly
+    better than seasonal-naive (a tie, or a learned model that could not run, keeps the
+    baseline, which always runs)."""
+    naive = next(s for s in scores if s.model == models.NAIVE)
+    ok = [s for s in scores if s.smape_pct is not None]
+    best = min(ok, key=lambda s: (s.smape_pct, s.model != models.NAIVE))
+    if naive.smape_pct is not None and best.smape_pct >= naive.smape_pct:
+        return models.NAIVE
+    return best.model
 
 
 def forecast_series(
@@ -208,14 +287,14 @@ def forecast_series(
     t_s = t_s.astype(float)
     future = t_s[-1] + freq_s * np.arange(1, steps + 1)
     backtests, forecasts = [], []
-    for part in series.partitions:
-        y, pend = series.demand(part), series.pending[part]
+    for key in series.partitions:
+        part, size = (key, None) if isinstance(key, str) else key
+        y, pend = series.demand(key), series.pending[key]
         scores, residuals = backtest_partition(y, pend, t_s, freq_s, steps)
-        ok = [s for s in scores if s.smape_pct is not None]
-        best = min(ok, key=lambda s: (s.smape_pct, s.model != models.NAIVE))
-        backtests.append(PartitionBacktest(part, best.model, tuple(scores)))
-        pred = _run(best.model, y, pend, t_s, freq_s, steps)
-        res = residuals[best.model]
+        best = pick(scores)
+        backtests.append(PartitionBacktest(part, best, tuple(scores), size))
+        pred = _run(best, y, pend, t_s, freq_s, steps)
+        res = residuals[best]
         lo_q, hi_q = float(np.quantile(res, LOW_Q)), float(np.quantile(res, HIGH_Q))
         points = tuple(
             Point(
@@ -226,7 +305,7 @@ def forecast_series(
             )
             for ts, g in zip(future, pred, strict=True)
         )
-        forecasts.append(PartitionForecast(part, best.model, points))
+        forecasts.append(PartitionForecast(part, best, points, size))
     return backtests, forecasts
 
 
@@ -235,6 +314,7 @@ class ForecastOptions:
     analysis: Any  # accounting.AnalysisOptions (its until is the history's end)
     freq: str = "1h"
     horizon: str = "7d"
+    by: str = "partition"  # or "slice"
 
 
 def forecast(options: ForecastOptions) -> Forecast:
@@ -244,9 +324,12 @@ def forecast(options: ForecastOptions) -> Forecast:
 
     freq_s = parse_freq(options.freq)
     steps = parse_horizon(options.horizon, freq_s)
+    if options.by not in ("partition", "slice"):
+        raise UsageError(f"--by {options.by!r}: use partition or slice")
     result = analyze(options.analysis)
     since, until = result.document.window.since, result.document.window.until
-    series = demand_series(result.frame, to64(since), to64(until), freq_s)
+    by_slice = options.by == "slice"
+    series = demand_series(result.frame, to64(since), to64(until), freq_s, by_slice)
     if not series.partitions:
         raise UsageError("no GPU jobs in the history: nothing to forecast")
     backtests, forecasts = forecast_series(series, steps)
@@ -277,4 +360,5 @@ def forecast(options: ForecastOptions) -> Forecast:
         backtest=tuple(backtests),
         by_partition=tuple(forecasts),
         notes=tuple(notes),
+        by=options.by,
     )

@@ -24,14 +24,13 @@ def render_forecast(result: Forecast, fmt: str) -> str:
         f"{'partition':<20} {'model':<15} {'sMAPE':>8} {'under':>7}  picked",
     ]
     for b in result.backtest:
+        label = b.partition if b.slice is None else f"{b.partition}:{b.slice}"
         for s in b.scores:
             under = "-" if s.under_forecast_rate is None else f"{100 * s.under_forecast_rate:.0f}%"
             mark = "*" if s.model == b.picked else (s.note or "")
-            lines.append(
-                f"{b.partition:<20} {s.model:<15} {_pct(s.smape_pct):>8} {under:>7}  {mark}"
-            )
+            lines.append(f"{label:<20} {s.model:<15} {_pct(s.smape_pct):>8} {under:>7}  {mark}")
     for p in result.by_partition:
-        lines += ["", f"{p.partition} ({p.model}): time UTC, GPUs [low .. high]"]
+        lines += ["", f"{p.label} ({p.model}): time UTC, GPUs [low .. high]"]
         for x in p.points:
             lines.append(f"  {iso(x.time)}  {x.gpus:8.1f}  [{x.low:.1f} .. {x.high:.1f}]")
     lines += [""] + [f"note: {n}" for n in result.notes] if result.notes else []

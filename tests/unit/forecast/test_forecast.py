@@ -135,8 +135,11 @@ def test_backtest_never_sees_the_held_out_part():
     y2[-h:] += 1000.0  # the future changes wildly
     p2[-h:] += 500.0
     _, res2 = backtest_partition(y2, p2, t_s, 3600, 48)
-    for name in res:  # forecasts identical: residual shifts exactly by the change
-        np.testing.assert_allclose(res2[name] - res[name], 1000.0)
+    for name in res:  # forecasts identical: fold 1's residuals shift exactly by the change,
+        # fold 2 (fitted and scored before the held-out part) does not move
+        np.testing.assert_allclose(res2[name][:h] - res[name][:h], 1000.0)
+        np.testing.assert_allclose(res2[name][h:], res[name][h:])
+        assert len(res[name]) == 2 * h
 
 
 def test_train_until_cuts_the_history(tmp_path):
@@ -163,7 +166,7 @@ def test_train_until_cuts_the_history(tmp_path):
     assert set(ja["by_partition"][0]["points"][0]) == {"time", "gpus", "low", "high"}
     assert ja["by_partition"][0]["points"][0]["time"] == "2025-12-09T00:00:00Z"
     assert len(ja["by_partition"][0]["points"]) == 24
-    assert set(ja["backtest"]["by_partition"][0]["models"]) == {models.NAIVE, models.RIDGE}
+    assert set(ja["backtest"]["by_partition"][0]["models"]) == set(models.CANDIDATES)
 
 
 @pytest.mark.parametrize(
