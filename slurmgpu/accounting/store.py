@@ -384,13 +384,13 @@ def merge_runs(old: Any, new: Any) -> tuple[Any, int]:
     return table.take(pa.array(keep)), n - len(keep)
 
 
-def _read_part(root: Path, part: dict[str, Any]) -> Any:
+def _read_part(root: Path, part: dict[str, Any], filters: Any = None) -> Any:
     import pyarrow as pa
     import pyarrow.parquet as pq
 
     path = root / part["path"]
     try:
-        return pq.read_table(path)
+        return pq.read_table(path, filters=filters)
     except (OSError, pa.ArrowException) as exc:
         raise StoreError(f"{path}: cannot read a store partition: {exc}") from None
 
@@ -446,12 +446,18 @@ def read_store(
 ) -> load_mod.LoadResult:
     """The store's runs (of `clusters`, default all) as the normalizer's `LoadResult`: the
     frame of the text, derived with the analysis' `options`, and the ingested files' ledger."""
-    from collections import Counter
-
-    import pyarrow as pa
-    import pyarrow.compute as pc
-
     root = Path(store)
+    manifest, parts, files = store_parts(root, options, clusters)
+    table = stored_table(root, parts)
+    frame = frame_of(table, manifest, options)
+    return ledger(frame, manifest, files)
+
+
+def store_parts(
+    root: Path, options: load_mod.Options, clusters: Sequence[str]
+) -> tuple[dict[str, Any], list[dict[str, Any]], list[dict[str, Any]]]:
+    """The manifest, the partitions of `clusters` (default all) and the files that gave rows
+    to them; a store that is missing, empty or read with another usage reading is an error."""
     if not root.exists():
         raise StoreError(f"{root}: no such store (run slurmgpu ingest --store {root} first)")
     manifest = read_manifest(root)
@@ -469,13 +475,30 @@ def read_store(
     if wanted and not parts:
         have = sorted({p["cluster"] for p in manifest["partitions"]})
         raise StoreError(f"{root}: no cluster {', '.join(sorted(wanted))} (it has {have})")
-    order = {f["path"]: i for i, f in enumerate(manifest["files"])}
+    files = [f for f in manifest["files"] if not wanted or _has_cluster(f, wanted)]
+    return manifest, parts, files
+
+
+def stored_table(root: Path, parts: Sequence[dict[str, Any]], filters: Any = None) -> Any:
+    """The partitions' rows as one Arrow table with the folder's cluster column (`filters`:
+    a pyarrow expression rows must match)."""
+    import pyarrow as pa
+
     tables = []
     for part in parts:
-        t = _read_part(root, part)
+        t = _read_part(root, part, filters)
         tables.append(t.append_column("cluster", pa.repeat(pa.scalar(part["cluster"]), len(t))))
-    table = pa.concat_tables(tables, promote_options="permissive")
-    # back in the text's order (ingested file, then line): the frame the text gives
+    return pa.concat_tables(tables, promote_options="permissive")
+
+
+def frame_of(table: Any, manifest: dict[str, Any], options: load_mod.Options) -> Any:
+    """Stored rows -> the normalizer's frame: back in the text's order (ingested file, then
+    line), text columns dictionary-encoded as the normalizer's, derived with `options`."""
+    import pandas as pd
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    order = {f["path"]: i for i, f in enumerate(manifest["files"])}
     rank = pc.index_in(table.column("file"), value_set=pa.array(list(order), pa.string()))
     table = table.append_column("_rank", rank)
     table = table.sort_by([(SEQ, "ascending"), ("_rank", "ascending"), ("line", "ascending")])
@@ -490,11 +513,14 @@ def read_store(
         elif pa.types.is_timestamp(col.type):
             col = col.cast(pa.timestamp("s"))
         cols.append(col)
-    import pandas as pd
-
     table = pa.table(dict(zip(table.column_names, cols, strict=True)))
-    frame = load_mod.derive_columns(table.to_pandas(types_mapper=pd.ArrowDtype), options)
-    files = [f for f in manifest["files"] if not wanted or _has_cluster(f, wanted)]
+    return load_mod.derive_columns(table.to_pandas(types_mapper=pd.ArrowDtype), options)
+
+
+def ledger(frame: Any, manifest: dict[str, Any], files: Sequence[dict[str, Any]]) -> Any:
+    """A `LoadResult` of `frame` with the row ledger of the ingested `files`."""
+    from collections import Counter
+
     result = load_mod.LoadResult(frame=frame, files=[f["path"] for f in files])
     reasons: Counter = Counter()
     for f in files:
