@@ -161,8 +161,6 @@ def ingest(
 ) -> IngestSummary:
     """Add sacct dumps (or one live sacct window) to the store (created when missing);
     idempotent, crash-safe."""
-    import pyarrow as pa
-
     root = Path(store)
     manifest = read_manifest(root)  # (checks the path before anything is created)
     try:
@@ -175,8 +173,8 @@ def ingest(
         stamp = (now or datetime.now(UTC)).astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
         known = {(f["sha256"], f.get("cluster_option", "")) for f in manifest["files"]}
         parts = {(p["cluster"], p["month"]): p for p in manifest["partitions"]}
-        changed: dict[tuple[str, str], pa.Table] = {}
-        read, skipped, runs_read, superseded = [], [], 0, 0
+        changed: dict[tuple[str, str], list[Any]] = {}  # the new rows of each partition
+        read, skipped, runs_read = [], [], 0
         options = load_mod.Options(
             timezone=timezone,
             cluster=cluster,
@@ -200,16 +198,11 @@ def ingest(
             table = _to_table(loaded.frame, seq)
             runs_read += table.num_rows
             for key, rows in _split(table).items():
-                old = changed.get(key)
-                if old is None and key in parts:
-                    old = _read_part(root, parts[key])
-                merged, dropped = merge_runs(old, rows)
-                changed[key] = merged
-                superseded += dropped
+                changed.setdefault(key, []).append(rows)
             entry = _file_entry(name, sha, size, seq, stamp, loaded, options)
             manifest["files"].append({**entry, "slurm_version": slurm_version})
             read.append(name)
-        written = _write_partitions(root, changed, parts)
+        written, superseded = _merge_partitions(root, changed, parts)
         manifest["runs_superseded"] = int(manifest["runs_superseded"]) + superseded
         manifest["partitions"] = [parts[k] for k in sorted(parts)]
         if read:
@@ -227,21 +220,62 @@ def ingest(
     )
 
 
-def _write_partitions(root: Path, changed: dict, parts: dict) -> list[str]:
-    """Each changed (cluster, month) partition under a new file name (the manifest still
-    names the old ones until it is swapped); `parts` updated; the paths written."""
-    written = []
+MERGE_COLUMNS = ("job_id_raw", "job_id", "submit", "start", "end", SEQ)
+
+
+def part_files(part: Mapping[str, Any]) -> list[str]:
+    """A partition's files: its base file, then the deltas ingests appended."""
+    return [part["path"], *(d["path"] for d in part.get("deltas", ()))]
+
+
+def _merge_partitions(
+    root: Path, changed: dict[tuple[str, str], list[Any]], parts: dict
+) -> tuple[list[str], int]:
+    """Merge each changed partition's new rows into the store under new file names (the
+    manifest still names the old ones until it is swapped); `parts` updated. When no stored
+    row is superseded (found from the key columns alone), only the new rows are written, as
+    a delta file beside the stored ones (`store compact` merges them); else the partition is
+    rewritten as one file. The paths written and the rows superseded."""
+    import pyarrow as pa
+
+    written, superseded = [], 0
     ingest_id = uuid.uuid4().hex[:12]
     pause = float(os.environ.get(SLEEP_ENV, "0") or 0)
-    for (cl, month), table in sorted(changed.items()):
+    for (cl, month), tables in sorted(changed.items()):
+        new = pa.concat_tables(tables, promote_options="permissive")
+        part = parts.get((cl, month))
+        delta = False
+        if part is None:
+            table, dropped = merge_runs(None, new)
+        else:
+            old = _read_part(root, part, columns=list(MERGE_COLUMNS))
+            probe = pa.concat_tables(
+                [old, new.select(list(MERGE_COLUMNS))], promote_options="permissive"
+            )
+            keep = kept_rows(probe)
+            n_old = old.num_rows
+            delta = int((keep < n_old).sum()) == n_old
+            if delta:
+                table = new.take(pa.array(keep[keep >= n_old] - n_old))
+                dropped = probe.num_rows - len(keep)
+            else:
+                table, dropped = merge_runs(_read_part(root, part), new)
+        superseded += dropped
+        if delta and not table.num_rows:
+            continue  # every new row already stored
         rel = f"{_folder(cl, month)}/part-{ingest_id}.parquet"
         _write_parquet(root / rel, table)
-        parts[(cl, month)] = {"cluster": cl, "month": month, "path": rel,
-                              "rows": table.num_rows}  # fmt: skip
+        if delta:
+            deltas = [*part.get("deltas", ()), {"path": rel, "rows": table.num_rows}]
+            parts[(cl, month)] = {**part, "rows": int(part["rows"]) + table.num_rows,
+                                  "deltas": deltas}  # fmt: skip
+        else:
+            parts[(cl, month)] = {"cluster": cl, "month": month, "path": rel,
+                                  "rows": table.num_rows}  # fmt: skip
         written.append(rel)
         if pause:
             time.sleep(pause)
-    return written
+    return written, superseded
 
 
 def _live_name(live: LiveWindow) -> str:
@@ -271,8 +305,8 @@ def _load_live(live: LiveWindow, options: load_mod.Options, cluster: str) -> Any
     )
 
 
-def _columns_of(tables: dict[tuple[str, str], Any]) -> list[str]:
-    first = next(iter(tables.values()))
+def _columns_of(tables: dict[tuple[str, str], list[Any]]) -> list[str]:
+    first = next(iter(tables.values()))[0]
     return ["cluster", *(n for n in first.column_names if n != SEQ)]
 
 
@@ -347,11 +381,19 @@ def merge_runs(old: Any, new: Any) -> tuple[Any, int]:
     later ingest wins. A row that never started (no Start, no End) goes when a row of another
     ingest has the same job (JobIDRaw, Submit) started: the job left the queue.
     """
+    import pyarrow as pa
+
+    table = new if old is None else pa.concat_tables([old, new], promote_options="permissive")
+    keep = kept_rows(table)
+    return table.take(pa.array(keep)), table.num_rows - len(keep)
+
+
+def kept_rows(table: Any) -> Any:
+    """The rows `merge_runs` keeps (sorted positions), from the `MERGE_COLUMNS` alone."""
     import numpy as np
     import pandas as pd
     import pyarrow as pa
 
-    table = new if old is None else pa.concat_tables([old, new], promote_options="permissive")
     n = table.num_rows
 
     def ints(name: str) -> np.ndarray:
@@ -380,19 +422,24 @@ def merge_runs(old: Any, new: Any) -> tuple[Any, int]:
         pair = waiting.merge(ran, on=["raw", "submit"], suffixes=("", "_ran"))
         gone = pair.loc[pair["seq"] != pair["seq_ran"], "row"].unique()
         df = df[~df["row"].isin(gone)]
-    keep = np.sort(df["row"].to_numpy())
-    return table.take(pa.array(keep)), n - len(keep)
+    return np.sort(df["row"].to_numpy())
 
 
-def _read_part(root: Path, part: dict[str, Any], filters: Any = None) -> Any:
+def _read_part(
+    root: Path, part: Mapping[str, Any], filters: Any = None, columns: list[str] | None = None
+) -> Any:
+    """A partition's rows: its files concatenated (`filters`, `columns`: pyarrow's)."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    path = root / part["path"]
-    try:
-        return pq.read_table(path, filters=filters)
-    except (OSError, pa.ArrowException) as exc:
-        raise StoreError(f"{path}: cannot read a store partition: {exc}") from None
+    tables = []
+    for rel in part_files(part):
+        path = root / rel
+        try:
+            tables.append(pq.read_table(path, filters=filters, columns=columns))
+        except (OSError, pa.ArrowException) as exc:
+            raise StoreError(f"{path}: cannot read a store partition: {exc}") from None
+    return tables[0] if len(tables) == 1 else pa.concat_tables(tables)
 
 
 def _write_parquet(path: Path, table: Any) -> None:
@@ -429,7 +476,7 @@ def _write_manifest(root: Path, manifest: dict[str, Any]) -> None:
 
 def _remove_unlisted(root: Path, manifest: dict[str, Any]) -> None:
     """Partition files no manifest lists: old versions and a killed ingest's leftovers."""
-    listed = {root / p["path"] for p in manifest["partitions"]}
+    listed = {root / f for p in manifest["partitions"] for f in part_files(p)}
     for path in root.glob("cluster=*/month=*/*"):
         if path.is_file() and path not in listed:
             path.unlink(missing_ok=True)
@@ -475,6 +522,8 @@ def store_parts(
     if wanted and not parts:
         have = sorted({p["cluster"] for p in manifest["partitions"]})
         raise StoreError(f"{root}: no cluster {', '.join(sorted(wanted))} (it has {have})")
+    if not parts:
+        raise StoreError(f"{root}: no stored runs (every month pruned)")
     files = [f for f in manifest["files"] if not wanted or _has_cluster(f, wanted)]
     return manifest, parts, files
 

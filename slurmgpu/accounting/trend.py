@@ -182,14 +182,13 @@ def store_span(
     (`window.window_for`), from the time columns only."""
     import pandas as pd
     import pyarrow as pa
-    import pyarrow.parquet as pq
 
-    from slurmgpu.accounting import window
+    from slurmgpu.accounting import store, window
 
     if since is not None and until is not None:
         return since.astimezone(UTC), until.astimezone(UTC)
     cols = ["submit", "start", "end", "elapsed_s"]
-    tables = [pq.read_table(root / p["path"], columns=cols) for p in parts]
+    tables = [store._read_part(root, p, columns=cols) for p in parts]
     frame = pa.concat_tables(tables).to_pandas(types_mapper=pd.ArrowDtype)
     start = window.dt_column(frame, "start")
     end = window.dt_column(frame, "end")
