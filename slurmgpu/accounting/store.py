@@ -596,6 +596,15 @@ def _has_cluster(entry: dict[str, Any], wanted: set[str]) -> bool:
     return bool(set(entry.get("clusters", ())) & wanted)
 
 
+def store_usage_sums(store: str | os.PathLike[str]) -> bool:
+    """Whether the store's gres/gpuutil was read as a sum over GPUs (True when any file's
+    was: `read_store` then says a mixed store is an error)."""
+    root = Path(store)
+    if not (root / MANIFEST).exists():
+        return False  # (read_store says what is wrong)
+    return any(bool(f.get("usage_sums_gpus")) for f in read_manifest(root)["files"])
+
+
 def store_slurm_version(store: str | os.PathLike[str]) -> str | None:
     """The Slurm version the store's files were ingested with, when they all agree."""
     root = Path(store)
