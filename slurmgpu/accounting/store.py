@@ -192,7 +192,11 @@ def ingest(
             seq = int(manifest["next_seq"])
             manifest["next_seq"] = seq + 1
             if sha:
-                loaded = load_mod.load_files([name], options=options, derive=False)
+                from slurmgpu.sources.sacct import json_dump_records
+
+                loaded = load_mod.load_files(
+                    [name], options=options, derive=False, json_reader=json_dump_records
+                )
             else:
                 loaded = _load_live(live, options, cluster)
             table = _to_table(loaded.frame, seq)
@@ -206,7 +210,7 @@ def ingest(
         manifest["runs_superseded"] = int(manifest["runs_superseded"]) + superseded
         manifest["partitions"] = [parts[k] for k in sorted(parts)]
         if read:
-            manifest["columns"] = manifest.get("columns") or _columns_of(changed)
+            manifest["columns"] = _columns_of(manifest.get("columns") or [], changed)
             _write_manifest(root, manifest)
         _remove_unlisted(root, manifest)
     return IngestSummary(
@@ -220,7 +224,7 @@ def ingest(
     )
 
 
-MERGE_COLUMNS = ("job_id_raw", "job_id", "submit", "start", "end", SEQ)
+MERGE_COLUMNS = ("job_id_raw", "job_id", "submit", "start", "end", SEQ)  # (+ sluid if stored)
 
 
 def part_files(part: Mapping[str, Any]) -> list[str]:
@@ -248,15 +252,17 @@ def _merge_partitions(
         if part is None:
             table, dropped = merge_runs(None, new)
         else:
-            old = _read_part(root, part, columns=list(MERGE_COLUMNS))
-            probe = pa.concat_tables(
-                [old, new.select(list(MERGE_COLUMNS))], promote_options="permissive"
-            )
-            keep = kept_rows(probe)
+            keys = [*MERGE_COLUMNS, "sluid"]
+            old = _read_part(root, part, columns=keys)
+            mine = new.select([c for c in keys if c in new.column_names])
+            probe = pa.concat_tables([old, mine], promote_options="permissive")
+            keep, sluids = kept_rows(probe)
             n_old = old.num_rows
             delta = int((keep < n_old).sum()) == n_old
             if delta:
                 table = new.take(pa.array(keep[keep >= n_old] - n_old))
+                if sluids is not None and "sluid" in table.column_names:
+                    table = _with_sluids(table, sluids[keep >= n_old])
                 dropped = probe.num_rows - len(keep)
             else:
                 table, dropped = merge_runs(_read_part(root, part), new)
@@ -305,9 +311,14 @@ def _load_live(live: LiveWindow, options: load_mod.Options, cluster: str) -> Any
     )
 
 
-def _columns_of(tables: dict[tuple[str, str], list[Any]]) -> list[str]:
-    first = next(iter(tables.values()))[0]
-    return ["cluster", *(n for n in first.column_names if n != SEQ)]
+def _columns_of(known: list[str], tables: dict[tuple[str, str], list[Any]]) -> list[str]:
+    """The stored columns in the normalizer's order: the known ones, then any new one (a
+    `sluid` once a `sacct --json` dump with SLUIDs is ingested)."""
+    out = list(known) or ["cluster"]
+    for group in tables.values():
+        for t in group:
+            out += [n for n in t.column_names if n != SEQ and n not in out]
+    return out
 
 
 def _file_entry(
@@ -384,12 +395,25 @@ def merge_runs(old: Any, new: Any) -> tuple[Any, int]:
     import pyarrow as pa
 
     table = new if old is None else pa.concat_tables([old, new], promote_options="permissive")
-    keep = kept_rows(table)
-    return table.take(pa.array(keep)), table.num_rows - len(keep)
+    keep, sluids = kept_rows(table)
+    return _with_sluids(table.take(pa.array(keep)), sluids), table.num_rows - len(keep)
 
 
-def kept_rows(table: Any) -> Any:
-    """The rows `merge_runs` keeps (sorted positions), from the `MERGE_COLUMNS` alone."""
+def _with_sluids(table: Any, sluids: Any) -> Any:
+    """The kept rows with the SLUID their run has in any row (None: no SLUID stored)."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    if sluids is None:
+        return table
+    col = pa.array(sluids, pa.string())
+    col = pc.if_else(pc.equal(col, ""), pa.scalar(None, pa.string()), col)
+    return table.set_column(table.schema.get_field_index("sluid"), "sluid", col)
+
+
+def kept_rows(table: Any) -> tuple[Any, Any]:
+    """The rows `merge_runs` keeps (sorted positions), from the `MERGE_COLUMNS` alone, and
+    their runs' SLUIDs ("" none; None without a sluid column)."""
     import numpy as np
     import pandas as pd
     import pyarrow as pa
@@ -414,6 +438,12 @@ def kept_rows(table: Any) -> Any:
         }
     )
     key = ["raw", "jid", "submit", "start"]
+    if "sluid" in table.column_names:  # SLUIDs where present: a row without one is any run's
+        sluid = table.column("sluid").fill_null("").to_numpy(zero_copy_only=False)
+        df["sluid"] = pd.Series(sluid).where(sluid != "", None)
+        df["sluid"] = df.groupby(key, dropna=False)["sluid"].transform("max").fillna("")
+        df["sluid"] = np.where(sluid != "", sluid, df["sluid"])
+        key.append("sluid")
     df = df.sort_values([*key, "ended", "seq"], kind="stable")
     df = df[~df.duplicated(key, keep="last")]
     waiting = df[~df["started"] & ~df["ended"]]
@@ -422,7 +452,8 @@ def kept_rows(table: Any) -> Any:
         pair = waiting.merge(ran, on=["raw", "submit"], suffixes=("", "_ran"))
         gone = pair.loc[pair["seq"] != pair["seq_ran"], "row"].unique()
         df = df[~df["row"].isin(gone)]
-    return np.sort(df["row"].to_numpy())
+    df = df.sort_values("row")
+    return df["row"].to_numpy(), df["sluid"].to_numpy() if "sluid" in df else None
 
 
 def _read_part(
@@ -436,10 +467,16 @@ def _read_part(
     for rel in part_files(part):
         path = root / rel
         try:
-            tables.append(pq.read_table(path, filters=filters, columns=columns))
+            cols = columns
+            if columns is not None:  # (a file written before a column existed lacks it)
+                names = set(pq.read_schema(path).names)
+                cols = [c for c in columns if c in names]
+            tables.append(pq.read_table(path, filters=filters, columns=cols))
         except (OSError, pa.ArrowException) as exc:
             raise StoreError(f"{path}: cannot read a store partition: {exc}") from None
-    return tables[0] if len(tables) == 1 else pa.concat_tables(tables)
+    if len(tables) == 1:
+        return tables[0]
+    return pa.concat_tables(tables, promote_options="permissive")
 
 
 def _write_parquet(path: Path, table: Any) -> None:
