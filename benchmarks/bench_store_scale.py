@@ -46,9 +46,11 @@ def scaled_store(src: Path, dst: Path, copies: int) -> dict:
 
     manifest = store.read_manifest(src)
     months = sorted(p["month"] for p in manifest["partitions"] if p["month"] != "unknown")
-    span = (int(months[-1][:4]) * 12 + int(months[-1][5:])) - (
-        int(months[0][:4]) * 12 + int(months[0][5:])
-    ) + 1
+    span = (
+        (int(months[-1][:4]) * 12 + int(months[-1][5:]))
+        - (int(months[0][:4]) * 12 + int(months[0][5:]))
+        + 1
+    )
     shutil.rmtree(dst, ignore_errors=True)
     dst.mkdir(parents=True)
     parts, files = [], []
@@ -56,14 +58,16 @@ def scaled_store(src: Path, dst: Path, copies: int) -> dict:
         shift_s = 0
         for part in manifest["partitions"]:
             table = store._read_part(src, part)
-            month = part["month"] if part["month"] == "unknown" else _month_shift(part["month"], j * span)
+            month = part["month"]
+            if month != "unknown":
+                month = _month_shift(month, j * span)
             if j:
                 # the same wall-clock shift for every row: whole months of the first copy
                 first = months[0]
                 t0 = pc.strptime(pa.scalar(first + "-01"), format="%Y-%m-%d", unit="s")
                 t1 = pc.strptime(pa.scalar(_month_shift(first, j * span) + "-01"),
                                  format="%Y-%m-%d", unit="s")  # fmt: skip
-                shift_s = (t1.cast(pa.int64()).as_py() - t0.cast(pa.int64()).as_py())
+                shift_s = t1.cast(pa.int64()).as_py() - t0.cast(pa.int64()).as_py()
                 cols = {}
                 for name in table.column_names:
                     col = table.column(name)

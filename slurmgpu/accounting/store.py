@@ -580,15 +580,21 @@ def stored_table(root: Path, parts: Sequence[dict[str, Any]], filters: Any = Non
 def frame_of(table: Any, manifest: dict[str, Any], options: load_mod.Options) -> Any:
     """Stored rows -> the normalizer's frame: back in the text's order (ingested file, then
     line), text columns dictionary-encoded as the normalizer's, derived with `options`."""
+    import numpy as np
     import pandas as pd
     import pyarrow as pa
     import pyarrow.compute as pc
 
     order = {f["path"]: i for i, f in enumerate(manifest["files"])}
     rank = pc.index_in(table.column("file"), value_set=pa.array(list(order), pa.string()))
-    table = table.append_column("_rank", rank)
-    table = table.sort_by([(SEQ, "ascending"), ("_rank", "ascending"), ("line", "ascending")])
-    table = table.drop_columns(["_rank", SEQ]).select(manifest["columns"])
+    keys = pa.table({"s": table.column(SEQ), "r": rank, "l": table.column("line")})
+    by = [("s", "ascending"), ("r", "ascending"), ("l", "ascending")]
+    order = pc.sort_indices(keys, sort_keys=by).to_numpy().astype(np.int64)
+    if len(order) > 1 and not (np.diff(order) > 0).all():  # (one ingest: already in order)
+        table = table.take(pa.array(order))
+    table = table.drop_columns([SEQ]).select(
+        [c for c in manifest["columns"] if c in table.column_names]
+    )
     if not options.keep_admin_comment and "admin_comment" in table.column_names:
         table = table.drop_columns(["admin_comment"])
     cols = []
