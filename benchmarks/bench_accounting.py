@@ -9,6 +9,7 @@ Stages, each in its own subprocess so that its peak RSS is its own:
   report    analyze + rendering every report format (text, JSON, HTML, Prometheus)
   ingest    slurmgpu.accounting.store.ingest() into a fresh store beside the file (#27)
   analyze-store  analyze() of that store (run after ingest: --stages ...,ingest,analyze-store)
+  trend-store    report --trend monthly of that store, every format (after ingest)
 
     python benchmarks/gen_sacct.py --jobs 1000000 --output benchmarks/out/sacct-1m.txt
     python benchmarks/bench_accounting.py benchmarks/out/sacct-1m.txt
@@ -130,23 +131,27 @@ def stage_baseline(path: Path, args: argparse.Namespace) -> dict:
 def _analyze(path: Path, store: Path | None = None):
     """The library call `slurmgpu report --sacct-file` (or `--store`) makes, with the
     synthetic site's capacity, GPU types and shards (as a site would pass --capacity)."""
+    from slurmgpu.accounting import analyze
+
+    return analyze(_analyze_options(path, store))
+
+
+def _analyze_options(path: Path, store: Path | None = None):
     sys.path.insert(0, str(HERE))
     import gen_sacct
 
-    from slurmgpu.accounting import AnalysisOptions, analyze
+    from slurmgpu.accounting import AnalysisOptions
 
     gpus_per_node = {"gpu": 8, "mig": 8, "shard": 8}
     capacity = {
         p: n * gpus_per_node[p] for p, _, n, _ in gen_sacct.PARTITIONS if p in gpus_per_node
     }
-    return analyze(
-        AnalysisOptions(
-            files=[] if store else [path],
-            store=str(store) if store else None,
-            capacity=capacity,
-            gpu_types={"gpu": "h100", "mig": "a100_80gb", "shard": "rtx4090"},
-            shards_per_gpu={"shard": 8},
-        )
+    return AnalysisOptions(
+        files=[] if store else [path],
+        store=str(store) if store else None,
+        capacity=capacity,
+        gpu_types={"gpu": "h100", "mig": "a100_80gb", "shard": "rtx4090"},
+        shards_per_gpu={"shard": 8},
     )
 
 
@@ -246,10 +251,37 @@ def stage_analyze_store(path: Path, _args: argparse.Namespace) -> dict:
     }
 
 
+def stage_trend_store(path: Path, _args: argparse.Namespace) -> dict:
+    """`report --store --trend monthly` of the store the ingest stage wrote (all formats)."""
+    import pandas  # noqa: F401
+    import pyarrow.parquet  # noqa: F401
+
+    from slurmgpu.accounting.trend import trend
+    from slurmgpu.views.report.trend import render_trend
+
+    options = _analyze_options(path, _store_of(path))
+    base = _peak_rss_mib()
+    start, cpu0 = time.perf_counter(), time.process_time()
+    doc = trend(options)
+    sizes = {fmt: len(render_trend(doc, fmt)) for fmt in ("text", "json", "html", "prom")}
+    seconds, cpu = time.perf_counter() - start, time.process_time() - cpu0
+    total = sum(r.jobs for r in doc.rows if r.partition == "*")
+    return {
+        "rows": _count_rows(path),
+        "seconds": seconds,
+        "cpu_seconds": cpu,
+        "rss_after_import_mib": base,
+        "months": len(doc.months),
+        "job_months": total,
+        "report_chars": sizes,
+    }
+
+
 STAGES = {
     "pyarrow": stage_pyarrow,
     "ingest": stage_ingest,
     "analyze-store": stage_analyze_store,
+    "trend-store": stage_trend_store,
     "baseline": stage_baseline,
     "analyze": stage_analyze,
     "report": stage_report,
@@ -293,11 +325,11 @@ def _print_table(results: list[dict], file_info: dict) -> None:
         (r["seconds"] for r in results if r.get("stage") == "pyarrow" and "seconds" in r), None
     )
     print(
-        f"{'stage':<10} {'seconds':>9} {'x pyarrow':>10} {'rows/s':>12} {'peak RSS MiB':>13}  note"
+        f"{'stage':<13} {'seconds':>9} {'x pyarrow':>10} {'rows/s':>12} {'peak RSS MiB':>13}  note"
     )
     for r in results:
         if "error" in r:
-            print(f"{r['stage']:<10} {'-':>9} {'-':>10} {'-':>12} {'-':>13}  {r['error']}")
+            print(f"{r['stage']:<13} {'-':>9} {'-':>10} {'-':>12} {'-':>13}  {r['error']}")
             continue
         ratio = f"{r['seconds'] / floor:.1f}" if floor else "-"
         note = "extrapolated" if r.get("extrapolated") else ""
@@ -306,7 +338,7 @@ def _print_table(results: list[dict], file_info: dict) -> None:
         if len(r.get("tries_seconds", [])) > 1:
             note += f" best of {r['tries_seconds']}"
         print(
-            f"{r['stage']:<10} {r['seconds']:>9.2f} {ratio:>10} {r['rows'] / r['seconds']:>12,.0f} "
+            f"{r['stage']:<13} {r['seconds']:>9.2f} {ratio:>10} {r['rows'] / r['seconds']:>12,.0f} "
             f"{r['peak_rss_mib']:>13,.0f}  {note}"
         )
 

@@ -36,21 +36,32 @@ def dictionary_indices(frame: pd.DataFrame, column: str) -> tuple[np.ndarray, li
 
 
 def codes(frame: pd.DataFrame, column: str) -> tuple[np.ndarray, list[str]]:
-    """(code per row, names): one code per distinct value; null and "" share the name ""."""
+    """(code per row, names): one code per distinct value; null and "" share the name "";
+    codes in the names' sorted order (by code point), unused dictionary values dropped."""
     if len(frame) == 0:
         return np.zeros(0, dtype=np.int64), []
     idx, dictionary = _indices(frame, column)
-    names = [("" if v is None else str(v)) for v in dictionary.to_pylist()]
-    names.append("")  # for nulls (index -1)
+    # the dictionary's names, then "" for nulls (index -1), sorted in C++ (a high-cardinality
+    # column such as job_id has a name per row: no Python string per name until the end)
+    names = pa.concat_arrays(
+        [pc.fill_null(dictionary.cast(pa.string()), ""), pa.array([""], pa.string())]
+    )
     idx = np.where(idx < 0, len(names) - 1, idx)
-    # merge equal names ("" and null) and drop unused ones: compact codes
-    uniq_names, name_code = np.unique(np.array(names, dtype=object), return_inverse=True)
-    # (a table look-up, not np.unique over every row: no sort of a million codes)
-    row_code = name_code.reshape(-1)[idx]
-    used = np.flatnonzero(np.bincount(row_code, minlength=len(uniq_names)))
-    remap = np.zeros(len(uniq_names), dtype=np.int64)
+    order = pc.array_sort_indices(names).to_numpy()
+    ordered = names.take(pa.array(order))
+    # equal neighbours in sorted order share a code ("" and null)
+    new = np.ones(len(ordered), dtype=bool)
+    if len(ordered) > 1:
+        same = pc.equal(ordered.slice(1), ordered.slice(0, len(ordered) - 1))
+        new[1:] = ~same.to_numpy(zero_copy_only=False)
+    name_code = np.empty(len(names), dtype=np.int64)
+    name_code[order] = np.cumsum(new) - 1
+    uniq_first = np.flatnonzero(new)  # position in `ordered` of each distinct name
+    row_code = name_code[idx]
+    used = np.flatnonzero(np.bincount(row_code, minlength=len(uniq_first)))
+    remap = np.zeros(len(uniq_first), dtype=np.int64)
     remap[used] = np.arange(len(used))
-    return remap[row_code], [str(uniq_names[u]) for u in used]
+    return remap[row_code], ordered.take(pa.array(uniq_first[used])).to_pylist()
 
 
 def objects(frame: pd.DataFrame, column: str, na_value: object = None) -> np.ndarray:

@@ -432,6 +432,7 @@ def _allocation_table(chunk: _Chunk, p: _Allocations, keep: np.ndarray, file: st
             "tag_tier": tag_tier,
             "kind": pc.if_else(pc.equal(tag_kind, ""), "unknown", tag_kind),
             **({"admin_comment": admin} if chunk.opts.keep_admin_comment else {}),
+            **({"sluid": text("SLUID")} if "SLUID" in columns else {}),  # sacct --json 26.05+
             "file_index": pa.repeat(pa.scalar(chunk.acc.file_index(file), pa.int32()), k),
             "line": _fa(chunk.lines[rows]),
         }

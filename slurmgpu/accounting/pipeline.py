@@ -101,13 +101,7 @@ def _read(opts: AnalysisOptions, live: _Live) -> tuple[Any, doc_mod.Source]:
     from slurmgpu.accounting import read
 
     reading = _usage_reading(opts.slurm_version, live.version)
-    normalize = load_mod.Options(
-        timezone=opts.timezone,
-        tier_for_qos=opts.tier_function(),
-        shards_per_gpu={**live.capacity.shards_per_gpu, **opts.shards_per_gpu},
-        usage_sums_gpus=reading["sums"],
-        keep_admin_comment=bool(opts.measure_sources),
-    )
+    normalize = normalize_options(opts, live)
     request = read.ReadRequest(opts, normalize, live.since, live.until, live.version)
     got = read.source_for(opts).read(request)
     version = live.version
@@ -120,6 +114,17 @@ def _read(opts: AnalysisOptions, live: _Live) -> tuple[Any, doc_mod.Source]:
         backend_note=got.note if not (opts.files or opts.store is not None) else None,
     )
     return got, source
+
+
+def normalize_options(opts: AnalysisOptions, live: _Live) -> load_mod.Options:
+    """What the normalizer is told (the store's reader too: `trend.store_month_frames`)."""
+    return load_mod.Options(
+        timezone=opts.timezone,
+        tier_for_qos=opts.tier_function(),
+        shards_per_gpu={**live.capacity.shards_per_gpu, **opts.shards_per_gpu},
+        usage_sums_gpus=_usage_reading(opts.slurm_version, live.version)["sums"],
+        keep_admin_comment=bool(opts.measure_sources),
+    )
 
 
 def _in_window(frame: Any, live: _Live) -> tuple[Any, Any, int, set[str]]:
@@ -510,3 +515,38 @@ def _inventory_memory(paths: Sequence[str | os.PathLike[str]]) -> dict[str, floa
             for mig in gpu.mig_devices:
                 out[mig.profile] = float(mig.memory_mib)
     return out
+
+
+@dataclass(frozen=True)
+class WindowTables:
+    """The runs of one sub-window (a trend's month) and their tables, by the analysis'
+    own stages: `frame` and `work` row-aligned, `by_partition` and `totals` as in the
+    document of an analysis of that window."""
+
+    frame: Any
+    work: Any
+    window: Any
+    by_partition: tuple[Any, ...]
+    totals: Any  # GroupStats over every partition (ratio over the known capacity)
+
+
+def window_tables(opts: AnalysisOptions, frame: Any, since: datetime, until: datetime) -> Any:
+    """Stages window -> runs -> metrics on normalized runs `frame` for [since, until): the
+    numbers `analyze(since=, until=)` gives for its by_partition table (`accounting/trend`)."""
+    from slurmgpu.accounting import metrics
+
+    live = _Live(Capacity(), None, None, since, until)
+    frame, win, _, _ = _in_window(frame, live)
+    frame, cluster_of = _per_cluster(frame)
+    parts = _partitions(opts, live.capacity, cluster_of)
+    _, r, jobs_need = _runs(opts, frame, win, parts)
+    rows = metrics.by_group(
+        frame, r.work, "partition", win, parts.capacity, need=r.need, jobs_need=jobs_need
+    )
+    headline = metrics.over_known_capacity(
+        metrics.summarize(r.work, parts.total_gpus, win),
+        r.work,
+        frame["partition"].to_numpy(dtype=object, na_value=""),
+        parts.capacity,
+    )
+    return WindowTables(frame, r.work, win, rows, headline.stats)

@@ -161,8 +161,6 @@ def ingest(
 ) -> IngestSummary:
     """Add sacct dumps (or one live sacct window) to the store (created when missing);
     idempotent, crash-safe."""
-    import pyarrow as pa
-
     root = Path(store)
     manifest = read_manifest(root)  # (checks the path before anything is created)
     try:
@@ -175,8 +173,8 @@ def ingest(
         stamp = (now or datetime.now(UTC)).astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
         known = {(f["sha256"], f.get("cluster_option", "")) for f in manifest["files"]}
         parts = {(p["cluster"], p["month"]): p for p in manifest["partitions"]}
-        changed: dict[tuple[str, str], pa.Table] = {}
-        read, skipped, runs_read, superseded = [], [], 0, 0
+        changed: dict[tuple[str, str], list[Any]] = {}  # the new rows of each partition
+        read, skipped, runs_read = [], [], 0
         options = load_mod.Options(
             timezone=timezone,
             cluster=cluster,
@@ -194,26 +192,25 @@ def ingest(
             seq = int(manifest["next_seq"])
             manifest["next_seq"] = seq + 1
             if sha:
-                loaded = load_mod.load_files([name], options=options, derive=False)
+                from slurmgpu.sources.sacct import json_dump_records
+
+                loaded = load_mod.load_files(
+                    [name], options=options, derive=False, json_reader=json_dump_records
+                )
             else:
                 loaded = _load_live(live, options, cluster)
             table = _to_table(loaded.frame, seq)
             runs_read += table.num_rows
             for key, rows in _split(table).items():
-                old = changed.get(key)
-                if old is None and key in parts:
-                    old = _read_part(root, parts[key])
-                merged, dropped = merge_runs(old, rows)
-                changed[key] = merged
-                superseded += dropped
+                changed.setdefault(key, []).append(rows)
             entry = _file_entry(name, sha, size, seq, stamp, loaded, options)
             manifest["files"].append({**entry, "slurm_version": slurm_version})
             read.append(name)
-        written = _write_partitions(root, changed, parts)
+        written, superseded = _merge_partitions(root, changed, parts)
         manifest["runs_superseded"] = int(manifest["runs_superseded"]) + superseded
         manifest["partitions"] = [parts[k] for k in sorted(parts)]
         if read:
-            manifest["columns"] = manifest.get("columns") or _columns_of(changed)
+            manifest["columns"] = _columns_of(manifest.get("columns") or [], changed)
             _write_manifest(root, manifest)
         _remove_unlisted(root, manifest)
     return IngestSummary(
@@ -227,21 +224,64 @@ def ingest(
     )
 
 
-def _write_partitions(root: Path, changed: dict, parts: dict) -> list[str]:
-    """Each changed (cluster, month) partition under a new file name (the manifest still
-    names the old ones until it is swapped); `parts` updated; the paths written."""
-    written = []
+MERGE_COLUMNS = ("job_id_raw", "job_id", "submit", "start", "end", SEQ)  # (+ sluid if stored)
+
+
+def part_files(part: Mapping[str, Any]) -> list[str]:
+    """A partition's files: its base file, then the deltas ingests appended."""
+    return [part["path"], *(d["path"] for d in part.get("deltas", ()))]
+
+
+def _merge_partitions(
+    root: Path, changed: dict[tuple[str, str], list[Any]], parts: dict
+) -> tuple[list[str], int]:
+    """Merge each changed partition's new rows into the store under new file names (the
+    manifest still names the old ones until it is swapped); `parts` updated. When no stored
+    row is superseded (found from the key columns alone), only the new rows are written, as
+    a delta file beside the stored ones (`store compact` merges them); else the partition is
+    rewritten as one file. The paths written and the rows superseded."""
+    import pyarrow as pa
+
+    written, superseded = [], 0
     ingest_id = uuid.uuid4().hex[:12]
     pause = float(os.environ.get(SLEEP_ENV, "0") or 0)
-    for (cl, month), table in sorted(changed.items()):
+    for (cl, month), tables in sorted(changed.items()):
+        new = pa.concat_tables(tables, promote_options="permissive")
+        part = parts.get((cl, month))
+        delta = False
+        if part is None:
+            table, dropped = merge_runs(None, new)
+        else:
+            keys = [*MERGE_COLUMNS, "sluid"]
+            old = _read_part(root, part, columns=keys)
+            mine = new.select([c for c in keys if c in new.column_names])
+            probe = pa.concat_tables([old, mine], promote_options="permissive")
+            keep, sluids = kept_rows(probe)
+            n_old = old.num_rows
+            delta = int((keep < n_old).sum()) == n_old
+            if delta:
+                table = new.take(pa.array(keep[keep >= n_old] - n_old))
+                if sluids is not None and "sluid" in table.column_names:
+                    table = _with_sluids(table, sluids[keep >= n_old])
+                dropped = probe.num_rows - len(keep)
+            else:
+                table, dropped = merge_runs(_read_part(root, part), new)
+        superseded += dropped
+        if delta and not table.num_rows:
+            continue  # every new row already stored
         rel = f"{_folder(cl, month)}/part-{ingest_id}.parquet"
         _write_parquet(root / rel, table)
-        parts[(cl, month)] = {"cluster": cl, "month": month, "path": rel,
-                              "rows": table.num_rows}  # fmt: skip
+        if delta:
+            deltas = [*part.get("deltas", ()), {"path": rel, "rows": table.num_rows}]
+            parts[(cl, month)] = {**part, "rows": int(part["rows"]) + table.num_rows,
+                                  "deltas": deltas}  # fmt: skip
+        else:
+            parts[(cl, month)] = {"cluster": cl, "month": month, "path": rel,
+                                  "rows": table.num_rows}  # fmt: skip
         written.append(rel)
         if pause:
             time.sleep(pause)
-    return written
+    return written, superseded
 
 
 def _live_name(live: LiveWindow) -> str:
@@ -271,9 +311,14 @@ def _load_live(live: LiveWindow, options: load_mod.Options, cluster: str) -> Any
     )
 
 
-def _columns_of(tables: dict[tuple[str, str], Any]) -> list[str]:
-    first = next(iter(tables.values()))
-    return ["cluster", *(n for n in first.column_names if n != SEQ)]
+def _columns_of(known: list[str], tables: dict[tuple[str, str], list[Any]]) -> list[str]:
+    """The stored columns in the normalizer's order: the known ones, then any new one (a
+    `sluid` once a `sacct --json` dump with SLUIDs is ingested)."""
+    out = list(known) or ["cluster"]
+    for group in tables.values():
+        for t in group:
+            out += [n for n in t.column_names if n != SEQ and n not in out]
+    return out
 
 
 def _file_entry(
@@ -347,11 +392,32 @@ def merge_runs(old: Any, new: Any) -> tuple[Any, int]:
     later ingest wins. A row that never started (no Start, no End) goes when a row of another
     ingest has the same job (JobIDRaw, Submit) started: the job left the queue.
     """
+    import pyarrow as pa
+
+    table = new if old is None else pa.concat_tables([old, new], promote_options="permissive")
+    keep, sluids = kept_rows(table)
+    return _with_sluids(table.take(pa.array(keep)), sluids), table.num_rows - len(keep)
+
+
+def _with_sluids(table: Any, sluids: Any) -> Any:
+    """The kept rows with the SLUID their run has in any row (None: no SLUID stored)."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    if sluids is None:
+        return table
+    col = pa.array(sluids, pa.string())
+    col = pc.if_else(pc.equal(col, ""), pa.scalar(None, pa.string()), col)
+    return table.set_column(table.schema.get_field_index("sluid"), "sluid", col)
+
+
+def kept_rows(table: Any) -> tuple[Any, Any]:
+    """The rows `merge_runs` keeps (sorted positions), from the `MERGE_COLUMNS` alone, and
+    their runs' SLUIDs ("" none; None without a sluid column)."""
     import numpy as np
     import pandas as pd
     import pyarrow as pa
 
-    table = new if old is None else pa.concat_tables([old, new], promote_options="permissive")
     n = table.num_rows
 
     def ints(name: str) -> np.ndarray:
@@ -372,6 +438,12 @@ def merge_runs(old: Any, new: Any) -> tuple[Any, int]:
         }
     )
     key = ["raw", "jid", "submit", "start"]
+    if "sluid" in table.column_names:  # SLUIDs where present: a row without one is any run's
+        sluid = table.column("sluid").fill_null("").to_numpy(zero_copy_only=False)
+        df["sluid"] = pd.Series(sluid).where(sluid != "", None)
+        df["sluid"] = df.groupby(key, dropna=False)["sluid"].transform("max").fillna("")
+        df["sluid"] = np.where(sluid != "", sluid, df["sluid"])
+        key.append("sluid")
     df = df.sort_values([*key, "ended", "seq"], kind="stable")
     df = df[~df.duplicated(key, keep="last")]
     waiting = df[~df["started"] & ~df["ended"]]
@@ -380,19 +452,31 @@ def merge_runs(old: Any, new: Any) -> tuple[Any, int]:
         pair = waiting.merge(ran, on=["raw", "submit"], suffixes=("", "_ran"))
         gone = pair.loc[pair["seq"] != pair["seq_ran"], "row"].unique()
         df = df[~df["row"].isin(gone)]
-    keep = np.sort(df["row"].to_numpy())
-    return table.take(pa.array(keep)), n - len(keep)
+    df = df.sort_values("row")
+    return df["row"].to_numpy(), df["sluid"].to_numpy() if "sluid" in df else None
 
 
-def _read_part(root: Path, part: dict[str, Any]) -> Any:
+def _read_part(
+    root: Path, part: Mapping[str, Any], filters: Any = None, columns: list[str] | None = None
+) -> Any:
+    """A partition's rows: its files concatenated (`filters`, `columns`: pyarrow's)."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    path = root / part["path"]
-    try:
-        return pq.read_table(path)
-    except (OSError, pa.ArrowException) as exc:
-        raise StoreError(f"{path}: cannot read a store partition: {exc}") from None
+    tables = []
+    for rel in part_files(part):
+        path = root / rel
+        try:
+            cols = columns
+            if columns is not None:  # (a file written before a column existed lacks it)
+                names = set(pq.read_schema(path).names)
+                cols = [c for c in columns if c in names]
+            tables.append(pq.read_table(path, filters=filters, columns=cols))
+        except (OSError, pa.ArrowException) as exc:
+            raise StoreError(f"{path}: cannot read a store partition: {exc}") from None
+    if len(tables) == 1:
+        return tables[0]
+    return pa.concat_tables(tables, promote_options="permissive")
 
 
 def _write_parquet(path: Path, table: Any) -> None:
@@ -429,7 +513,7 @@ def _write_manifest(root: Path, manifest: dict[str, Any]) -> None:
 
 def _remove_unlisted(root: Path, manifest: dict[str, Any]) -> None:
     """Partition files no manifest lists: old versions and a killed ingest's leftovers."""
-    listed = {root / p["path"] for p in manifest["partitions"]}
+    listed = {root / f for p in manifest["partitions"] for f in part_files(p)}
     for path in root.glob("cluster=*/month=*/*"):
         if path.is_file() and path not in listed:
             path.unlink(missing_ok=True)
@@ -446,12 +530,18 @@ def read_store(
 ) -> load_mod.LoadResult:
     """The store's runs (of `clusters`, default all) as the normalizer's `LoadResult`: the
     frame of the text, derived with the analysis' `options`, and the ingested files' ledger."""
-    from collections import Counter
-
-    import pyarrow as pa
-    import pyarrow.compute as pc
-
     root = Path(store)
+    manifest, parts, files = store_parts(root, options, clusters)
+    table = stored_table(root, parts)
+    frame = frame_of(table, manifest, options)
+    return ledger(frame, manifest, files)
+
+
+def store_parts(
+    root: Path, options: load_mod.Options, clusters: Sequence[str]
+) -> tuple[dict[str, Any], list[dict[str, Any]], list[dict[str, Any]]]:
+    """The manifest, the partitions of `clusters` (default all) and the files that gave rows
+    to them; a store that is missing, empty or read with another usage reading is an error."""
     if not root.exists():
         raise StoreError(f"{root}: no such store (run slurmgpu ingest --store {root} first)")
     manifest = read_manifest(root)
@@ -469,17 +559,42 @@ def read_store(
     if wanted and not parts:
         have = sorted({p["cluster"] for p in manifest["partitions"]})
         raise StoreError(f"{root}: no cluster {', '.join(sorted(wanted))} (it has {have})")
-    order = {f["path"]: i for i, f in enumerate(manifest["files"])}
+    if not parts:
+        raise StoreError(f"{root}: no stored runs (every month pruned)")
+    files = [f for f in manifest["files"] if not wanted or _has_cluster(f, wanted)]
+    return manifest, parts, files
+
+
+def stored_table(root: Path, parts: Sequence[dict[str, Any]], filters: Any = None) -> Any:
+    """The partitions' rows as one Arrow table with the folder's cluster column (`filters`:
+    a pyarrow expression rows must match)."""
+    import pyarrow as pa
+
     tables = []
     for part in parts:
-        t = _read_part(root, part)
+        t = _read_part(root, part, filters)
         tables.append(t.append_column("cluster", pa.repeat(pa.scalar(part["cluster"]), len(t))))
-    table = pa.concat_tables(tables, promote_options="permissive")
-    # back in the text's order (ingested file, then line): the frame the text gives
+    return pa.concat_tables(tables, promote_options="permissive")
+
+
+def frame_of(table: Any, manifest: dict[str, Any], options: load_mod.Options) -> Any:
+    """Stored rows -> the normalizer's frame: back in the text's order (ingested file, then
+    line), text columns dictionary-encoded as the normalizer's, derived with `options`."""
+    import numpy as np
+    import pandas as pd
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    order = {f["path"]: i for i, f in enumerate(manifest["files"])}
     rank = pc.index_in(table.column("file"), value_set=pa.array(list(order), pa.string()))
-    table = table.append_column("_rank", rank)
-    table = table.sort_by([(SEQ, "ascending"), ("_rank", "ascending"), ("line", "ascending")])
-    table = table.drop_columns(["_rank", SEQ]).select(manifest["columns"])
+    keys = pa.table({"s": table.column(SEQ), "r": rank, "l": table.column("line")})
+    by = [("s", "ascending"), ("r", "ascending"), ("l", "ascending")]
+    order = pc.sort_indices(keys, sort_keys=by).to_numpy().astype(np.int64)
+    if len(order) > 1 and not (np.diff(order) > 0).all():  # (one ingest: already in order)
+        table = table.take(pa.array(order))
+    table = table.drop_columns([SEQ]).select(
+        [c for c in manifest["columns"] if c in table.column_names]
+    )
     if not options.keep_admin_comment and "admin_comment" in table.column_names:
         table = table.drop_columns(["admin_comment"])
     cols = []
@@ -490,11 +605,14 @@ def read_store(
         elif pa.types.is_timestamp(col.type):
             col = col.cast(pa.timestamp("s"))
         cols.append(col)
-    import pandas as pd
-
     table = pa.table(dict(zip(table.column_names, cols, strict=True)))
-    frame = load_mod.derive_columns(table.to_pandas(types_mapper=pd.ArrowDtype), options)
-    files = [f for f in manifest["files"] if not wanted or _has_cluster(f, wanted)]
+    return load_mod.derive_columns(table.to_pandas(types_mapper=pd.ArrowDtype), options)
+
+
+def ledger(frame: Any, manifest: dict[str, Any], files: Sequence[dict[str, Any]]) -> Any:
+    """A `LoadResult` of `frame` with the row ledger of the ingested `files`."""
+    from collections import Counter
+
     result = load_mod.LoadResult(frame=frame, files=[f["path"] for f in files])
     reasons: Counter = Counter()
     for f in files:
@@ -519,6 +637,15 @@ def read_store(
 def _has_cluster(entry: dict[str, Any], wanted: set[str]) -> bool:
     """Whether an ingested file gave rows to one of the clusters read (its ledger counts)."""
     return bool(set(entry.get("clusters", ())) & wanted)
+
+
+def store_usage_sums(store: str | os.PathLike[str]) -> bool:
+    """Whether the store's gres/gpuutil was read as a sum over GPUs (True when any file's
+    was: `read_store` then says a mixed store is an error)."""
+    root = Path(store)
+    if not (root / MANIFEST).exists():
+        return False  # (read_store says what is wrong)
+    return any(bool(f.get("usage_sums_gpus")) for f in read_manifest(root)["files"])
 
 
 def store_slurm_version(store: str | os.PathLike[str]) -> str | None:

@@ -26,6 +26,7 @@ LAZY_COMMANDS: dict[str, str] = {
     "analyze": "slurmgpu.cli.accounting:analyze",
     "report": "slurmgpu.cli.report:report",
     "ingest": "slurmgpu.cli.store:ingest",
+    "store": "slurmgpu.cli.store:store",
     "collect": "slurmgpu.cli.collect:collect",
     "mig": "slurmgpu.cli.mig:mig",
     "check": "slurmgpu.cli.fleet:check",

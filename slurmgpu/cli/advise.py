@@ -8,9 +8,10 @@ import click
 from slurmgpu.cli.replay import replay as _replay_command
 
 # the cluster-model options advise shares with replay (same names, same meaning)
-SHARED = ("sacct_files", "capacity", "inventories", "per_node", "gpu_types", "gpu_memory",
-          "shards", "policy", "slurm_conf", "live", "baseline", "processes", "tz", "via_slurm",
-          "workdir", "slurm_partition", "slurm_time", "slurm_options", "slurm_python")  # fmt: skip
+SHARED = ("sacct_files", "store", "clusters", "capacity", "inventories", "per_node",
+          "gpu_types", "gpu_memory", "shards", "policy", "slurm_conf", "live", "baseline",
+          "processes", "tz", "via_slurm", "workdir", "slurm_partition", "slurm_time",
+          "slurm_options", "slurm_python")  # fmt: skip
 
 
 @click.command("advise")

@@ -23,7 +23,9 @@ from slurmgpu.cli.analysis_options import some_analysis_options
               "size (whole GPUs, each MIG size 1g..7g, shards).")  # fmt: skip
 @click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text",
               show_default=True)  # fmt: skip
-@some_analysis_options("shards", "slurm_version", "backend", "tz", "chunk_hours")
+@some_analysis_options(
+    "store", "clusters", "shards", "slurm_version", "backend", "tz", "chunk_hours"
+)
 @click.option("--output", "-o", default="-", show_default=True, help="File to write, or -.")
 def forecast(
     sacct_files: tuple[str, ...],

@@ -23,7 +23,8 @@ import click
     "--only",
     multiple=True,
     metavar="GROUP",
-    help="Only these parts: collect, report, rebalance, idle, health, logrotate (repeatable).",
+    help="Only these parts: collect, report, rebalance, idle, store, health, logrotate "
+    "(repeatable).",
 )
 @click.option("--dry-run", is_flag=True, help="Print what would be written; write nothing.")
 def install_units(prefix: str, executable: str | None, only: tuple[str, ...], dry_run: bool):

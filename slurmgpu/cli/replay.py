@@ -12,9 +12,19 @@ WORKDIR_DEFAULT = "slurmgpu-sweep"
     "--sacct-file",
     "sacct_files",
     multiple=True,
-    required=True,
     type=click.Path(dir_okay=False),
     help="Saved `sacct -P` output with its header (plain or gzip); repeatable.",
+)
+@click.option(
+    "--store",
+    type=click.Path(),
+    help="Instead of --sacct-file: the runs of an accounting store (`slurmgpu ingest`).",
+)
+@click.option(
+    "--cluster",
+    "clusters",
+    multiple=True,
+    help="With --store: only this cluster of the store (repeatable).",
 )
 @click.option(
     "--capacity",
@@ -346,4 +356,15 @@ def replay_options(params: dict):
         timezone=check_timezone(str(params["tz"])),
         processes=processes,
         live=bool(params["live"]),
+        **_store_fields(params),
     )
+
+
+def _store_fields(params: dict) -> dict:
+    """--store and --cluster as `ReplayOptions` fields (--cluster only with --store)."""
+    from slurmgpu.errors import UsageError
+
+    store, clusters = params.get("store"), tuple(params.get("clusters") or ())
+    if clusters and not store:
+        raise UsageError("--cluster: only with --store (a dump's clusters are all replayed)")
+    return {"store": str(store) if store else None, "clusters": clusters}

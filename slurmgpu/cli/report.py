@@ -98,6 +98,12 @@ def write_report(path: str | os.PathLike[str], text: str, fmt: str) -> Path:
     help="Add the idle policy's retrospective (waste ranking, reclaimable GPU-hours) when "
     "--policy has an [idle] table (docs/idle.md).",
 )
+@click.option(
+    "--trend",
+    type=click.Choice(["monthly"]),
+    help="Instead of one window: per month and partition, allocation, measured use, waits "
+    "and fit shares (docs/store.md); with --store, read a month at a time.",
+)
 @analysis_options
 def report(
     since: str | None,
@@ -106,6 +112,7 @@ def report(
     fmt: str,
     output: str,
     with_idle: bool,
+    trend: str | None,
     **analysis: object,
 ) -> None:
     """Analyze GPU accounting and write a report (for people, scripts, or Prometheus).
@@ -141,10 +148,21 @@ def report(
     label = "reading sacct dumps" if sacct_files else "querying sacct"
     if options.store is not None:
         label = "reading the accounting store"
+    if trend:
+        from slurmgpu.accounting.trend import trend as monthly
+        from slurmgpu.views.report.trend import render_trend
+
+        with LoadProgress(label, sacct_files):
+            text = render_trend(monthly(options, trend), fmt)
+        _emit(text, output, fmt, now)
+        return
     with LoadProgress(label, sacct_files):
         result = analyze(options)
         idle = idle_for_report(policy_path, sacct_files, since_t, until_t, measure, now)
-    text = render_report(result.document, fmt, idle=idle)
+    _emit(render_report(result.document, fmt, idle=idle), output, fmt, now)
+
+
+def _emit(text: str, output: str, fmt: str, now: dt.datetime) -> None:
     if output == "-":
         click.echo(text, nl=False)
         return

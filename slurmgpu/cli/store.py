@@ -67,3 +67,43 @@ def ingest(
         chunk_hours=chunk_hours,
     )
     click.echo(summary.text(), nl=False)
+
+
+@click.group("store")
+def store() -> None:
+    """Upkeep of an accounting store: compact a month's files into one, prune old months."""
+
+
+_STORE = click.option("--store", "path", required=True, type=click.Path(), help="The store.")
+_DRY = click.option("--dry-run", is_flag=True, help="Say what would change; change nothing.")
+
+
+@store.command("compact")
+@_STORE
+@click.option(
+    "--before",
+    metavar="YYYY-MM",
+    help="Compact the months before this one (default: the current month, so closed months).",
+)
+@_DRY
+def compact(path: str, before: str | None, dry_run: bool) -> None:
+    """Merge each month partition's files (an ingest's delta files) into one, atomically."""
+    from slurmgpu.accounting.store_compact import compact as run
+
+    click.echo(run(path, before=before, dry_run=dry_run).text(), nl=False)
+
+
+@store.command("prune")
+@_STORE
+@click.option(
+    "--keep-months",
+    required=True,
+    type=int,
+    help="Keep this many months, the current one counted; drop older month partitions.",
+)
+@_DRY
+def prune(path: str, keep_months: int, dry_run: bool) -> None:
+    """Drop the month partitions older than --keep-months (recorded in the manifest)."""
+    from slurmgpu.accounting.store_compact import prune as run
+
+    click.echo(run(path, keep_months=keep_months, dry_run=dry_run).text(), nl=False)

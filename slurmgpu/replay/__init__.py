@@ -54,6 +54,8 @@ class ReplayOptions:
     processes: int = 1
     live: bool = False  # read capacity (if not given), QOS and settings from the live cluster
     env: Mapping[str, str] | None = None
+    store: str | None = None  # an accounting store (`slurmgpu ingest`) instead of dumps
+    clusters: tuple[str, ...] = ()  # with `store`: only these clusters of it
 
 
 @dataclass(frozen=True)
@@ -102,8 +104,10 @@ def load_for_replay(
     """
     from slurmgpu.replay.from_accounting import load_history, partition_gpu_types, trace_for
 
-    if not sacct_files:
-        raise UsageError("replay needs at least one --sacct-file (the history to replay)")
+    if not sacct_files and options.store is None:
+        raise UsageError("replay needs --sacct-file or --store (the history to replay)")
+    if sacct_files and options.store is not None:
+        raise UsageError("--store and --sacct-file: give one of them")
     options = _with_live(options) if options.live else options
     build_model(options)  # a missing cluster fails before a long load
     loaded = load_history(
@@ -111,6 +115,8 @@ def load_for_replay(
         tier_for_qos=_tier_function(options.tiers),
         timezone=options.timezone,
         shards_per_gpu=options.shards_per_gpu,
+        store=options.store,
+        clusters=options.clusters,
     )
     # a partition's GPU type: --gpu-type, else what its runs' typed GRES say (as analyze reads
     # it), so a carve that analyze recommends on the same dump replays without --gpu-type

@@ -44,15 +44,27 @@ def load_history(
     tier_for_qos: Callable[[str], str | None] | None = None,
     timezone: str = "UTC",
     shards_per_gpu: Mapping[str, float] | None = None,
+    store: str | os.PathLike[str] | None = None,
+    clusters: Sequence[str] = (),
 ) -> Any:
     """The accounting loader's result (`accounting.load.LoadResult`: the frame, and every
-    rejected row with file, line and reason) for the dumps."""
+    rejected row with file, line and reason) for the dumps, or for the runs of an
+    accounting store (`store`, of `clusters`; the frame the dumps ingested give)."""
     from slurmgpu.accounting import load as load_mod
     from slurmgpu.sources.sacct import json_dump_records
 
     options = load_mod.Options(
         timezone=timezone, tier_for_qos=tier_for_qos, shards_per_gpu=dict(shards_per_gpu or {})
     )
+    if store is not None:
+        from dataclasses import replace
+
+        from slurmgpu.accounting import store as store_mod
+
+        # gres/gpuutil as the store read it (a replay uses no utilization)
+        sums = store_mod.store_usage_sums(store)
+        options = replace(options, usage_sums_gpus=sums)
+        return store_mod.read_store(store, options=options, clusters=clusters)
     return load_mod.load_files(sacct_files, options=options, json_reader=json_dump_records)
 
 

@@ -171,7 +171,7 @@ def _state(value: Any) -> str:
 # `sacct --json` shapes this reader was checked against, each recorded from the real release
 # (tests/data/sacct/slurm-*-harness.json): 22.05 `openapi/dbv0.0.38`, 24.11
 # `data_parser/v0.0.42`, 25.11 `data_parser/v0.0.44` (v0.0.40+ wrap numbers as
-# {"set", "infinite", "number"}; 26.05's v0.0.45 adds `jobs[].sluid`, not read here).
+# {"set", "infinite", "number"}; 26.05's v0.0.45 adds `jobs[].sluid`, read as a SLUID column).
 JSON_SCHEMAS_CHECKED = ("dbv0.0.38", "v0.0.42", "v0.0.44")
 
 
@@ -222,6 +222,9 @@ def json_records(doc: Mapping[str, Any]) -> Iterator[dict[str, str]]:
             "Comment": comment.get("job") or "",
             "JobName": job.get("name") or "",
         }
+        sluid = job.get("sluid") or (job.get("step_id") or {}).get("sluid")
+        if sluid:  # 26.05's v0.0.45 (`jobs[].sluid`): the job's lifetime-unique id
+            record["SLUID"] = str(sluid)
         yield record
         for step in job.get("steps", []):
             sid = (step.get("step") or {}).get("id")

@@ -72,3 +72,44 @@ def test_codes_are_sorted_names_of_used_values_with_null_as_empty():
     got, names = codes(frame.reset_index(drop=True), "p")
     assert names == ["", "a", "b"]
     assert got.tolist() == [2, 0, 0, 1, 2, 0]
+
+
+def _codes_by_np_unique(frame, column):
+    """The definition `codes` keeps: np.unique over the names (null and "" one name)."""
+    import numpy as np
+
+    from slurmgpu.accounting.columns import _indices
+
+    idx, dictionary = _indices(frame, column)
+    names = [("" if v is None else str(v)) for v in dictionary.to_pylist()] + [""]
+    idx = np.where(idx < 0, len(names) - 1, idx)
+    uniq, name_code = np.unique(np.array(names, dtype=object), return_inverse=True)
+    row_code = name_code.reshape(-1)[idx]
+    used = np.flatnonzero(np.bincount(row_code, minlength=len(uniq)))
+    remap = np.zeros(len(uniq), dtype=np.int64)
+    remap[used] = np.arange(len(used))
+    return remap[row_code], [str(uniq[u]) for u in used]
+
+
+def test_codes_equal_the_np_unique_definition_on_random_columns():
+    """Names sorted by code point (pyarrow's byte order of UTF-8), nulls and "" merged,
+    unused dictionary values dropped: as np.unique over the Python strings gives."""
+    import random
+
+    import pandas as pd
+    import pyarrow as pa
+
+    from slurmgpu.accounting.columns import codes
+
+    rng = random.Random(7)
+    pool = [None, "", "a", "b", "ä", "Z", "zz", "é", "a b", "10", "9", "Ω", "𝔘"]
+    for _ in range(200):
+        vals = [rng.choice([*pool, f"x{rng.randint(0, 50)}"]) for _ in range(rng.randint(1, 60))]
+        arr = pa.array(vals, pa.string())
+        for column in (arr, arr.dictionary_encode()):
+            if pa.types.is_dictionary(column.type):  # unused dictionary values too
+                extra = pa.concat_arrays([column.dictionary, pa.array(["unused", "Ω2"])])
+                column = pa.DictionaryArray.from_arrays(column.indices, extra)
+            frame = pd.DataFrame({"c": pd.array(column, dtype=pd.ArrowDtype(column.type))})
+            mine, ref = codes(frame, "c"), _codes_by_np_unique(frame, "c")
+            assert mine[0].tolist() == ref[0].tolist() and mine[1] == ref[1], vals

@@ -41,7 +41,8 @@ def test_every_kit_file_is_installed_with_the_real_command(staged):
         assert path.stat().st_mode & 0o777 == item.mode
     services = [staged / i.target for i in KIT if i.target.endswith(".service")]
     assert {p.name for p in services} == {
-        f"slurmgpu-{n}.service" for n in ("collect", "report", "report-prom", "rebalance", "idle")
+        f"slurmgpu-{n}.service"
+        for n in ("collect", "report", "report-prom", "rebalance", "idle", "ingest")
     }
     for unit in services:  # a unit and a timer per timer-run command
         assert unit.with_suffix(".timer").is_file()
@@ -71,7 +72,8 @@ def _commands(path: Path) -> list[list[str]]:
     argvs = []
     text = path.read_text().replace("\\\n", " ")
     for line in text.splitlines():
-        line = line.strip().removeprefix("ExecStart=").removeprefix("exec ")
+        line = line.strip().removeprefix("ExecStart=").removeprefix("ExecStartPost=")
+        line = line.removeprefix("exec ")
         if line.startswith(str(EXE)):
             argv = shlex.split(line.split(">", 1)[0].split("<", 1)[0])
             argvs.append([a.replace("%%", "%") for a in argv[1:]])
@@ -95,7 +97,7 @@ def test_every_command_in_the_kit_parses(staged):
             cmd.make_context(
                 argv[0], list(args), help_option_names=HELP_OPTION_NAMES
             )  # raises on an unknown option or value
-    assert seen == {"collect", "report", "rebalance", "idle", "check"}
+    assert seen == {"collect", "report", "rebalance", "idle", "check", "ingest", "store"}
 
 
 def test_health_wrapper_is_valid_sh(staged):
