@@ -30,6 +30,20 @@ class Capacity:
     gpu_types: dict[str, str] = field(default_factory=dict)  # partition -> GPU type (if one)
     gpus_per_node: dict[str, float] = field(default_factory=dict)  # partition -> mean
     source: str = "none"
+    # accelerator kind (`gpu:h100`, `gpu:mi300x_cpx`, `npu:910b`, `shard`) -> devices
+    devices: dict[str, float] = field(default_factory=dict)
+
+
+def node_devices(gres: str) -> dict[str, float]:
+    """A node Gres string -> devices per accelerator kind (`gpu:h100`, `npu:910b`, `shard`)."""
+    from slurmgpu.sources.slurm import parse_gres_string
+
+    out: dict[str, float] = {}
+    for item in parse_gres_string(gres):
+        if item.name in ("gpu", "npu", "shard"):
+            key = f"{item.name}:{item.type}" if item.type and item.name != "shard" else item.name
+            out[key] = out.get(key, 0.0) + item.count
+    return out
 
 
 def node_gpus(gres: str) -> tuple[float, float, float, str | None]:
@@ -84,6 +98,10 @@ def capacity_from_scontrol(
         if len(types) == 1:
             cap.gpu_types[pname] = types.pop()
     cap.total_gpus = sum(per_node[n][0] for n in members if n in per_node)
+    for rec in nodes:
+        if rec.get("NodeName") in members:
+            for key, count in node_devices(rec.get("Gres", "")).items():
+                cap.devices[key] = cap.devices.get(key, 0.0) + count
     return cap
 
 

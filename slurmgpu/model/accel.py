@@ -99,6 +99,25 @@ def parse_request(text: str, default_classes: tuple[str, ...] = ()) -> AccelRequ
     return AccelRequest(memory_mib=float(memory), vendors=vendors, classes=classes)
 
 
+def classify(name: str, gtype: str | None) -> tuple[str, str]:
+    """(vendor, accelerator class) of a GRES `name:type` (`gpu:mi300x_cpx`, `npu:910b`,
+    `gpu:1g.10gb`) by the rules of the offers; ("", "") for what the catalogue cannot place
+    (an untyped GPU is class `gpu` of an unknown vendor)."""
+    if name == "shard":
+        return "", CLASS_SLICE
+    if name == "gpu" and gtype and mig_profile_for_type(gtype) is not None:
+        return "nvidia", CLASS_SLICE
+    part = _PARTITIONED.match(gtype or "")
+    base = model_for_type(part.group("base") if part else gtype) if gtype else None
+    if name == "npu":
+        return (_vendor_of(base) if base else "ascend"), CLASS_NPU
+    if base is None:
+        return "", (CLASS_GPU if name == "gpu" else "")
+    if part:
+        return _vendor_of(base), CLASS_SLICE
+    return _vendor_of(base), (CLASS_LINKED if base.fabric else CLASS_GPU)
+
+
 def _vendor_of(model) -> str:
     return getattr(model, "vendor", "nvidia") or "nvidia"
 

@@ -114,4 +114,5 @@ def test_a_request_nothing_holds_is_refused_by_slurmctld(routed):
     )
     assert proc.returncode != 0
     assert "no device (class gpu) holds 200 GiB" in proc.stderr, proc.stderr
-    assert "4 x whole GPU (gpu:rtx4090:4" in proc.stderr, proc.stderr
+    # the wrapper's wording: the largest single device on offer in the allowed classes
+    assert "the largest single device is whole GPU (gpu:rtx4090:1, 24 GiB" in proc.stderr
