@@ -261,3 +261,14 @@ def amdsmi_get_gpu_memory_usage(handle, mem_type) -> int:
     if int(mem_type) != AmdSmiMemoryType.VRAM:
         raise AmdSmiLibraryException(AMDSMI_STATUS_NOT_SUPPORTED, "AMDSMI_STATUS_NOT_SUPPORTED")
     return int(_load(h).get("vram_used_mib", 0)) * 1024 * 1024
+
+
+def amdsmi_get_gpu_total_ecc_count(handle) -> dict:
+    """RAS error counts of a logical GPU: the package's `ecc` (recorded or a test's), else 0."""
+    h = _check(handle)
+    ecc = h.package.get("ecc", {})
+    return {
+        "correctable_count": ecc.get("correctable", 0),
+        "uncorrectable_count": ecc.get("uncorrectable", 0),
+        "deferred_count": ecc.get("deferred", 0),
+    }
