@@ -121,3 +121,22 @@ def test_capacity_per_accelerator_from_node_gres():
         [{"PartitionName": "all", "Nodes": "a[1-2],m1"}],
     )
     assert cap.devices == {"npu:910b": 16.0, "gpu:mi300x": 8.0}
+
+
+def test_cli_takes_accelerator_capacity_for_a_dump(tmp_path):
+    from click.testing import CliRunner
+
+    from slurmgpu.cli import main
+
+    path = tmp_path / "dump.txt"
+    path.write_text(text(ROWS))
+    args = ["analyze", "--sacct-file", str(path), "--format", "json"]
+    args += ["--since", "2025-12-01T00:00:00", "--until", "2025-12-01T10:00:00"]
+    out = CliRunner().invoke(main, [*args, "--accel-capacity", "npu:910b=8"])
+    assert out.exit_code == 0, out.output
+    rows = {r["accelerator"]: r for r in json.loads(out.output)["by_accelerator"]}
+    assert rows["npu:910b"]["alloc_share"] == pytest.approx(0.1)
+    assert rows["gpu:h100"]["alloc_share"] is None
+    bad = CliRunner().invoke(main, [*args, "--accel-capacity", "npu:910b=lots"])
+    assert bad.exit_code == 2
+    assert "--accel-capacity npu:910b=lots: use GRES=DEVICES" in bad.output
