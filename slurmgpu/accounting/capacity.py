@@ -30,6 +30,22 @@ class Capacity:
     gpu_types: dict[str, str] = field(default_factory=dict)  # partition -> GPU type (if one)
     gpus_per_node: dict[str, float] = field(default_factory=dict)  # partition -> mean
     source: str = "none"
+    # accelerator kind (`gpu:h100`, `gpu:mi300x_cpx`, `npu:910b`, `shard`) -> devices
+    devices: dict[str, float] = field(default_factory=dict)
+    # partition -> (NPUs, nodes with NPUs, the NPU type if one): the replay's NPU partitions
+    partition_npus: dict[str, tuple[float, int, str | None]] = field(default_factory=dict)
+
+
+def node_devices(gres: str) -> dict[str, float]:
+    """A node Gres string -> devices per accelerator kind (`gpu:h100`, `npu:910b`, `shard`)."""
+    from slurmgpu.sources.slurm import parse_gres_string
+
+    out: dict[str, float] = {}
+    for item in parse_gres_string(gres):
+        if item.name in ("gpu", "npu", "shard"):
+            key = f"{item.name}:{item.type}" if item.type and item.name != "shard" else item.name
+            out[key] = out.get(key, 0.0) + item.count
+    return out
 
 
 def node_gpus(gres: str) -> tuple[float, float, float, str | None]:
@@ -56,6 +72,7 @@ def capacity_from_scontrol(
     nodes: Iterable[Mapping[str, str]], partitions: Iterable[Mapping[str, str]]
 ) -> Capacity:
     """Capacity from `scontrol show -o node` and `scontrol show -o partition` records."""
+    nodes, partitions = list(nodes), list(partitions)  # read more than once
     per_node: dict[str, tuple[float, float, float, str | None]] = {}
     for rec in nodes:
         name = rec.get("NodeName")
@@ -84,7 +101,31 @@ def capacity_from_scontrol(
         if len(types) == 1:
             cap.gpu_types[pname] = types.pop()
     cap.total_gpus = sum(per_node[n][0] for n in members if n in per_node)
+    _partition_npus(cap, nodes, partitions)
+    for rec in nodes:
+        if rec.get("NodeName") in members:
+            for key, count in node_devices(rec.get("Gres", "")).items():
+                cap.devices[key] = cap.devices.get(key, 0.0) + count
     return cap
+
+
+def _partition_npus(
+    cap: Capacity, nodes: Iterable[Mapping[str, str]], partitions: Iterable[Mapping[str, str]]
+) -> None:
+    """NPUs per partition from the node Gres (`npu:910b:8`)."""
+    per_node = {
+        r["NodeName"]: {k: v for k, v in node_devices(r.get("Gres", "")).items() if k[:3] == "npu"}
+        for r in nodes
+        if r.get("NodeName")
+    }
+    for rec in partitions:
+        text, name = rec.get("Nodes", ""), rec.get("PartitionName")
+        names = expand_hostlist(text) if name and text and text != "(null)" else []
+        held = [per_node[n] for n in names if per_node.get(n)]
+        if held:
+            types = {k.partition(":")[2] for d in held for k in d} - {""}
+            count = sum(sum(d.values()) for d in held)
+            cap.partition_npus[name] = (count, len(held), types.pop() if len(types) == 1 else None)
 
 
 # 65,536 nodes (the hostlist limit) of 8 GPUs: more is a typo, and replay would build it

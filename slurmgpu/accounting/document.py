@@ -322,6 +322,52 @@ class GroupRow(GroupStats):
 
 
 @dataclass(frozen=True)
+class AcceleratorRow:
+    """One accelerator kind (a GRES `name:type`: `gpu:h100`, `gpu:mi300x_cpx`, `gpu:1g.10gb`,
+    `npu:910b`; `shard`; `gpu` untyped) with its vendor and class (slurmgpu.model.accel):
+    allocated device-hours in the window (a MIG slice, an AMD partition, an NPU or a shard
+    counts as one device, as Slurm counts it), the capacity when known, and the fit of the
+    runs' need in one device (NPU runs: unknown, sacct records no NPU memory)."""
+
+    accelerator: str
+    vendor: str  # nvidia, amd, ascend; "" unknown
+    accel_class: str  # npu, gpu-slice, gpu, linked-gpu; "" unknown
+    runs: int
+    jobs: float
+    device_hours: float
+    devices: float | None  # capacity in devices (None: unknown)
+    alloc_share: float | None  # device_hours / (devices x window hours)
+    fit: FitShares
+
+    def to_json(self) -> dict[str, Json]:
+        return {
+            "accelerator": self.accelerator,
+            "vendor": self.vendor,
+            "class": self.accel_class,
+            "runs": self.runs,
+            "jobs": self.jobs,
+            "device_hours": self.device_hours,
+            "devices": self.devices,
+            "alloc_share": self.alloc_share,
+            "fit_fraction": self.fit.to_json(),
+        }
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> AcceleratorRow:
+        return cls(
+            accelerator=str(data["accelerator"]),
+            vendor=str(data["vendor"]),
+            accel_class=str(data["class"]),
+            runs=int(data["runs"]),
+            jobs=float(data["jobs"]),
+            device_hours=float(data["device_hours"]),
+            devices=_opt_float(data["devices"]),
+            alloc_share=_opt_float(data["alloc_share"]),
+            fit=FitShares.from_json(data["fit_fraction"]),
+        )
+
+
+@dataclass(frozen=True)
 class Totals(GroupStats):
     """All runs in the window together, and how every sacct row was accounted for.
 
@@ -797,6 +843,8 @@ class AnalysisDocument:
     rejected: tuple[Rejected, ...]  # the first 100 (all are counted in totals)
     notes: tuple[str, ...]  # options that had no effect, said out loud
     recommendations: tuple[Recommendation, ...]  # at least one (`none` when nothing fires)
+    # per accelerator kind across vendors (GPUs, MIG slices, AMD partitions, NPUs)
+    by_accelerator: tuple[AcceleratorRow, ...] = ()
 
     # (attribute, the JSON key naming a row's group) of each by_* table
     GROUPINGS = (
@@ -826,6 +874,7 @@ class AnalysisDocument:
             rejected=[r.to_json() for r in self.rejected],
             notes=list(self.notes),
             recommendations=[r.to_json() for r in self.recommendations],
+            by_accelerator=[r.to_json() for r in self.by_accelerator],
         )
         return json_safe(out)
 
@@ -856,6 +905,10 @@ class AnalysisDocument:
             rejected=tuple(Rejected.from_json(r) for r in data["rejected"]),
             notes=tuple(str(n) for n in data["notes"]),
             recommendations=tuple(Recommendation.from_json(r) for r in data["recommendations"]),
+            # by_accelerator came later: documents written before it read as having none
+            by_accelerator=tuple(
+                AcceleratorRow.from_json(r) for r in data.get("by_accelerator", ())
+            ),
         )
 
 
@@ -891,6 +944,7 @@ class AnalysisResult:
 
 __all__ = [
     "SCHEMA_VERSION",
+    "AcceleratorRow",
     "AnalysisDocument",
     "AnalysisResult",
     "ClusterFacts",

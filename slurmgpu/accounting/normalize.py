@@ -24,7 +24,7 @@ MAX_REJECTED_KEPT = 100
 # dtype), so the per-run frame costs a 4-byte index per value instead of the string.
 DICTIONARY_COLUMNS = (
     "cluster", "partition", "qos", "account", "user", "state", "kind", "tag_tier",
-    "mig_profile", "gpu_type",
+    "mig_profile", "gpu_type", "npu_type",
 )  # fmt: skip
 # job_submit.lua writes `slurmgpu tier=P1 kind=finetune` into AdminComment (the wrapper into
 # Comment); tokens are separated by whitespace, `;` or `,`.
@@ -424,6 +424,8 @@ def _allocation_table(chunk: _Chunk, p: _Allocations, keep: np.ndarray, file: st
             "mig_profile": _fa(at.mig_profile[keep], pa.string()),
             "gpu_type": _fa(at.gpu_type[keep], pa.string()),
             "shards": _fa(at.shards[keep]),
+            "npus": _fa(at.npu_count[keep]),
+            "npu_type": _fa(at.npu_type[keep], pa.string()),
             "req_gpus": _fa(p.req_gpus[keep]),
             "billing": _fa(at.billing[keep]),
             "cpus": _fa(at.cpus[keep]),

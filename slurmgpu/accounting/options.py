@@ -41,6 +41,8 @@ class AnalysisOptions:
     capacity: Mapping[str, float] | None = None  # partition -> GPUs (overrides scontrol)
     shards_per_gpu: Mapping[str, float] = field(default_factory=dict)  # partition or "*"
     gpu_types: Mapping[str, str] = field(default_factory=dict)  # partition -> GPU type name
+    # accelerator kind (`gpu:mi300x`, `npu:910b`) -> devices (overrides scontrol's count)
+    accelerator_devices: Mapping[str, float] = field(default_factory=dict)
     # partition (or "*": every partition) -> GPUs in one of its nodes (overrides scontrol)
     gpus_per_node: Mapping[str, float] = field(default_factory=dict)
     # GPU type -> MiB; a key naming a partition sizes its GPUs when their type is unknown

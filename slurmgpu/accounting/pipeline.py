@@ -70,6 +70,7 @@ def analyze(options: AnalysisOptions) -> AnalysisResult:
         notes=tuple(_option_notes(opts, raw_partitions | set(cluster_of), parts.capacity))
         + tuple(_gpu_type_notes(frame, parts.types, parts.memory)),
         recommendations=tuple(recommendations),
+        by_accelerator=_by_accelerator(opts, frame, r, jobs_need, win, live.capacity),
     )
     return AnalysisResult(document=doc, frame=frame, load=got.loaded, cluster=parts.facts(sizes))
 
@@ -251,6 +252,16 @@ def _group_tables(
         "by_user": metrics.by_group(frame, work, "user", win, None),
         "by_kind": metrics.by_group(frame, work, "kind", win, None),
     }
+
+
+def _by_accelerator(
+    opts: AnalysisOptions, frame: Any, r: Any, jobs_need: Any, win: Any, cap: Capacity
+):
+    """The by_accelerator table: every vendor's GPUs, slices and NPUs (accelerators.py)."""
+    from slurmgpu.accounting.accelerators import by_accelerator
+
+    devices = {**cap.devices, **opts.accelerator_devices}
+    return by_accelerator(frame, r.work, r.need, win, devices, jobs_need)
 
 
 def _recommend(

@@ -12,6 +12,10 @@ Rules (see docs/accounting.md and the Slurm TRES docs, `tres.shtml`):
   Slurm counts it as one GPU, slurmgpu counts `gpu_slices / 7` of a physical GPU (`/ 4` on A30).
 - `gres/shard=N` is an access token, not a GPU; its GPU share needs the node's shards per GPU
   and is resolved later (`shards` is returned as is).
+- `gres/npu=N` (Ascend NPUs, a GRES without a plugin) is counted apart (`npu_count`, the
+  first typed `gres/npu:910b` in `npu_type`), never as GPUs; typed AMD GPUs
+  (`gres/gpu:mi300x`) are GPUs like any typed entry; an MI300 partition type
+  (`gres/gpu:mi300x_cpx=1`) is Slurm's one GPU and slurmgpu's 1/8 (CPX; DPX 1/2, QPX 1/4).
 - `gres/gpumem` and `gres/gpuutil` share the `gres/gpu` prefix: keys are compared exactly, so
   they never count as GPUs.
 """
@@ -33,9 +37,12 @@ _COUNT = r"^\d+$"
 _SIZE = r"^(?P<num>\d+(?:\.\d+)?)(?P<unit>[KMGTPE]?)$"
 # A MIG profile at the end of a GRES type: `1g.10gb`, `3g.40gb`, `1g.10gb+me`, `a100_1g.10gb`.
 MIG_TYPE = r"(?:^|[_:-])(?P<slices>[1-7])g\.(?P<mem>\d+)gb(?:\+me)?$"
+# An AMD compute partition at the end of a GRES type (`mi300x_cpx`): N logical GPUs per package
+PARTITION_TYPE = r"_(?P<mode>dpx|tpx|qpx|cpx)$"
+_PARTITIONS_PER_PACKAGE = {"dpx": 2, "tpx": 3, "qpx": 4, "cpx": 8}
 _MIB_PER_UNIT = {"K": 1 / 1024, "M": 1.0, "G": 1024.0, "T": 1024.0**2, "P": 1024.0**3}
 # keys whose value must be a plain count; anything else under these keys rejects the row
-_COUNT_KEYS = ("billing", "cpu", "node", "gres/gpu", "gres/shard")
+_COUNT_KEYS = ("billing", "cpu", "node", "gres/gpu", "gres/shard", "gres/npu")
 
 
 @dataclass
@@ -53,6 +60,8 @@ class AllocTres:
     gpu_type: np.ndarray  # object array: first non-MIG typed GPU name, or None
     mig_profile: np.ndarray  # object array: MIG profile name (`1g.10gb`), or None
     errors: dict[int, str]  # row -> reason for rows with an unparsable element
+    npu_count: np.ndarray = None  # gres/npu count (NaN when absent)
+    npu_type: np.ndarray = None  # object array: first typed NPU name (`910b`), or None
 
 
 @dataclass
@@ -151,7 +160,8 @@ def _parse_alloc_tres(values: pa.Array) -> AllocTres:
 
     typed_gpu = pc.starts_with(keys, "gres/gpu:").to_numpy(zero_copy_only=False)
     typed_shard = pc.starts_with(keys, "gres/shard:").to_numpy(zero_copy_only=False)
-    needs_count = np.isin(keys_np, _COUNT_KEYS) | typed_gpu | typed_shard
+    typed_npu = pc.starts_with(keys, "gres/npu:").to_numpy(zero_copy_only=False)
+    needs_count = np.isin(keys_np, _COUNT_KEYS) | typed_gpu | typed_shard | typed_npu
     bad_count = needs_count & ~is_count
     if bad_count.any():
         idx = np.flatnonzero(bad_count)
@@ -192,9 +202,24 @@ def _parse_alloc_tres(values: pa.Array) -> AllocTres:
         parents[sel], weights=count[sel] * slices[sel] / per_gpu[sel], minlength=n
     )
     gpu_count = np.where(np.isnan(generic), typed_sum, generic)
-    # Slurm counts each MIG slice as one GPU; the rest of the count (if any) are whole GPUs.
-    whole = np.where(np.isnan(gpu_count), np.nan, np.maximum(gpu_count - mig_count, 0.0))
-    gpu_equiv = np.where(np.isnan(gpu_count), np.nan, whole + mig_equiv)
+    # an AMD MI300 partition (`mi300x_cpx`: 1 of 8 logical GPUs) is 1/N of its package
+    part = pc.extract_regex(pa.array(gpu_types, pa.string()), PARTITION_TYPE)
+    is_part = typed_gpu & ~is_mig & part.is_valid().to_numpy(zero_copy_only=False)
+    part_count = np.nan_to_num(per_row(is_part, "sum"))
+    per_package = np.ones(len(keys_np))
+    if is_part.any():
+        modes = pc.struct_field(fill_struct(part, {"mode": "spx"}), "mode")
+        modes = modes.to_numpy(zero_copy_only=False)
+        for mode, n_parts in _PARTITIONS_PER_PACKAGE.items():
+            per_package[is_part & (modes == mode)] = n_parts
+    sel_part = is_part & is_count
+    part_equiv = np.bincount(
+        parents[sel_part], weights=count[sel_part] / per_package[sel_part], minlength=n
+    )
+    # Slurm counts each MIG slice (and AMD partition) as one GPU; the rest are whole GPUs.
+    whole = np.maximum(gpu_count - mig_count - part_count, 0.0)
+    whole = np.where(np.isnan(gpu_count), np.nan, whole)
+    gpu_equiv = np.where(np.isnan(gpu_count), np.nan, whole + mig_equiv + part_equiv)
 
     gpu_type = np.full(n, None, dtype=object)
     idx = np.flatnonzero(typed_plain)[::-1]  # reversed so the first typed entry wins
@@ -212,6 +237,11 @@ def _parse_alloc_tres(values: pa.Array) -> AllocTres:
         per_row(typed_shard, "sum"),
         per_row(keys_np == "gres/shard"),
     )
+    npu_generic = per_row(keys_np == "gres/npu")
+    npu_count = np.where(np.isnan(npu_generic), per_row(typed_npu, "sum"), npu_generic)
+    npu_type = np.full(n, None, dtype=object)
+    idx = np.flatnonzero(typed_npu)[::-1]
+    npu_type[parents[idx]] = pc.utf8_slice_codeunits(keys, 9).to_numpy(zero_copy_only=False)[idx]
     mem_mib = np.full(n, np.nan)
     is_mem = keys_np == "mem"
     if is_mem.any():
@@ -236,6 +266,8 @@ def _parse_alloc_tres(values: pa.Array) -> AllocTres:
         gpu_type=gpu_type,
         mig_profile=mig_profile,
         errors=errors,
+        npu_count=npu_count,
+        npu_type=npu_type,
     )
 
 

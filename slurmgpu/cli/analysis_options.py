@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from typing import Any
 
@@ -48,6 +49,14 @@ _OPTIONS = [
         metavar="PARTITION=GPUS",
         help="GPUs in a partition (repeatable); overrides scontrol. Needed for capacity and "
         "allocation ratio with --sacct-file.",
+    ),
+    click.option(
+        "--accel-capacity",
+        "accel_capacity",
+        multiple=True,
+        metavar="GRES=DEVICES",
+        help="Devices of an accelerator kind (e.g. npu:910b=16, gpu:mi300x_cpx=64; "
+        "repeatable) for by_accelerator's allocation share; overrides scontrol.",
     ),
     click.option(
         "--gpu-type",
@@ -124,6 +133,7 @@ ANALYSIS_PARAMS = (
     "inventories",
     "tier_pairs",
     "capacity",
+    "accel_capacity",
     "gpu_types",
     "gpu_memory",
     "slurm_version",
@@ -205,6 +215,26 @@ def gpu_memory_option(values: tuple[str, ...], policy: Any) -> dict[str, float]:
     return memory
 
 
+_ACCEL_KIND = re.compile(r"^(?:(?:gpu|npu)(?::[A-Za-z0-9_.+-]+)?|shard)$")
+
+
+def accel_capacity_option(values: Any) -> dict[str, float]:
+    """`["npu:910b=16"]` -> {"npu:910b": 16.0}; a UsageError names the form."""
+    from slurmgpu.accounting.capacity import MAX_CAPACITY_GPUS
+    from slurmgpu.errors import UsageError
+
+    out: dict[str, float] = {}
+    for value in values or ():
+        name, _, count = str(value).partition("=")
+        ok = _ACCEL_KIND.match(name) and count.isdigit() and 0 < int(count) <= MAX_CAPACITY_GPUS
+        if not ok or name in out:
+            raise UsageError(
+                f"--accel-capacity {value}: use GRES=DEVICES once per kind, e.g. npu:910b=16"
+            )
+        out[name] = float(count)
+    return out
+
+
 def analysis_options_from(params: dict[str, Any], **fields: Any) -> Any:
     """The shared options (popped from `params`) plus `fields` as one `AnalysisOptions`."""
     from slurmgpu.accounting.capacity import parse_capacity_options
@@ -242,6 +272,7 @@ def analysis_options_from(params: dict[str, Any], **fields: Any) -> Any:
         backend=opts["backend"],
         tiers=tiers,
         capacity=parse_capacity_options(opts["capacity"]) or None,
+        accelerator_devices=accel_capacity_option(opts["accel_capacity"]),
         shards_per_gpu=shard_map,
         gpus_per_node=per_node,
         gpu_types=_pairs(opts["gpu_types"], "--gpu-type"),

@@ -173,6 +173,13 @@ def qos_apply(
     "--check", is_flag=True, help="Compile (luac5.1 -p) and dry-run it in Lua (lupa or lua5.1)."
 )
 @click.option("--slurm-version", help="Target Slurm release, e.g. 24.11 (default: installed).")
+@click.option(
+    "--accel-gres",
+    metavar="sinfo|FILE",
+    help="Route `accel=mem>=SIZE` comment tags across vendors (docs/vendors.md) over the "
+    "devices the nodes offer: `sinfo` asks the cluster, FILE holds `sinfo -h -N -o '%N|%G'` "
+    "lines. Regenerate when the nodes' GRES change.",
+)
 @emit_options
 def gen_job_submit(
     policy_path: str | None,
@@ -180,6 +187,7 @@ def gen_job_submit(
     as_module: bool,
     check: bool,
     slurm_version: str | None,
+    accel_gres: str | None,
     show_diff: bool,
     dry_run: bool,
     emit_dir: str | None,
@@ -197,6 +205,7 @@ def gen_job_submit(
         diff=show_diff,
         dry_run=dry_run,
         emit_dir=emit_dir,
+        accel_gres=accel_gres,
     )
     for line in result.notes:
         click.secho(line, err=True, fg="yellow" if line.startswith("slurmgpu: warning") else None)

@@ -136,7 +136,7 @@ def plan_submission(arglist: list[str]) -> list[str]:
     if "gpu_mem" in ours and not given.has_gpu_request():
         gres = _slice_for_memory(ours["gpu_mem"], policy)
     if "accel" in ours and not given.has_gpu_request():
-        gres = _device_for_request(ours["accel"], kind, policy)
+        gres = _device_for_request(ours["accel"], _accel_kind(policy, kind, given), policy)
     add = Additions(
         qos=qos,
         gres=gres,
@@ -167,6 +167,18 @@ def _requeued_tier(policy, tier_name: str | None, given) -> str | None:
     if tier is not None and policy.requeued_when_preempted(tier):
         return tier.name
     return None
+
+
+def _accel_kind(policy, kind, given):
+    """The kind whose `accel` classes an --accel request defaults to, as job_submit.lua
+    decides it: --kind, else a kind= tag in the comment, else the policy's default kind."""
+    if kind is not None or policy is None:
+        return kind
+    from slurmgpu.render.sbatch import tags_in
+
+    tag = tags_in(given.get("comment")).get("kind")
+    name = tag or policy.default_kind
+    return policy.kind(name) if name else None
 
 
 def _device_for_request(text: str, kind, policy) -> str:

@@ -245,9 +245,61 @@ def _cores_by_file(text: str, node: str) -> dict[str, tuple[int, ...]]:
     return out
 
 
-def health_problems(node: str, health: Sequence[GpuHealth]) -> list[Problem]:
-    """NVML health counters -> problems (lost GPUs, XIDs, ECC, pending retirements, PM off)."""
+def vendor_health_problems(node: str, health: Sequence[GpuHealth]) -> list[Problem]:
+    """AMD RAS/ECC counts and Ascend health states -> problems."""
     problems = []
+    reset = "drain the node and reset the device or reboot; RMA if it recurs"
+    for h in health:
+        what = (f"AMD GPU renderD{h.index}" if h.vendor == "amd" else f"Ascend NPU {h.index}") + (
+            f" ({h.pci_bus_id})" if h.pci_bus_id else ""
+        )
+        if h.lost:
+            problems.append(Problem(node, "npu-lost", f"{what}: DCMI says no such device", reset))
+        elif h.error:
+            kind = "amdsmi-error" if h.vendor == "amd" else "dcmi-error"
+            problems.append(Problem(node, kind, f"{what}: {h.error}", reset))
+        if h.ecc_uncorrected_volatile:
+            problems.append(
+                Problem(
+                    node,
+                    "ecc-uncorrected",
+                    f"{what} has {h.ecc_uncorrected_volatile} uncorrectable RAS/ECC error(s) "
+                    "since the driver loaded",
+                    reset,
+                )
+            )
+        if h.ecc_deferred:
+            problems.append(
+                Problem(
+                    node,
+                    "ecc-deferred",
+                    f"{what} has {h.ecc_deferred} deferred (poisoned) ECC error(s)",
+                    "watch it: a job that reads the poisoned memory fails; reset at the next drain",
+                    WARNING,
+                )
+            )
+        if h.health_alarm:
+            level = {1: "a minor", 2: "a major", 3: "a critical"}.get(h.health_alarm, "an")
+            problems.append(
+                Problem(
+                    node,
+                    "npu-alarm",
+                    f"{what} reports {level} alarm (DCMI health {h.health_alarm})",
+                    "read the NPU's error codes (npu-smi info); " + reset
+                    if h.health_alarm >= 2
+                    else "read the NPU's error codes (npu-smi info)",
+                    ERROR if h.health_alarm >= 2 else WARNING,
+                )
+            )
+    return problems
+
+
+def health_problems(node: str, health: Sequence[GpuHealth]) -> list[Problem]:
+    """NVML health counters -> problems (lost GPUs, XIDs, ECC, pending retirements, PM off);
+    AMD and Ascend devices through `vendor_health_problems`."""
+    other = [h for h in health if h.vendor != "nvidia"]
+    health = [h for h in health if h.vendor == "nvidia"]
+    problems = vendor_health_problems(node, other)
     reset = "drain the node and reset the GPU (`nvidia-smi -r -i N`) or reboot; RMA if it recurs"
     for h in health:
         gpu = f"GPU {h.index}" + (f" ({h.pci_bus_id})" if h.pci_bus_id else "")
@@ -360,7 +412,7 @@ def check_local(
     """Check the node this runs on: its Slurm record, its live NVML inventory and health,
     and the Xids logged since the last health check (kernel log, DCGM; `fleet/xids.py`)."""
     from slurmgpu.errors import InventoryError
-    from slurmgpu.sources import gpu_health, nvml
+    from slurmgpu.sources import gpu_health, nvml, vendor_health
     from slurmgpu.sources.slurm import scontrol_show
 
     opts = opts or gres.GresOptions()
@@ -369,13 +421,18 @@ def check_local(
     problems = state_problems(node, record)
     # the kernel log is read even when NVML is down: it says why
     xid_read = read_xids(xids or XidOptions(host_root=host_root), CRITICAL_XIDS)
+    other, _why_not = vendor_health.read_vendor_health()  # AMD, Ascend: counters only
     try:
         inv = nvml.read_inventory(host_root, allow_partial=True)
         health = gpu_health.read_health()
     except InventoryError as exc:
+        if other:  # an AMD or Ascend node: NVML has nothing to say here
+            problems += vendor_health_problems(node, other)
+            return CheckReport((node,), tuple(problems))
         problems.append(Problem(node, "nvml-error", str(exc), "check the driver (`nvidia-smi`)"))
         problems += xid_problems(node, xid_read, [], CRITICAL_XIDS)
         return CheckReport((node,), tuple(problems))
+    health = [*health, *other]
     problems += drift_problems(node, record, inv, opts)
     # a lost GPU is already among the inventory's skipped GPUs: report it once
     lost_reported = any(p.kind == "gpu-lost" for p in problems)

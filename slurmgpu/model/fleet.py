@@ -38,6 +38,13 @@ class GpuHealth:
     remapped_rows_pending: bool | None = None
     remapping_failed: bool | None = None
     xids: tuple[int, ...] = ()
+    # AMD (amdsmi) and Ascend (DCMI) devices: `index` is the render minor / the NPU's
+    # logical id; AMD's ECC counts (since the driver loaded) fill ecc_*_volatile
+    vendor: str = "nvidia"
+    ecc_deferred: int | None = None  # AMD: deferred (poisoned, not yet consumed) errors
+    health_alarm: int | None = (
+        None  # Ascend dcmi_get_device_health: 0 OK, 1 minor, 2 major, 3 critical
+    )
 
 
 @dataclass(frozen=True)

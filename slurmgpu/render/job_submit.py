@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
 from slurmgpu import __version__
+from slurmgpu.model.accel import CLASSES, Offer
+from slurmgpu.model.gpu import VENDORS
 from slurmgpu.model.policy import Policy
 from slurmgpu.render.templating import render
 
@@ -32,8 +34,14 @@ def render_job_submit(
     slurm_version: tuple[int, int, int] = DEFAULT_SLURM_VERSION,
     *,
     module: bool = False,
+    accel_offers: Sequence[Offer] | None = None,
+    accel_source: str = "",
 ) -> str:
     """The job_submit.lua text for `policy`, for the Slurm release `slurm_version`.
+
+    `accel_offers` (`slurmgpu.model.accel.offers` of the cluster's nodes, from
+    `accel_source`) lets the script route a `accel=mem>=SIZE` comment tag to the smallest
+    fitting device across vendors, as `submit --accel` does; None: such jobs are refused.
 
     With `module`, the same rules as a Lua module (`MODULE_NAME.lua`) that returns a table
     with `job_submit` and `job_modify`, for a site's own job_submit.lua to require and call.
@@ -63,6 +71,7 @@ def render_job_submit(
             "tres_per_node": tres_per_node(k.slice.gres, slurm_version),
             "partition": k.partition,
             "time_limit_min": k.time_limit_min,
+            "accel": list(k.accel),
         }
         for k in policy.kinds
     ]
@@ -78,4 +87,23 @@ def render_job_submit(
         uid_names=sorted((uid_of[u], u) for u in users),
         module=module,
         module_name=MODULE_NAME,
+        accel_offers=None if accel_offers is None else [_lua_offer(o) for o in accel_offers],
+        accel_source=accel_source,
+        accel_vendors=list(VENDORS),
+        accel_classes=list(CLASSES),
+        gres_prefix=tres_per_node("", slurm_version),
     )
+
+
+def _lua_offer(o: Offer) -> dict:
+    """An offer's fields for the template; memory as repr() so Lua reads the same double."""
+    return {
+        "name": o.name,
+        "gtype": o.gtype or "",
+        "accel_class": o.accel_class,
+        "vendor": o.vendor,
+        "unit_mib": repr(float(o.unit_memory_mib)),
+        "max_count": o.max_count,
+        "isolation": o.isolation,
+        "sizing": o.sizing,
+    }

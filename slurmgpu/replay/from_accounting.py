@@ -3,7 +3,12 @@
 `slurmgpu.accounting` (load -> normalized per-allocation frame) is the replay's input. Only this
 module names its functions and columns (submit, start, end, elapsed_s, timelimit_s, partition,
 qos, tier, state, gpu_count, gpu_equiv, mig_slices, mig_profile, shards, gpu_mem_used_mib,
-gpu_type, job_id_raw, cluster), so a change in accounting is retargeted here alone.
+gpu_type, job_id_raw, cluster, npus), so a change in accounting is retargeted here alone.
+
+An NPU job (`gres/npu`, no GPUs) is replayed as a job of whole accelerators of its
+partition: a partition of NPU nodes is replayed with its NPUs as the devices (its capacity
+from `--capacity`, or the live nodes' NPUs where it has no GPUs). A job with both GPUs and
+NPUs is replayed by its GPUs.
 """
 
 from __future__ import annotations
@@ -104,6 +109,13 @@ def partition_gpu_types(frame: Any) -> dict[str, str]:
     return {p: c.most_common(1)[0][0] for p, c in sorted(counts.items())}
 
 
+def _npus(frame: Any) -> np.ndarray:
+    """NPUs per run (0 without; a frame from before the column: none)."""
+    if "npus" not in frame.columns:
+        return np.zeros(len(frame))
+    return np.nan_to_num(_col(frame, "npus"))
+
+
 def _col(frame: Any, name: str, dtype: Any = float, na: Any = np.nan) -> np.ndarray:
     if name not in frame.columns:
         return np.full(len(frame), na, dtype=dtype)
@@ -142,6 +154,7 @@ def _gpu_runs(frame: Any, submit: np.ndarray, skipped: dict[str, int]) -> np.nda
     gpu_job = _col(frame, "gpu_job", bool, False)
     # a job that never started has no AllocTRES: its requested GPUs make it a GPU job
     gpu_job |= np.nan_to_num(_col(frame, "req_gpus")) > 0
+    gpu_job |= _npus(frame) > 0  # an NPU job: the partition's accelerators are NPUs
 
     def skip(mask: np.ndarray, reason: str) -> np.ndarray:
         if mask.any():
@@ -242,7 +255,11 @@ def _job_sizes(
     mig = np.nan_to_num(_col(frame, "mig_slices")[rows])
     shards = np.nan_to_num(_col(frame, "shards")[rows])
     kind = np.where(mig > 0, MIG, np.where((gpu_count <= 0) & (shards > 0), SHARD, WHOLE))
+    npu_only = (gpu_count <= 0) & (shards <= 0) & (_npus(frame)[rows] > 0)
+    gpu_count = np.where(npu_only, _npus(frame)[rows], gpu_count)
     gpus = np.where(kind == MIG, mig, np.where(kind == SHARD, shards, gpu_count))
+    equiv = _col(frame, "gpu_equiv")[rows]
+    equiv = np.where(npu_only, gpu_count, equiv)
     mem_used = _col(frame, "gpu_mem_used_mib")[rows]
     cap = gpu_memory_mib[rows] if gpu_memory_mib is not None else np.full(len(rows), np.nan)
     one = (kind == WHOLE) & (gpu_count == 1)
@@ -251,7 +268,7 @@ def _job_sizes(
         "limit": limit,
         "gpus": gpus,
         "kind": kind,
-        "gpu_equiv": _col(frame, "gpu_equiv")[rows],
+        "gpu_equiv": equiv,
         "need_gpu": np.where(one & (cap > 0), mem_used / np.where(cap > 0, cap, 1.0), np.nan),
         "need_mib": np.where(one, mem_used, np.nan),
         "end": end[rows],
@@ -334,6 +351,8 @@ def _recorded_runs(
     sel = keep & ~np.isnan(start)
     run_end = _seconds(frame, "run_end") if "run_end" in frame.columns else _seconds(frame, "end")
     equiv = _col(frame, "gpu_equiv")
+    npus = _npus(frame)
+    equiv = np.where(np.isnan(equiv) & (npus > 0), npus, equiv)
     equiv = np.where(np.isnan(equiv), np.nan_to_num(_col(frame, "gpu_count")), equiv)
     state = _col(frame, "state", object, "")[sel]
     part = _col(frame, "partition", object, "")[sel].astype(str)
@@ -356,4 +375,10 @@ def capacity_from_live(env: Mapping[str, str] | None = None):
         slurm_src.scontrol_show("node", env=env), slurm_src.scontrol_show("partition", env=env)
     )
     per_node = {p: round(v) for p, v in cap.gpus_per_node.items()}
-    return dict(cap.partition_gpus), per_node, dict(cap.gpu_types)
+    parts, types = dict(cap.partition_gpus), dict(cap.gpu_types)
+    for name, (npus, nodes, npu_type) in cap.partition_npus.items():
+        if not parts.get(name) and npus:  # an NPU partition: its NPUs are its devices
+            parts[name], per_node[name] = float(npus), round(npus / max(nodes, 1))
+            if npu_type:
+                types[name] = npu_type
+    return parts, per_node, types

@@ -102,14 +102,12 @@ class _Dcmi:
             raise InventoryError(f"{name} failed: DCMI error {ret}")
 
 
-def read_ascend(host: Host, *, allow_partial: bool = False):
-    """(npus, VendorDriver, warnings) from DCMI."""
-    d = _Dcmi(load_library())
-    d.call("dcmi_init")
+def device_ids(d: _Dcmi) -> list[tuple[int, int, int, int]]:
+    """(card, device, logical id, physical id) of every NPU, by logical id."""
     count = ctypes.c_int()
     cards = (ctypes.c_int * MAX_CARDS)()
     d.call("dcmi_get_card_num_list", ctypes.byref(count), cards, MAX_CARDS)
-    found = []  # (card, device, logic, phy)
+    found = []
     for card in list(cards)[: count.value]:
         n = ctypes.c_int()
         d.call("dcmi_get_device_num_in_card", card, ctypes.byref(n))
@@ -121,7 +119,14 @@ def read_ascend(host: Host, *, allow_partial: bool = False):
                 "dcmi_get_device_phyid_from_logicid", ctypes.c_uint(logic.value), ctypes.byref(phy)
             )
             found.append((card, dev, logic.value, phy.value))
-    found.sort(key=lambda t: t[2])
+    return sorted(found, key=lambda t: t[2])
+
+
+def read_ascend(host: Host, *, allow_partial: bool = False):
+    """(npus, VendorDriver, warnings) from DCMI."""
+    d = _Dcmi(load_library())
+    d.call("dcmi_init")
+    found = device_ids(d)
     warnings: list[str] = []
     npus: list[Gpu] = []
     kept = []

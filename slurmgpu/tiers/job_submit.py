@@ -8,6 +8,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from slurmgpu.errors import UsageError
+from slurmgpu.model.accel import Offer, offers
 from slurmgpu.model.policy import Policy
 from slurmgpu.render.job_submit import MODULE_NAME, render_job_submit
 from slurmgpu.sources import lua_check
@@ -25,10 +27,33 @@ class JobSubmitResult:
     notes: tuple[str, ...]
 
 
-def sample_comments(policy: Policy) -> list[str]:
-    """The comments a dry run tries: none, each tier's tag, each kind's tag."""
+def sample_comments(policy: Policy, accel: bool = False) -> list[str]:
+    """The comments a dry run tries: none, each tier's tag, each kind's tag (and with the
+    cluster's offers, an accel= request per kind)."""
     tiers = [f"tier={t.name}" for t in policy.tiers]
-    return ["", *tiers, *(f"kind={k.name}" for k in policy.kinds)]
+    kinds = [f"kind={k.name}" for k in policy.kinds]
+    asks = [f"{k} accel=mem>=1G" for k in ["", *kinds]] if accel else []
+    return ["", *tiers, *kinds, *asks]
+
+
+def accel_offers(source: str, policy: Policy) -> tuple[tuple[Offer, ...], str]:
+    """The devices the cluster offers for `accel=` routing, and where they were read:
+    `sinfo` (the live cluster, as `submit --accel` reads it) or a file of
+    `sinfo -h -N -o '%N|%G'` lines."""
+    from slurmgpu.sources.cluster_gres import node_gres, parse_sinfo_gres
+
+    if source == "sinfo":
+        nodes, where = node_gres(ttl_s=0), "sinfo -N -o %N|%G"
+    else:
+        try:
+            text = Path(source).read_text(encoding="utf-8", errors="replace")
+        except OSError as exc:
+            raise UsageError(f"--accel-gres {source}: {exc.strerror}") from None
+        nodes, where = parse_sinfo_gres(text), Path(source).name
+    table = offers(nodes, policy.shards_per_gpu)
+    if not table:
+        raise UsageError(f"--accel-gres {source}: no node offers a GPU or NPU of a known model")
+    return table, f"{where}: {len(nodes)} nodes"
 
 
 def script_checker(
@@ -56,9 +81,12 @@ def gen_job_submit(
     diff: bool = False,
     dry_run: bool = False,
     emit_dir: str | None = None,
+    accel_gres: str | None = None,
 ) -> JobSubmitResult:
     """Render the script (or module) for `policy` and emit it; with `check`, compile and
-    dry-run it first and say exactly which checks ran (never "checked" when none could)."""
+    dry-run it first and say exactly which checks ran (never "checked" when none could).
+    `accel_gres` (`sinfo` or a file, `accel_offers`) renders the cluster's devices for the
+    `accel=` routing across vendors."""
     notes: list[str] = []
     uid_of, missing = uids_for(u for t in policy.tiers for u in t.users)
     notes.extend(
@@ -67,9 +95,13 @@ def gen_job_submit(
         for name in missing
     )
     version, _ = target_slurm_version(slurm_version)
-    text = render_job_submit(policy, uid_of, version, module=module)
+    table, where = accel_offers(accel_gres, policy) if accel_gres else (None, "")
+    text = render_job_submit(
+        policy, uid_of, version, module=module, accel_offers=table, accel_source=where
+    )
     done: list[lua_check.ScriptCheck] = []
-    checker = script_checker(sample_comments(policy), module=module, done=done) if check else None
+    samples = sample_comments(policy, accel=table is not None)
+    checker = script_checker(samples, module=module, done=done) if check else None
     status = emit(
         text,
         output,

@@ -31,6 +31,9 @@ static const char *cpus[N] = {%(cpus)s};
 static const unsigned int dies[N][5] = {%(dies)s};
 static const int mesh = %(mesh)d;
 static const int lost[N] = {%(lost)s};  /* an NPU that fails every query (-8008) */
+static const unsigned long long hbm_used_mb[N] = {%(hbm_used)s};
+static const int aicore[N] = {%(aicore)s};  /* AI Core rate in percent; -1: not supported */
+static const unsigned int health[N] = {%(health)s};  /* dcmi health: 0 normal .. 3 critical */
 static int ready = 0;
 static int card_index(int card) { return (card >= 0 && card < N) ? card : -1; }
 int dcmi_init(void) { ready = 1; return 0; }
@@ -54,7 +57,15 @@ int dcmi_get_device_pcie_info_v2(int card, int dev, struct pcie *p) {
     memset(p, 0, sizeof *p); p->ven = 0x19e5; p->dev = 0xd802; p->bus = bus[card]; return 0; }
 int dcmi_get_device_hbm_info(int card, int dev, struct hbm *h) {
     if (card_index(card) < 0 || dev != 0) return -8007;
-    memset(h, 0, sizeof *h); h->size = hbm_mb[card]; h->usage = 3300; return 0; }
+    memset(h, 0, sizeof *h); h->size = hbm_mb[card]; h->usage = hbm_used_mb[card]; return 0; }
+int dcmi_get_device_health(int card, int dev, unsigned int *h) {
+    if (card_index(card) < 0 || dev != 0) return -8007;
+    if (lost[card]) return -8008;
+    *h = health[card]; return 0; }
+int dcmi_get_device_utilization_rate(int card, int dev, int type, unsigned int *rate) {
+    if (card_index(card) < 0 || dev != 0) return -8007;
+    if (type != 2 || aicore[card] < 0) return -8255;  /* only AI Core is served here */
+    *rate = (unsigned int)aicore[card]; return 0; }
 int dcmi_get_affinity_cpu_info_by_device_id(int card, int dev, char *buf, int *len) {
     if (card_index(card) < 0 || dev != 0) return -8007;
     snprintf(buf, (size_t)*len, "%%s", cpus[card]); *len = (int)strlen(buf); return 0; }
@@ -67,6 +78,12 @@ int dcmi_get_topo_info_by_device_id(int c1, int d1, int c2, int d2, int *topo) {
 int dcmi_get_dcmi_version(char *buf, int len) {
     snprintf(buf, (size_t)len, "%%s", "%(version)s"); return 0; }
 """
+
+
+# the machine's `health` (npu-smi's Health column: "OK" in the recordings; the other names are
+# this double's) -> dcmi_get_device_health's value (DCMI API reference: 0 normal, 1 minor
+# alarm, 2 major alarm, 3 critical alarm)
+_HEALTH = {"OK": 0, "Warning": 1, "Alarm": 2, "Critical": 3}
 
 
 def build(machine: dict | str | Path, out_dir: Path) -> Path:
@@ -83,6 +100,10 @@ def build(machine: dict | str | Path, out_dir: Path) -> Path:
         "dies": ", ".join("{" + ", ".join(f"0x{w:08x}u" for w in n["die_id"]) + "}" for n in npus),
         "mesh": 1 if machine["npu"]["hccs_full_mesh"] else 0,
         "lost": ", ".join("1" if n.get("lost") else "0" for n in npus),
+        # work on the NPUs (collector tests): HBM used (MB) and the AI Core rate
+        "hbm_used": ", ".join(f"{n.get('hbm_used_mib', 3300)}ULL" for n in npus),
+        "aicore": ", ".join(str(n.get("aicore_util_pct", 0)) for n in npus),
+        "health": ", ".join(str(_HEALTH[n.get("health", "OK")]) for n in npus),
         "version": machine["npu"]["dcmi_version"],
     }
     out_dir.mkdir(parents=True, exist_ok=True)

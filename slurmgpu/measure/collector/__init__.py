@@ -22,9 +22,10 @@ from pathlib import Path
 
 from slurmgpu.errors import InventoryError, SlurmgpuError
 from slurmgpu.measure.collector.cgroup import ProcessMapper
-from slurmgpu.measure.collector.nvml import NodeSample, sample_node
+from slurmgpu.measure.collector.nvml import NodeSample
 from slurmgpu.measure.collector.state import attribute, job_summary, locked_state, update
 from slurmgpu.measure.collector.textfile import render_textfile
+from slurmgpu.measure.collector.vendors import sample_accelerators
 from slurmgpu.measure.summary import JobSummary, encode, write_spool
 from slurmgpu.util.atomic import write_atomic
 
@@ -58,7 +59,7 @@ class CollectResult:
 def collect(options: CollectOptions, sample: NodeSample | None = None) -> CollectResult:
     """One pass: sample, attribute, update the state, write the textfile."""
     now = int(time.time())
-    sample = sample if sample is not None else sample_node()
+    sample = sample if sample is not None else sample_accelerators(options.host_root)
     if not sample.devices and sample.errors:
         raise InventoryError("; ".join(sample.errors))
     problems = list(sample.errors)

@@ -34,10 +34,17 @@ class DeviceSample:
     mem_used_mib: float
     util_pct: float | None
     processes: tuple[GpuProcess, ...] = ()
+    vendor: str = "nvidia"  # amd: minor is the render node's; ascend: the davinci node's
 
     @property
     def key(self) -> str:
-        """`0` for GPU minor 0, `0/gi7` for its MIG GPU instance 7 (state and label key)."""
+        """`0` for GPU minor 0, `0/gi7` for its MIG GPU instance 7 (state and label key);
+        `renderD128` for an AMD GPU, `davinci3` for an Ascend NPU (a mixed node's NPU 3 and
+        GPU 3 stay apart)."""
+        if self.vendor == "amd":
+            return f"renderD{self.minor}"
+        if self.vendor == "ascend":
+            return f"davinci{self.minor}"
         return str(self.minor) if self.gi is None else f"{self.minor}/gi{self.gi}"
 
 

@@ -142,7 +142,7 @@ def update(state: CollectorState, rows: list[Attributed], now: int) -> None:
         if d.util_pct is not None:
             acc.util_sum += d.util_pct
             acc.util_samples += 1
-    whole = {str(r.device.minor): r.device.mem_total_mib for r in rows if r.device.gi is None}
+    whole = {r.device.key: r.device.mem_total_mib for r in rows if r.device.gi is None}
     if whole:
         state.whole_gpus = whole
     for job_id in [j for j, acc in state.jobs.items() if now - acc.last > MAX_AGE_S]:

@@ -13,6 +13,7 @@ from slurmgpu.render.templating import render as render_template
 from slurmgpu.views import svg
 from slurmgpu.views.report.tables import (
     _GROUP_SECTIONS,
+    ACCEL_HEADERS,
     FIT_PARTITION_HEADERS,
     FIT_SLICES,
     HTML_TOP_N,
@@ -27,6 +28,7 @@ from slurmgpu.views.report.tables import (
     _source_line,
     _totals_lines,
     _wait,
+    accelerator_rows,
     fmt_duration,
     fmt_gpu_hours,
     fmt_int,
@@ -72,6 +74,8 @@ def _html_context(analysis: AnalysisDocument) -> dict[str, Any]:
         "fit_basis": str(fit.basis or ""),
         "fit_partition_headers": FIT_PARTITION_HEADERS,
         "fit_partition_rows": _fit_partition_rows(analysis),
+        "accel_headers": ACCEL_HEADERS,
+        "accel_rows": accelerator_rows(analysis),
         "rejected": [(str(r.file), str(r.line), str(r.reason)) for r in rejected[:REJECTED_SHOWN]],
         "rejected_count": fmt_int(totals.rows_rejected, str(len(rejected))),
         "rejected_left_off": max(0, len(rejected) - REJECTED_SHOWN),

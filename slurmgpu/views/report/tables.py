@@ -353,6 +353,26 @@ def _fit_partition_rows(analysis: AnalysisDocument) -> list[list[str]]:
     return rows
 
 
+ACCEL_HEADERS = [
+    "ACCELERATOR", "VENDOR", "CLASS", "RUNS", "DEVICE-HOURS", "DEVICES", "ALLOCATED",
+    *(f"FITS {n}" for n in FIT_SLICES), "UNKNOWN NEED",
+]  # fmt: skip
+
+
+def accelerator_rows(analysis: AnalysisDocument) -> list[list[str]]:
+    """Per accelerator kind (every vendor): device-hours, capacity share, fit of the need."""
+    rows = []
+    for r in analysis.by_accelerator:
+        rows.append(
+            [printable(r.accelerator, 32), r.vendor or "?", r.accel_class or "?"]
+            + [fmt_int(r.runs), fmt_gpu_hours(r.device_hours), fmt_int(r.devices, "?")]
+            + [fmt_ratio(r.alloc_share)]
+            + [fmt_ratio(r.fit.share(n).gpu_hours) for n in FIT_SLICES]
+            + [f"{fmt_int(r.fit.unknown_runs)} runs"]
+        )
+    return rows
+
+
 def replayed_text(effect: Any) -> str:
     """A `ReplayedEffect` in one line: before -> after for what an admin weighs first."""
     if effect.unavailable:

@@ -8,6 +8,7 @@ from slurmgpu.accounting.document import (
 )
 from slurmgpu.views.report.tables import (
     _GROUP_SECTIONS,
+    ACCEL_HEADERS,
     FIT_PARTITION_HEADERS,
     REJECTED_SHOWN,
     TOP_N,
@@ -20,6 +21,7 @@ from slurmgpu.views.report.tables import (
     _notes,
     _source_line,
     _totals_lines,
+    accelerator_rows,
     fmt_gpu_hours,
     fmt_int,
     harm_text,
@@ -78,6 +80,11 @@ def render_text(analysis: AnalysisDocument) -> str:
             f"{fmt_int(fit.unknown_runs)} runs "
             f"({fmt_gpu_hours(fit.unknown_gpu_hours)} GPU-hours) have an unknown need"
         )
+
+    if analysis.by_accelerator:
+        out += ["", "By accelerator (device-hours: a MIG slice, an AMD partition, an NPU = 1)"]
+        table = text_table(ACCEL_HEADERS, accelerator_rows(analysis), left=3)
+        out += ["  " + ln for ln in table.splitlines()]
 
     rejected = analysis.rejected
     n_rejected = analysis.totals.rows_rejected

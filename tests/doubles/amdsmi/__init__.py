@@ -242,3 +242,33 @@ def amdsmi_topo_get_link_type(handle_src, handle_dst) -> dict:
     if xgmi:
         return {"hops": 1, "type": AmdSmiIoLinkType.XGMI}
     return {"hops": 2, "type": AmdSmiIoLinkType.PCIEXPRESS}
+
+
+# Work on the machine (collector tests): `machine["amdsmi"]["load"]` maps a render minor (as
+# text) to {"gfx_activity": percent or "N/A", "vram_used_mib": MiB}; idle when absent.
+def _load(h: _Handle) -> dict:
+    return _machine()["amdsmi"].get("load", {}).get(str(h.render), {})
+
+
+def amdsmi_get_gpu_activity(handle) -> dict:
+    h = _check(handle)
+    gfx = _load(h).get("gfx_activity", 0)
+    return {"gfx_activity": gfx, "umc_activity": "N/A", "mm_activity": "N/A"}
+
+
+def amdsmi_get_gpu_memory_usage(handle, mem_type) -> int:
+    h = _check(handle)
+    if int(mem_type) != AmdSmiMemoryType.VRAM:
+        raise AmdSmiLibraryException(AMDSMI_STATUS_NOT_SUPPORTED, "AMDSMI_STATUS_NOT_SUPPORTED")
+    return int(_load(h).get("vram_used_mib", 0)) * 1024 * 1024
+
+
+def amdsmi_get_gpu_total_ecc_count(handle) -> dict:
+    """RAS error counts of a logical GPU: the package's `ecc` (recorded or a test's), else 0."""
+    h = _check(handle)
+    ecc = h.package.get("ecc", {})
+    return {
+        "correctable_count": ecc.get("correctable", 0),
+        "uncorrectable_count": ecc.get("uncorrectable", 0),
+        "deferred_count": ecc.get("deferred", 0),
+    }

@@ -26,7 +26,7 @@ DOCUMENT_KEYS = [
     "schema_version", "generated_at", "window", "source", "totals", "utilization_basis",
     "measure_warnings", "by_partition", "by_cluster", "by_qos", "by_tier", "by_account",
     "by_user", "by_kind",
-    "fit_fraction", "timeseries", "rejected", "notes", "recommendations",
+    "fit_fraction", "timeseries", "rejected", "notes", "recommendations", "by_accelerator",
 ]  # fmt: skip
 
 

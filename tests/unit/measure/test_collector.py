@@ -216,7 +216,10 @@ def test_cli_pass_and_nvml_failure(nvml, tmp_path):
     serve(nvml, tmp_path, "dgx-h100", lambda d: d.update(init_error="DRIVER_NOT_LOADED"))
     out = CliRunner().invoke(main, args)
     assert out.exit_code == 1
-    assert out.output.strip().splitlines()[-1] == "slurmgpu: error: NVML: Driver Not Loaded"
+    # no vendor answered: each one's reason, NVML's first (amdsmi and DCMI are absent here)
+    last = out.output.strip().splitlines()[-1]
+    assert last.startswith("slurmgpu: error: NVML: Driver Not Loaded; amdsmi: "), last
+    assert "; DCMI: cannot load libdcmi" in last
 
 
 def test_cli_epilog_exits_zero_even_when_storing_fails(tmp_path):

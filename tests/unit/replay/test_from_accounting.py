@@ -3,6 +3,7 @@
 from pathlib import Path
 
 import numpy as np
+import pytest
 
 from slurmgpu.replay.from_accounting import load_trace
 from slurmgpu.replay.jobs import MIG, SHARD, WHOLE
@@ -57,3 +58,42 @@ def test_harness_dump_from_real_slurm_loads():
     assert len(trace) > 0
     assert (trace.duration_s >= 0).all()
     assert not np.isnan(trace.recorded_start_s).any()
+
+
+def test_npu_jobs_are_replayed_on_their_partitions_npus(tmp_path):
+    from tests.unit.accounting.sacct_text import job, text
+
+    rows = [
+        job(1, "npu", 0, 10, 3610, "cpu=8,gres/npu=2,gres/npu:910b=2,node=1"),
+        job(2, "npu", 5, 20, 620, "cpu=4,gres/npu:910b=1,node=1"),
+        job(3, "gpu", 0, 10, 610, "cpu=4,gres/gpu=1,gres/gpu:h100=1,node=1"),
+        job(4, "cpu", 0, 10, 610, "cpu=4,node=1"),
+    ]
+    path = tmp_path / "dump.txt"
+    path.write_text(text(rows))
+    trace = load_trace([path])
+    jobs = {j.job_id: j for j in trace.jobs()}
+    assert set(jobs) == {"1", "2", "3"}  # the NPU jobs are accelerator jobs now
+    assert (jobs["1"].kind, jobs["1"].gpus, jobs["1"].partition) == (WHOLE, 2.0, "npu")
+    assert jobs["2"].gpus == 1.0 and jobs["3"].gpus == 1.0
+    assert trace.skipped["not a GPU job"] == 1
+    # recorded device-hours: 2 NPUs x 1 h, 1 NPU and 1 GPU x 10 min
+    runs = trace.recorded_runs
+    assert float(np.sum(runs.equiv * (runs.end_s - runs.start_s))) / 3600 == pytest.approx(
+        2 * 1.0 + 1 * 600 / 3600 + 1 * 600 / 3600
+    )
+
+
+def test_live_capacity_gives_npu_partitions_their_npus():
+    from slurmgpu.accounting.capacity import capacity_from_scontrol
+
+    cap = capacity_from_scontrol(
+        [
+            {"NodeName": "a1", "Gres": "npu:910b:8(S:0-1)"},
+            {"NodeName": "a2", "Gres": "npu:910b:8(S:0-1)"},
+            {"NodeName": "g1", "Gres": "gpu:h100:8"},
+        ],
+        [{"PartitionName": "npu", "Nodes": "a[1-2]"}, {"PartitionName": "gpu", "Nodes": "g1"}],
+    )
+    assert cap.partition_npus == {"npu": (16.0, 2, "910b")}
+    assert cap.partition_gpus == {"npu": 0.0, "gpu": 8.0}  # analysis GPU capacity unchanged
