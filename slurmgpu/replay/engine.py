@@ -149,6 +149,10 @@ class _Part:
         self.end_gpus = array.array("d")
         self.pending = 0
         self.size_hist: dict[float, int] = {}  # pending whole-GPU jobs by GPU count
+        # pending whole-GPU jobs by GPU count, then time limit: counts, and a heap of the
+        # limits (entries whose count fell to 0 are dropped lazily)
+        self.limit_counts: dict[float, dict[float, int]] = {}
+        self.limit_heaps: dict[float, list[float]] = {}
         self.pool_pending = 0  # pending MIG / shard jobs
         self.dirty = False  # something changed: run the main pass
         self.kick_at = INF  # when the scheduler takes the jobs submitted since its last pass
@@ -158,6 +162,24 @@ class _Part:
     def fits_some(self, free: float) -> bool:
         """Whether some pending whole-GPU job asks for at most `free` GPUs."""
         return any(c > 0 and g <= free for g, c in self.size_hist.items())
+
+    def count_limit(self, g: float, lim: float, delta: int) -> None:
+        counts = self.limit_counts.setdefault(g, {})
+        old = counts.get(lim, 0)
+        counts[lim] = old + delta
+        if old <= 0 < old + delta:
+            heapq.heappush(self.limit_heaps.setdefault(g, []), lim)
+
+    def shortest_limits(self) -> dict[float, float]:
+        """GPU count -> the shortest time limit of a pending whole-GPU job of that count."""
+        out = {}
+        for g, heap in self.limit_heaps.items():
+            counts = self.limit_counts[g]
+            while heap and counts[heap[0]] <= 0:
+                heapq.heappop(heap)
+            if heap:
+                out[g] = heap[0]
+        return out
 
     def has_free(self) -> bool:
         pools = any(p[0] > 0 for p in self.pools.values())
@@ -204,6 +226,16 @@ class _Part:
             out.append((n, take))
             left -= take
         return out
+
+    def can_place(self, gpus: int) -> bool:
+        """Whether `place_whole(gpus)` would find nodes now (without choosing them)."""
+        if gpus > self.free_whole:
+            return False
+        per, buckets = self.max_cap, self.buckets
+        if gpus <= per:
+            return any(buckets[free] for free in range(gpus, per + 1))
+        cap = self.cap
+        return sum(1 for n in buckets[per] if cap[n] == per) >= -(-gpus // per)
 
     def take(self, alloc: list[tuple[int, int]], job: int) -> None:
         for node, g in alloc:
@@ -409,6 +441,7 @@ class Replay:
         if self.kind[job] == WHOLE:
             g = self.gpus[job]
             part.size_hist[g] = part.size_hist.get(g, 0) + delta
+            part.count_limit(g, self.limit[job], delta)
         else:
             part.pool_pending += delta
 
@@ -718,25 +751,21 @@ class Replay:
     # ----------------------------------------------------------------------- backfill
     def _backfill(self, part: _Part, t: float) -> None:
         """Slurm's backfill on whole GPUs: start a lower-priority job now only if it does not
-        delay the expected start of any higher-priority job tested before it."""
+        delay the expected start of any higher-priority job tested before it.
+
+        The reservations of tested jobs that cannot start (`owed`) are made, in test order,
+        only before a job that could start is checked: they change nothing else in a pass
+        (the profile is dropped after it) and the profile only loses GPUs as a pass goes on.
+        So a job no start is possible for, even on the profile so far, costs no reservation:
+        too big for the free GPUs now, no more than `failed` allows, or short of GPUs in its
+        window already. In a partition with slices or shards (where a 1-GPU job may start on
+        a slice whatever the profile) every reservation is made at once, as before."""
         if not part.pool_pending and not part.fits_some(part.free_whole):
             return  # no pending job is small enough for the free GPUs: nothing can start
-        cfg = self.cfg
-        # the free-GPU profile: now, then each expected end (a job past its limit is expected
-        # to end any moment)
         prof = _Profile(t, float(part.free_whole), part.end_times, part.end_gpus)
-        blocked: list[int] = []  # tested jobs that cannot start now (reservations owed)
-        reserved = 0
-        horizon = t + cfg.bf_window_s
-        # a later job can start now only if its GPUs stay free for its limit, at least the
-        # partition's shortest: once fewer than the smallest pending job's GPUs stay free
-        # that long, nothing later in this pass can start and its reservations change
-        # nothing (the profile is dropped after the pass); a deep queue stops there
-        smallest = min((g for g, c in part.size_hist.items() if c > 0), default=INF)
-        # the earliest time particular nodes hold a job of g GPUs, by GPU count (per pass)
-        earliest: dict[float, float] = {}
-        shortest = t + part.min_limit
-        for job in self._in_order(part, t, cfg.bf_max_job_test):
+        lazy = not part.pools and not part.shards[1]
+        bp = _Pass(part, prof, t, t + self.cfg.bf_window_s, part.shortest_limits() if lazy else {})
+        for job in self._in_order(part, t, self.cfg.bf_max_job_test):
             if self.state[job] != PENDING or self.eligible[job] > t:
                 continue
             kind, g = self.kind[job], self.gpus[job]
@@ -744,29 +773,48 @@ class Replay:
                 # slices and shards: start now if free (no reservation model for pools)
                 self._try_start(part, job, t)
                 continue
-            if g > prof.avail[0]:
-                blocked.append(job)
-                continue
-            for b in blocked:
-                if reserved < cfg.bf_max_reservations:
-                    nodes = self._node_gpus(part, b)
-                    bg = self.gpus[b]
-                    after = self._node_earliest(part, bg, t, earliest) if bg > 1 else t
-                    prof.reserve(bg, self.limit[b], horizon, nodes, after)
-                    reserved += 1
-            blocked = []
             lim = self.limit[job]
+            if g > prof.avail[0] or (lazy and bp.hopeless(g, lim)):
+                bp.owed.append(job)  # cannot start: its reservation can wait
+                continue
+            if not self._pay(bp, g if lazy else 0, lim):
+                bp.fail(g, lim)  # the reservations before it leave it no room
+                bp.owed.append(job)
+                continue
             if prof.free_until(g, t + lim) and self._try_start(part, job, t):
                 prof.hold(0, g, t + lim)
-                _forget(earliest, self.alloc[job])  # its nodes changed
-            elif reserved < cfg.bf_max_reservations:
-                after = self._node_earliest(part, g, t, earliest) if g > 1 else t
-                prof.reserve(g, lim, horizon, self._node_gpus(part, job), after)
-                reserved += 1
-            if not (part.pool_pending and part.has_free()) and (
-                prof.avail[0] <= 0 or prof.free_for(shortest) < smallest
+                _forget(bp.earliest, self.alloc[job])  # its nodes changed
+            else:
+                bp.fail(g, lim)
+                bp.owed.append(job)
+                if not lazy:
+                    self._pay(bp)
+            if lazy:
+                if bp.nothing_fits():
+                    break
+            elif not (part.pool_pending and part.has_free()) and (
+                prof.avail[0] <= 0 or prof.free_for(t + part.min_limit) < bp.smallest
             ):
                 break
+
+    def _pay(self, bp: _Pass, g: float = 0, lim: float = 0.0) -> bool:
+        """Make the owed reservations of a backfill pass, in test order, up to
+        bf_max_reservations (past it, blocked jobs get none). Given a job's `g` GPUs and
+        `lim`, stop as soon as they leave it no room (False); the rest stay owed."""
+        cap, part, prof, t = self.cfg.bf_max_reservations, bp.part, bp.prof, bp.t
+        owed = bp.owed
+        while owed:
+            if bp.reserved >= cap:
+                owed.clear()
+                break
+            b = owed.popleft()
+            bg = self.gpus[b]
+            after = self._node_earliest(part, bg, t, bp.earliest) if bg > 1 else t
+            prof.reserve(bg, self.limit[b], bp.horizon, self._node_gpus(part, b), after)
+            bp.reserved += 1
+            if g and owed and (g > prof.avail[0] or not prof.free_until(g, t + lim)):
+                return False
+        return True
 
     def _node_earliest(self, part: _Part, g: float, t: float, cache: dict) -> float:
         """The earliest time particular nodes hold a job of `g` whole GPUs, from the running
@@ -816,6 +864,53 @@ class Replay:
         """The GPUs of the whole nodes a backfill reservation for `job` takes."""
         per = part.max_cap or 1
         return float(-(-int(self.gpus[job]) // per) * per)
+
+
+class _Pass:
+    """One backfill pass's bookkeeping: owed reservations, what failed, node-earliest cache."""
+
+    def __init__(
+        self, part: _Part, prof: _Profile, t: float, horizon: float, shortest: dict
+    ) -> None:
+        self.part, self.prof, self.t, self.horizon = part, prof, t, horizon
+        # GPU count -> the shortest limit of a pending whole-GPU job of that count
+        self.shortest: dict[float, float] = shortest
+        self.owed: deque[int] = deque()  # tested jobs not started: reservations not made yet
+        self.reserved = 0
+        # the earliest time particular nodes hold a job of g GPUs, by GPU count (per pass)
+        self.earliest: dict = {}
+        # GPU count -> the shortest limit of a job of at most as many GPUs that did not
+        # start: a later job of at least as many GPUs and limit cannot start either (its
+        # GPUs are not free now, or not on any node, or not for its limit; all only shrink)
+        self.failed: dict[float, float] = {}
+        self.smallest = min((g for g, c in part.size_hist.items() if c > 0), default=INF)
+
+    def fail(self, g: float, lim: float) -> None:
+        failed = self.failed
+        for size in self.part.size_hist:
+            if size >= g and lim < failed.get(size, INF):
+                failed[size] = lim
+        if g not in failed or lim < failed[g]:
+            failed[g] = lim
+
+    def hopeless(self, g: float, lim: float) -> bool:
+        """No start is possible for a job of `g` GPUs and limit `lim` at this point."""
+        prof = self.prof
+        if g > prof.avail[0] or lim >= self.failed.get(g, INF):
+            return True
+        if not self.part.can_place(int(g)):  # no node holds it now, whatever the plan
+            self.fail(g, 0.0)
+            return True
+        if not prof.free_until(g, self.t + lim):
+            self.fail(g, lim)
+            return True
+        return False
+
+    def nothing_fits(self) -> bool:
+        """No pending job of any GPU count fits the profile for its count's shortest limit
+        (nothing later in the pass can start)."""
+        prof, t = self.prof, self.t
+        return all(prof.free_for(t + lim) < g for g, lim in self.shortest.items())
 
 
 class _Profile:
