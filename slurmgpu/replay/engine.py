@@ -120,6 +120,12 @@ class _Part:
         self.free_whole = sum(self.cap)
         # per node: its whole-GPU jobs -> the GPUs each holds there
         self.node_jobs: list[dict[int, int]] = [{} for _ in self.cap]
+        # what backfill's `Replay._node_earliest` worked out from the nodes' jobs, kept until
+        # a node changes: per GPU count, the soonest expected time one node has them free;
+        # per node, the same for that node; the times full-size nodes are expected idle
+        self.earliest: dict[float, float] = {}
+        self.node_earliest: list[dict[int, float]] = [{} for _ in self.cap]
+        self.idle_at: list[float] | None = None
         # MIG instances per profile: [free, total, memory MiB, compute share]
         gpu_model = model_for_type(model.gpu_type or "")
         self.pools: dict[str, list[float]] = {}
@@ -197,7 +203,14 @@ class _Part:
         return int(self.end_gpus.pop(k))
 
     # whole-GPU placement ---------------------------------------------------------------
+    def touch(self, node: int) -> None:
+        """A node's jobs or their expected ends changed: drop what was worked out from them."""
+        self.node_earliest[node].clear()
+        self.earliest.clear()
+        self.idle_at = None
+
     def _set_free(self, node: int, value: int) -> None:
+        self.touch(node)
         self.buckets[self.free[node]].discard(node)
         self.free_whole += value - self.free[node]
         self.free[node] = value
@@ -747,6 +760,8 @@ class Replay:
                 g = part.drop_end(self.expected_end[v], v)
                 self.expected_end[v] = t + grace
                 part.add_end(t + grace, v, g)
+                for node, _ in self.alloc[v][1]:
+                    part.touch(node)
 
     # ----------------------------------------------------------------------- backfill
     def _backfill(self, part: _Part, t: float) -> None:
@@ -783,7 +798,6 @@ class Replay:
                 continue
             if prof.free_until(g, t + lim) and self._try_start(part, job, t):
                 prof.hold(0, g, t + lim)
-                _forget(bp.earliest, self.alloc[job])  # its nodes changed
             else:
                 bp.fail(g, lim)
                 bp.owed.append(job)
@@ -809,55 +823,60 @@ class Replay:
                 break
             b = owed.popleft()
             bg = self.gpus[b]
-            after = self._node_earliest(part, bg, t, bp.earliest) if bg > 1 else t
+            after = self._node_earliest(part, bg, t) if bg > 1 else t
             prof.reserve(bg, self.limit[b], bp.horizon, self._node_gpus(part, b), after)
             bp.reserved += 1
             if g and owed and (g > prof.avail[0] or not prof.free_until(g, t + lim)):
                 return False
         return True
 
-    def _node_earliest(self, part: _Part, g: float, t: float, cache: dict) -> float:
+    def _node_earliest(self, part: _Part, g: float, t: float) -> float:
         """The earliest time particular nodes hold a job of `g` whole GPUs, from the running
         jobs' expected ends (start + limit) on each node: one node with `g` free, or, for a
         job larger than a node, `ceil(g / node)` whole idle nodes. The pooled profile alone
         would find `g` free GPUs spread over several nodes and reserve too early: every
         backfill pass then holds the partition's free GPUs for a job that cannot start on
-        them (calibration, docs/replay.md). `cache` holds, for one pass, the answer per GPU
-        count and each node's (expected end, GPUs) list; a start clears it."""
-        if g in cache:
-            return cache[g]
+        them (calibration, docs/replay.md). The answers are kept by the partition until one
+        of its nodes changes (`_Part.touch`), each node's own until that node does."""
         per = part.max_cap
-        expected = self.expected_end
-        best = INF
         if g <= per:
-            for node, jobs in enumerate(part.node_jobs):
-                free = part.free[node]
-                if part.cap[node] < g:
-                    continue
-                if free >= g:
-                    best = t
-                    break
-                ends = cache.get(("n", node))
-                if ends is None:
-                    ends = cache[("n", node)] = sorted((expected[v], c) for v, c in jobs.items())
-                for e, c in ends:
-                    if e >= best:
-                        break
-                    free += c
-                    if free >= g:
-                        best = e
-                        break
+            best = part.earliest.get(g)
+            if best is None:
+                best = part.earliest[g] = self._earliest_on_one_node(part, int(g))
         else:
             need = -(-int(g) // per)
-            idle = cache.get("idle")
+            idle = part.idle_at
             if idle is None:  # when each full-size node is idle, soonest first
-                idle = cache["idle"] = sorted(
-                    max((expected[v] for v in jobs), default=t)
+                expected = self.expected_end
+                idle = part.idle_at = sorted(
+                    max((expected[v] for v in jobs), default=-INF)
                     for node, jobs in enumerate(part.node_jobs)
                     if part.cap[node] == per
                 )
             best = idle[need - 1] if len(idle) >= need else INF
-        cache[g] = best = max(best, t)
+        return max(best, t)
+
+    def _earliest_on_one_node(self, part: _Part, g: int) -> float:
+        """The soonest expected time some node has `g` GPUs free (-INF: one has them now)."""
+        best = INF
+        expected, cap, free_of = self.expected_end, part.cap, part.free
+        for node, known in enumerate(part.node_earliest):
+            if cap[node] < g:
+                continue
+            free = free_of[node]
+            if free >= g:
+                return -INF
+            e = known.get(g)
+            if e is None:
+                e = INF
+                for end, c in sorted((expected[v], c) for v, c in part.node_jobs[node].items()):
+                    free += c
+                    if free >= g:
+                        e = end
+                        break
+                known[g] = e
+            if e < best:
+                best = e
         return best
 
     def _node_gpus(self, part: _Part, job: int) -> float:
@@ -877,8 +896,6 @@ class _Pass:
         self.shortest: dict[float, float] = shortest
         self.owed: deque[int] = deque()  # tested jobs not started: reservations not made yet
         self.reserved = 0
-        # the earliest time particular nodes hold a job of g GPUs, by GPU count (per pass)
-        self.earliest: dict = {}
         # GPU count -> the shortest limit of a job of at most as many GPUs that did not
         # start: a later job of at least as many GPUs and limit cannot start either (its
         # GPUs are not free now, or not on any node, or not for its limit; all only shrink)
@@ -997,16 +1014,6 @@ class _Profile:
         k = self._step(times[i] + lim)
         held = self.avail[i:k]
         held -= np.minimum(held, max(node_gpus, g))
-
-
-def _forget(cache: dict, alloc: tuple | None) -> None:
-    """Drop what a start changed from a pass's `_node_earliest` cache: every answer, the
-    idle times, and the started job's nodes' lists (a slice start changes no node)."""
-    for key in [k for k in cache if not isinstance(k, tuple)]:
-        del cache[key]
-    if alloc is not None and alloc[0] == "n":
-        for node, _ in alloc[1]:
-            cache.pop(("n", node), None)
 
 
 _all = np.logical_and.reduce  # ndarray.all() without its Python-level wrapper
