@@ -551,23 +551,42 @@ class Replay:
             iters.append(self._live_fifo(dq, q))
             live = [e for e in part.requeued[q] if self._live_requeued(e, q)]
             iters.append(iter([j for _, j in sorted(live)]))
-        state = self.state
+        state, prio = self.state, self._priority_at(t)
         heads: list[tuple[tuple[float, int], int, int]] = []
         for k, it in enumerate(iters):
             for job in it:
                 if state[job] == PENDING:
-                    heads.append(((-self._priority(job, t), job), k, job))
+                    heads.append(((-prio(job), job), k, job))
                     break
+        if not heads:
+            return
         heapq.heapify(heads)
-        count = 0
-        while heads and count < limit:
-            _, k, job = heapq.heappop(heads)
+        item = heapq.heappop(heads)
+        for _ in range(limit):
+            k, job = item[1], item[2]
             yield job
-            count += 1
-            for nxt in iters[k]:
+            for nxt in iters[k]:  # its source's next job, or the best other head
                 if state[nxt] == PENDING:
-                    heapq.heappush(heads, ((-self._priority(nxt, t), nxt), k, nxt))
+                    item = heapq.heappushpop(heads, ((-prio(nxt), nxt), k, nxt))
                     break
+            else:
+                if not heads:
+                    return
+                item = heapq.heappop(heads)
+
+    def _priority_at(self, t: float):
+        """`_priority(job, t)` as a function of the job, for many jobs at one time."""
+        cfg = self.cfg
+        period = cfg.priority_calc_period_s
+        now = math.floor(t / period) * period if period > 1 else t
+        weight, max_age = cfg.priority_weight_age, cfg.priority_max_age_s
+        qos_term, qos_of, eligible, floor = self.qos_term, self.qos_of, self.eligible, math.floor
+
+        def priority(job: int) -> float:
+            age = min(max(now - eligible[job], 0.0) / max_age, 1.0)
+            return floor(qos_term[qos_of[job]] + weight * age)
+
+        return priority
 
     # ----------------------------------------------------------------------- main pass
     def _main_pass(self, part: _Part, t: float) -> None:
@@ -847,14 +866,22 @@ class Replay:
             need = -(-int(g) // per)
             idle = part.idle_at
             if idle is None:  # when each full-size node is idle, soonest first
-                expected = self.expected_end
                 idle = part.idle_at = sorted(
-                    max((expected[v] for v in jobs), default=-INF)
-                    for node, jobs in enumerate(part.node_jobs)
+                    self._idle_at(part, node)
+                    for node in range(len(part.cap))
                     if part.cap[node] == per
                 )
             best = idle[need - 1] if len(idle) >= need else INF
         return max(best, t)
+
+    def _idle_at(self, part: _Part, node: int) -> float:
+        """When a node is expected idle: its jobs' last expected end (-INF: idle now)."""
+        known = part.node_earliest[node]
+        at = known.get(0)  # (key 0: no GPU count asks for 0 GPUs)
+        if at is None:
+            expected = self.expected_end
+            at = known[0] = max((expected[v] for v in part.node_jobs[node]), default=-INF)
+        return at
 
     def _earliest_on_one_node(self, part: _Part, g: int) -> float:
         """The soonest expected time some node has `g` GPUs free (-INF: one has them now)."""
