@@ -808,8 +808,13 @@ class Replay:
                 self._try_start(part, job, t)
                 continue
             lim = self.limit[job]
-            if g > prof.avail[0] or (lazy and bp.hopeless(g, lim)):
+            if lazy and bp.hopeless(g, lim):
                 bp.owed.append(job)  # cannot start: its reservation can wait
+                if bp.news and bp.nothing_fits():
+                    break
+                continue
+            if g > prof.avail[0]:
+                bp.owed.append(job)
                 continue
             if not self._pay(bp, g if lazy else 0, lim):
                 bp.fail(g, lim)  # the reservations before it leave it no room
@@ -927,23 +932,23 @@ class _Pass:
         # start: a later job of at least as many GPUs and limit cannot start either (its
         # GPUs are not free now, or not on any node, or not for its limit; all only shrink)
         self.failed: dict[float, float] = {}
+        self.news = False  # `failed` changed since `nothing_fits` last looked
         self.smallest = min((g for g, c in part.size_hist.items() if c > 0), default=INF)
 
     def fail(self, g: float, lim: float) -> None:
         failed = self.failed
-        for size in self.part.size_hist:
+        for size in (*self.part.size_hist, g):
             if size >= g and lim < failed.get(size, INF):
                 failed[size] = lim
-        if g not in failed or lim < failed[g]:
-            failed[g] = lim
+                self.news = True
 
     def hopeless(self, g: float, lim: float) -> bool:
         """No start is possible for a job of `g` GPUs and limit `lim` at this point."""
-        prof = self.prof
-        if g > prof.avail[0] or lim >= self.failed.get(g, INF):
+        if lim >= self.failed.get(g, INF):
             return True
-        if not self.part.can_place(int(g)):  # no node holds it now, whatever the plan
-            self.fail(g, 0.0)
+        prof = self.prof
+        if g > prof.avail[0] or not self.part.can_place(int(g)):
+            self.fail(g, 0.0)  # not free now, or on no node: for any limit
             return True
         if not prof.free_until(g, self.t + lim):
             self.fail(g, lim)
@@ -951,10 +956,14 @@ class _Pass:
         return False
 
     def nothing_fits(self) -> bool:
-        """No pending job of any GPU count fits the profile for its count's shortest limit
-        (nothing later in the pass can start)."""
-        prof, t = self.prof, self.t
-        return all(prof.free_for(t + lim) < g for g, lim in self.shortest.items())
+        """No pending job of any GPU count can start: its count's shortest limit failed, or
+        it does not fit the profile so far (nothing later in the pass can start)."""
+        self.news = False
+        prof, t, failed = self.prof, self.t, self.failed
+        return all(
+            lim >= failed.get(g, INF) or prof.free_for(t + lim) < g
+            for g, lim in self.shortest.items()
+        )
 
 
 class _Profile:
