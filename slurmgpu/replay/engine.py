@@ -125,7 +125,10 @@ class _Part:
         # per node, the same for that node; the times full-size nodes are expected idle
         self.earliest: dict[float, float] = {}
         self.node_earliest: list[dict[int, float]] = [{} for _ in self.cap]
-        self.idle_at: list[float] | None = None
+        full = [n for n, c in enumerate(self.cap) if c == self.max_cap]
+        self.idle_at: list[float] = [-INF] * len(full)  # sorted
+        self.idle_of: list[float | None] = [-INF if c == self.max_cap else None for c in self.cap]
+        self.idle_stale: set[int] = set()  # full-size nodes whose idle time changed
         # MIG instances per profile: [free, total, memory MiB, compute share]
         gpu_model = model_for_type(model.gpu_type or "")
         self.pools: dict[str, list[float]] = {}
@@ -207,7 +210,8 @@ class _Part:
         """A node's jobs or their expected ends changed: drop what was worked out from them."""
         self.node_earliest[node].clear()
         self.earliest.clear()
-        self.idle_at = None
+        if self.cap[node] == self.max_cap:
+            self.idle_stale.add(node)
 
     def _set_free(self, node: int, value: int) -> None:
         self.touch(node)
@@ -869,24 +873,22 @@ class Replay:
                 best = part.earliest[g] = self._earliest_on_one_node(part, int(g))
         else:
             need = -(-int(g) // per)
-            idle = part.idle_at
-            if idle is None:  # when each full-size node is idle, soonest first
-                idle = part.idle_at = sorted(
-                    self._idle_at(part, node)
-                    for node in range(len(part.cap))
-                    if part.cap[node] == per
-                )
+            idle = self._idle_times(part)
             best = idle[need - 1] if len(idle) >= need else INF
         return max(best, t)
 
-    def _idle_at(self, part: _Part, node: int) -> float:
-        """When a node is expected idle: its jobs' last expected end (-INF: idle now)."""
-        known = part.node_earliest[node]
-        at = known.get(0)  # (key 0: no GPU count asks for 0 GPUs)
-        if at is None:
-            expected = self.expected_end
-            at = known[0] = max((expected[v] for v in part.node_jobs[node]), default=-INF)
-        return at
+    def _idle_times(self, part: _Part) -> list[float]:
+        """When each full-size node is expected idle (its jobs' last expected end; -INF: idle
+        now), soonest first; the nodes changed since the last call are re-sorted in."""
+        idle, at, expected = part.idle_at, part.idle_of, self.expected_end
+        for node in part.idle_stale:
+            old = at[node]
+            if old is not None:
+                del idle[bisect.bisect_left(idle, old)]
+            at[node] = new = max((expected[v] for v in part.node_jobs[node]), default=-INF)
+            bisect.insort(idle, new)
+        part.idle_stale.clear()
+        return idle
 
     def _earliest_on_one_node(self, part: _Part, g: int) -> float:
         """The soonest expected time some node has `g` GPUs free (-INF: one has them now)."""
