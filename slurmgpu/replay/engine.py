@@ -20,7 +20,7 @@ import bisect
 import heapq
 import math
 from collections import deque
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
 import numpy as np
@@ -120,11 +120,12 @@ class _Part:
         self.free_whole = sum(self.cap)
         # per node: its whole-GPU jobs -> the GPUs each holds there
         self.node_jobs: list[dict[int, int]] = [{} for _ in self.cap]
-        # what backfill's `Replay._node_earliest` worked out from the nodes' jobs, kept until
-        # a node changes: per GPU count, the soonest expected time one node has them free;
-        # per node, the same for that node; the times full-size nodes are expected idle
-        self.earliest: dict[float, float] = {}
-        self.node_earliest: list[dict[int, float]] = [{} for _ in self.cap]
+        # what backfill's `Replay._node_earliest` works out from the nodes' jobs, kept until
+        # a node changes: per GPU count g, per node, the soonest expected time that node has
+        # g GPUs free (-INF: now, INF: never) and the nodes changed since; the times
+        # full-size nodes are expected idle
+        self.earliest: dict[int, np.ndarray] = {}
+        self.earliest_stale: dict[int, set[int]] = {}
         full = [n for n, c in enumerate(self.cap) if c == self.max_cap]
         self.idle_at: list[float] = [-INF] * len(full)  # sorted
         self.idle_of: list[float | None] = [-INF if c == self.max_cap else None for c in self.cap]
@@ -208,8 +209,8 @@ class _Part:
     # whole-GPU placement ---------------------------------------------------------------
     def touch(self, node: int) -> None:
         """A node's jobs or their expected ends changed: drop what was worked out from them."""
-        self.node_earliest[node].clear()
-        self.earliest.clear()
+        for stale in self.earliest_stale.values():
+            stale.add(node)
         if self.cap[node] == self.max_cap:
             self.idle_stale.add(node)
 
@@ -868,9 +869,7 @@ class Replay:
         of its nodes changes (`_Part.touch`), each node's own until that node does."""
         per = part.max_cap
         if g <= per:
-            best = part.earliest.get(g)
-            if best is None:
-                best = part.earliest[g] = self._earliest_on_one_node(part, int(g))
+            best = float(self._earliest_on_one_node(part, int(g)).min())
         else:
             need = -(-int(g) // per)
             idle = self._idle_times(part)
@@ -890,28 +889,32 @@ class Replay:
         part.idle_stale.clear()
         return idle
 
-    def _earliest_on_one_node(self, part: _Part, g: int) -> float:
-        """The soonest expected time some node has `g` GPUs free (-INF: one has them now)."""
-        best = INF
+    def _earliest_on_one_node(self, part: _Part, g: int) -> np.ndarray:
+        """Per node, the soonest expected time it has `g` GPUs free (-INF: now; INF: never,
+        or a node too small); the nodes changed since the last call are worked out again."""
+        at = part.earliest.get(g)
+        if at is None:
+            at = part.earliest[g] = np.empty(len(part.cap))
+            stale: Iterable[int] = range(len(part.cap))
+            part.earliest_stale[g] = set()
+        else:
+            stale = part.earliest_stale[g]
         expected, cap, free_of = self.expected_end, part.cap, part.free
-        for node, known in enumerate(part.node_earliest):
+        for node in stale:
+            free, e = free_of[node], INF
             if cap[node] < g:
-                continue
-            free = free_of[node]
-            if free >= g:
-                return -INF
-            e = known.get(g)
-            if e is None:
-                e = INF
+                pass
+            elif free >= g:
+                e = -INF
+            else:
                 for end, c in sorted((expected[v], c) for v, c in part.node_jobs[node].items()):
                     free += c
                     if free >= g:
                         e = end
                         break
-                known[g] = e
-            if e < best:
-                best = e
-        return best
+            at[node] = e
+        part.earliest_stale[g] = set()
+        return at
 
     def _node_gpus(self, part: _Part, job: int) -> float:
         """The GPUs of the whole nodes a backfill reservation for `job` takes."""
