@@ -9,8 +9,10 @@ Why this shape (1M jobs on 8,000 GPUs in ~100 s of one core, benchmarks/README.m
 - Nodes are kept in buckets by free GPU count, so best-fit placement is O(GPUs per node).
 - The main pass stops at a partition's first job that cannot start (as Slurm's does); backfill
   runs every `bf_interval` seconds, walks at most `bf_max_job_test` jobs, and keeps its
-  free-GPU-over-time profile in numpy arrays; reservations of blocked jobs are computed only
-  when a later job could start now (the only thing they can change within a pass).
+  free-GPU-over-time profile in numpy arrays; reservations of blocked jobs are made lazily,
+  in test order, only before a later job that could start is checked (the only thing they
+  can change within a pass), and a pass stops once no pending shape can start. What backfill
+  works out from the nodes (when particular nodes hold a job) is kept until a node changes.
 """
 
 from __future__ import annotations
