@@ -9,8 +9,10 @@ Why this shape (1M jobs on 8,000 GPUs in ~100 s of one core, benchmarks/README.m
 - Nodes are kept in buckets by free GPU count, so best-fit placement is O(GPUs per node).
 - The main pass stops at a partition's first job that cannot start (as Slurm's does); backfill
   runs every `bf_interval` seconds, walks at most `bf_max_job_test` jobs, and keeps its
-  free-GPU-over-time profile in numpy arrays; reservations of blocked jobs are computed only
-  when a later job could start now (the only thing they can change within a pass).
+  free-GPU-over-time profile in numpy arrays; reservations of blocked jobs are made lazily,
+  in test order, only before a later job that could start is checked (the only thing they
+  can change within a pass), and a pass stops once no pending shape can start. What backfill
+  works out from the nodes (when particular nodes hold a job) is kept until a node changes.
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ import bisect
 import heapq
 import math
 from collections import deque
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
 import numpy as np
@@ -120,6 +122,16 @@ class _Part:
         self.free_whole = sum(self.cap)
         # per node: its whole-GPU jobs -> the GPUs each holds there
         self.node_jobs: list[dict[int, int]] = [{} for _ in self.cap]
+        # what backfill's `Replay._node_earliest` works out from the nodes' jobs, kept until
+        # a node changes: per GPU count g, per node, the soonest expected time that node has
+        # g GPUs free (-INF: now, INF: never) and the nodes changed since; the times
+        # full-size nodes are expected idle
+        self.earliest: dict[int, np.ndarray] = {}
+        self.earliest_stale: dict[int, set[int]] = {}
+        full = [n for n, c in enumerate(self.cap) if c == self.max_cap]
+        self.idle_at: list[float] = [-INF] * len(full)  # sorted
+        self.idle_of: list[float | None] = [-INF if c == self.max_cap else None for c in self.cap]
+        self.idle_stale: set[int] = set()  # full-size nodes whose idle time changed
         # MIG instances per profile: [free, total, memory MiB, compute share]
         gpu_model = model_for_type(model.gpu_type or "")
         self.pools: dict[str, list[float]] = {}
@@ -149,6 +161,10 @@ class _Part:
         self.end_gpus = array.array("d")
         self.pending = 0
         self.size_hist: dict[float, int] = {}  # pending whole-GPU jobs by GPU count
+        # pending whole-GPU jobs by GPU count, then time limit: counts, and a heap of the
+        # limits (entries whose count fell to 0 are dropped lazily)
+        self.limit_counts: dict[float, dict[float, int]] = {}
+        self.limit_heaps: dict[float, list[float]] = {}
         self.pool_pending = 0  # pending MIG / shard jobs
         self.dirty = False  # something changed: run the main pass
         self.kick_at = INF  # when the scheduler takes the jobs submitted since its last pass
@@ -158,6 +174,24 @@ class _Part:
     def fits_some(self, free: float) -> bool:
         """Whether some pending whole-GPU job asks for at most `free` GPUs."""
         return any(c > 0 and g <= free for g, c in self.size_hist.items())
+
+    def count_limit(self, g: float, lim: float, delta: int) -> None:
+        counts = self.limit_counts.setdefault(g, {})
+        old = counts.get(lim, 0)
+        counts[lim] = old + delta
+        if old <= 0 < old + delta:
+            heapq.heappush(self.limit_heaps.setdefault(g, []), lim)
+
+    def shortest_limits(self) -> dict[float, float]:
+        """GPU count -> the shortest time limit of a pending whole-GPU job of that count."""
+        out = {}
+        for g, heap in self.limit_heaps.items():
+            counts = self.limit_counts[g]
+            while heap and counts[heap[0]] <= 0:
+                heapq.heappop(heap)
+            if heap:
+                out[g] = heap[0]
+        return out
 
     def has_free(self) -> bool:
         pools = any(p[0] > 0 for p in self.pools.values())
@@ -175,7 +209,15 @@ class _Part:
         return int(self.end_gpus.pop(k))
 
     # whole-GPU placement ---------------------------------------------------------------
+    def touch(self, node: int) -> None:
+        """A node's jobs or their expected ends changed: drop what was worked out from them."""
+        for stale in self.earliest_stale.values():
+            stale.add(node)
+        if self.cap[node] == self.max_cap:
+            self.idle_stale.add(node)
+
     def _set_free(self, node: int, value: int) -> None:
+        self.touch(node)
         self.buckets[self.free[node]].discard(node)
         self.free_whole += value - self.free[node]
         self.free[node] = value
@@ -204,6 +246,16 @@ class _Part:
             out.append((n, take))
             left -= take
         return out
+
+    def can_place(self, gpus: int) -> bool:
+        """Whether `place_whole(gpus)` would find nodes now (without choosing them)."""
+        if gpus > self.free_whole:
+            return False
+        per, buckets = self.max_cap, self.buckets
+        if gpus <= per:
+            return any(buckets[free] for free in range(gpus, per + 1))
+        cap = self.cap
+        return sum(1 for n in buckets[per] if cap[n] == per) >= -(-gpus // per)
 
     def take(self, alloc: list[tuple[int, int]], job: int) -> None:
         for node, g in alloc:
@@ -409,6 +461,7 @@ class Replay:
         if self.kind[job] == WHOLE:
             g = self.gpus[job]
             part.size_hist[g] = part.size_hist.get(g, 0) + delta
+            part.count_limit(g, self.limit[job], delta)
         else:
             part.pool_pending += delta
 
@@ -505,23 +558,42 @@ class Replay:
             iters.append(self._live_fifo(dq, q))
             live = [e for e in part.requeued[q] if self._live_requeued(e, q)]
             iters.append(iter([j for _, j in sorted(live)]))
-        state = self.state
+        state, prio = self.state, self._priority_at(t)
         heads: list[tuple[tuple[float, int], int, int]] = []
         for k, it in enumerate(iters):
             for job in it:
                 if state[job] == PENDING:
-                    heads.append(((-self._priority(job, t), job), k, job))
+                    heads.append(((-prio(job), job), k, job))
                     break
+        if not heads:
+            return
         heapq.heapify(heads)
-        count = 0
-        while heads and count < limit:
-            _, k, job = heapq.heappop(heads)
+        item = heapq.heappop(heads)
+        for _ in range(limit):
+            k, job = item[1], item[2]
             yield job
-            count += 1
-            for nxt in iters[k]:
+            for nxt in iters[k]:  # its source's next job, or the best other head
                 if state[nxt] == PENDING:
-                    heapq.heappush(heads, ((-self._priority(nxt, t), nxt), k, nxt))
+                    item = heapq.heappushpop(heads, ((-prio(nxt), nxt), k, nxt))
                     break
+            else:
+                if not heads:
+                    return
+                item = heapq.heappop(heads)
+
+    def _priority_at(self, t: float):
+        """`_priority(job, t)` as a function of the job, for many jobs at one time."""
+        cfg = self.cfg
+        period = cfg.priority_calc_period_s
+        now = math.floor(t / period) * period if period > 1 else t
+        weight, max_age = cfg.priority_weight_age, cfg.priority_max_age_s
+        qos_term, qos_of, eligible, floor = self.qos_term, self.qos_of, self.eligible, math.floor
+
+        def priority(job: int) -> float:
+            age = min(max(now - eligible[job], 0.0) / max_age, 1.0)
+            return floor(qos_term[qos_of[job]] + weight * age)
+
+        return priority
 
     # ----------------------------------------------------------------------- main pass
     def _main_pass(self, part: _Part, t: float) -> None:
@@ -714,29 +786,27 @@ class Replay:
                 g = part.drop_end(self.expected_end[v], v)
                 self.expected_end[v] = t + grace
                 part.add_end(t + grace, v, g)
+                for node, _ in self.alloc[v][1]:
+                    part.touch(node)
 
     # ----------------------------------------------------------------------- backfill
     def _backfill(self, part: _Part, t: float) -> None:
         """Slurm's backfill on whole GPUs: start a lower-priority job now only if it does not
-        delay the expected start of any higher-priority job tested before it."""
+        delay the expected start of any higher-priority job tested before it.
+
+        The reservations of tested jobs that cannot start (`owed`) are made, in test order,
+        only before a job that could start is checked: they change nothing else in a pass
+        (the profile is dropped after it) and the profile only loses GPUs as a pass goes on.
+        So a job no start is possible for, even on the profile so far, costs no reservation:
+        too big for the free GPUs now, no more than `failed` allows, or short of GPUs in its
+        window already. In a partition with slices or shards (where a 1-GPU job may start on
+        a slice whatever the profile) every reservation is made at once, as before."""
         if not part.pool_pending and not part.fits_some(part.free_whole):
             return  # no pending job is small enough for the free GPUs: nothing can start
-        cfg = self.cfg
-        # the free-GPU profile: now, then each expected end (a job past its limit is expected
-        # to end any moment)
         prof = _Profile(t, float(part.free_whole), part.end_times, part.end_gpus)
-        blocked: list[int] = []  # tested jobs that cannot start now (reservations owed)
-        reserved = 0
-        horizon = t + cfg.bf_window_s
-        # a later job can start now only if its GPUs stay free for its limit, at least the
-        # partition's shortest: once fewer than the smallest pending job's GPUs stay free
-        # that long, nothing later in this pass can start and its reservations change
-        # nothing (the profile is dropped after the pass); a deep queue stops there
-        smallest = min((g for g, c in part.size_hist.items() if c > 0), default=INF)
-        # the earliest time particular nodes hold a job of g GPUs, by GPU count (per pass)
-        earliest: dict[float, float] = {}
-        shortest = t + part.min_limit
-        for job in self._in_order(part, t, cfg.bf_max_job_test):
+        lazy = not part.pools and not part.shards[1]
+        bp = _Pass(part, prof, t, t + self.cfg.bf_window_s, part.shortest_limits() if lazy else {})
+        for job in self._in_order(part, t, self.cfg.bf_max_job_test):
             if self.state[job] != PENDING or self.eligible[job] > t:
                 continue
             kind, g = self.kind[job], self.gpus[job]
@@ -744,78 +814,163 @@ class Replay:
                 # slices and shards: start now if free (no reservation model for pools)
                 self._try_start(part, job, t)
                 continue
-            if g > prof.avail[0]:
-                blocked.append(job)
-                continue
-            for b in blocked:
-                if reserved < cfg.bf_max_reservations:
-                    nodes = self._node_gpus(part, b)
-                    bg = self.gpus[b]
-                    after = self._node_earliest(part, bg, t, earliest) if bg > 1 else t
-                    prof.reserve(bg, self.limit[b], horizon, nodes, after)
-                    reserved += 1
-            blocked = []
             lim = self.limit[job]
+            if lazy and bp.hopeless(g, lim):
+                bp.owed.append(job)  # cannot start: its reservation can wait
+                if bp.news and bp.nothing_fits():
+                    break
+                continue
+            if g > prof.avail[0]:
+                bp.owed.append(job)
+                continue
+            if not self._pay(bp, g if lazy else 0, lim):
+                bp.fail(g, lim)  # the reservations before it leave it no room
+                bp.owed.append(job)
+                continue
             if prof.free_until(g, t + lim) and self._try_start(part, job, t):
                 prof.hold(0, g, t + lim)
-                _forget(earliest, self.alloc[job])  # its nodes changed
-            elif reserved < cfg.bf_max_reservations:
-                after = self._node_earliest(part, g, t, earliest) if g > 1 else t
-                prof.reserve(g, lim, horizon, self._node_gpus(part, job), after)
-                reserved += 1
-            if not (part.pool_pending and part.has_free()) and (
-                prof.avail[0] <= 0 or prof.free_for(shortest) < smallest
+            else:
+                bp.fail(g, lim)
+                bp.owed.append(job)
+                if not lazy:
+                    self._pay(bp)
+            if lazy:
+                if bp.nothing_fits():
+                    break
+            elif not (part.pool_pending and part.has_free()) and (
+                prof.avail[0] <= 0 or prof.free_for(t + part.min_limit) < bp.smallest
             ):
                 break
 
-    def _node_earliest(self, part: _Part, g: float, t: float, cache: dict) -> float:
+    def _pay(self, bp: _Pass, g: float = 0, lim: float = 0.0) -> bool:
+        """Make the owed reservations of a backfill pass, in test order, up to
+        bf_max_reservations (past it, blocked jobs get none). Given a job's `g` GPUs and
+        `lim`, stop as soon as they leave it no room (False); the rest stay owed."""
+        cap, part, prof, t = self.cfg.bf_max_reservations, bp.part, bp.prof, bp.t
+        owed = bp.owed
+        while owed:
+            if bp.reserved >= cap:
+                owed.clear()
+                break
+            b = owed.popleft()
+            bg = self.gpus[b]
+            after = self._node_earliest(part, bg, t) if bg > 1 else t
+            prof.reserve(bg, self.limit[b], bp.horizon, self._node_gpus(part, b), after)
+            bp.reserved += 1
+            if g and owed and (g > prof.avail[0] or not prof.free_until(g, t + lim)):
+                return False
+        return True
+
+    def _node_earliest(self, part: _Part, g: float, t: float) -> float:
         """The earliest time particular nodes hold a job of `g` whole GPUs, from the running
         jobs' expected ends (start + limit) on each node: one node with `g` free, or, for a
         job larger than a node, `ceil(g / node)` whole idle nodes. The pooled profile alone
         would find `g` free GPUs spread over several nodes and reserve too early: every
         backfill pass then holds the partition's free GPUs for a job that cannot start on
-        them (calibration, docs/replay.md). `cache` holds, for one pass, the answer per GPU
-        count and each node's (expected end, GPUs) list; a start clears it."""
-        if g in cache:
-            return cache[g]
+        them (calibration, docs/replay.md). The answers are kept by the partition until one
+        of its nodes changes (`_Part.touch`), each node's own until that node does."""
         per = part.max_cap
-        expected = self.expected_end
-        best = INF
         if g <= per:
-            for node, jobs in enumerate(part.node_jobs):
-                free = part.free[node]
-                if part.cap[node] < g:
-                    continue
-                if free >= g:
-                    best = t
-                    break
-                ends = cache.get(("n", node))
-                if ends is None:
-                    ends = cache[("n", node)] = sorted((expected[v], c) for v, c in jobs.items())
-                for e, c in ends:
-                    if e >= best:
-                        break
-                    free += c
-                    if free >= g:
-                        best = e
-                        break
+            best = float(self._earliest_on_one_node(part, int(g)).min())
         else:
             need = -(-int(g) // per)
-            idle = cache.get("idle")
-            if idle is None:  # when each full-size node is idle, soonest first
-                idle = cache["idle"] = sorted(
-                    max((expected[v] for v in jobs), default=t)
-                    for node, jobs in enumerate(part.node_jobs)
-                    if part.cap[node] == per
-                )
+            idle = self._idle_times(part)
             best = idle[need - 1] if len(idle) >= need else INF
-        cache[g] = best = max(best, t)
-        return best
+        return max(best, t)
+
+    def _idle_times(self, part: _Part) -> list[float]:
+        """When each full-size node is expected idle (its jobs' last expected end; -INF: idle
+        now), soonest first; the nodes changed since the last call are re-sorted in."""
+        idle, at, expected = part.idle_at, part.idle_of, self.expected_end
+        for node in part.idle_stale:
+            old = at[node]
+            if old is not None:
+                del idle[bisect.bisect_left(idle, old)]
+            at[node] = new = max((expected[v] for v in part.node_jobs[node]), default=-INF)
+            bisect.insort(idle, new)
+        part.idle_stale.clear()
+        return idle
+
+    def _earliest_on_one_node(self, part: _Part, g: int) -> np.ndarray:
+        """Per node, the soonest expected time it has `g` GPUs free (-INF: now; INF: never,
+        or a node too small); the nodes changed since the last call are worked out again."""
+        at = part.earliest.get(g)
+        if at is None:
+            at = part.earliest[g] = np.empty(len(part.cap))
+            stale: Iterable[int] = range(len(part.cap))
+            part.earliest_stale[g] = set()
+        else:
+            stale = part.earliest_stale[g]
+        expected, cap, free_of = self.expected_end, part.cap, part.free
+        for node in stale:
+            free, e = free_of[node], INF
+            if cap[node] < g:
+                pass
+            elif free >= g:
+                e = -INF
+            else:
+                for end, c in sorted((expected[v], c) for v, c in part.node_jobs[node].items()):
+                    free += c
+                    if free >= g:
+                        e = end
+                        break
+            at[node] = e
+        part.earliest_stale[g] = set()
+        return at
 
     def _node_gpus(self, part: _Part, job: int) -> float:
         """The GPUs of the whole nodes a backfill reservation for `job` takes."""
         per = part.max_cap or 1
         return float(-(-int(self.gpus[job]) // per) * per)
+
+
+class _Pass:
+    """One backfill pass's bookkeeping: owed reservations, what failed, node-earliest cache."""
+
+    def __init__(
+        self, part: _Part, prof: _Profile, t: float, horizon: float, shortest: dict
+    ) -> None:
+        self.part, self.prof, self.t, self.horizon = part, prof, t, horizon
+        # GPU count -> the shortest limit of a pending whole-GPU job of that count
+        self.shortest: dict[float, float] = shortest
+        self.owed: deque[int] = deque()  # tested jobs not started: reservations not made yet
+        self.reserved = 0
+        # GPU count -> the shortest limit of a job of at most as many GPUs that did not
+        # start: a later job of at least as many GPUs and limit cannot start either (its
+        # GPUs are not free now, or not on any node, or not for its limit; all only shrink)
+        self.failed: dict[float, float] = {}
+        self.news = False  # `failed` changed since `nothing_fits` last looked
+        self.smallest = min((g for g, c in part.size_hist.items() if c > 0), default=INF)
+
+    def fail(self, g: float, lim: float) -> None:
+        failed = self.failed
+        for size in (*self.part.size_hist, g):
+            if size >= g and lim < failed.get(size, INF):
+                failed[size] = lim
+                self.news = True
+
+    def hopeless(self, g: float, lim: float) -> bool:
+        """No start is possible for a job of `g` GPUs and limit `lim` at this point."""
+        if lim >= self.failed.get(g, INF):
+            return True
+        prof = self.prof
+        if g > prof.avail[0] or not self.part.can_place(int(g)):
+            self.fail(g, 0.0)  # not free now, or on no node: for any limit
+            return True
+        if not prof.free_until(g, self.t + lim):
+            self.fail(g, lim)
+            return True
+        return False
+
+    def nothing_fits(self) -> bool:
+        """No pending job of any GPU count can start: its count's shortest limit failed, or
+        it does not fit the profile so far (nothing later in the pass can start)."""
+        self.news = False
+        prof, t, failed = self.prof, self.t, self.failed
+        return all(
+            lim >= failed.get(g, INF) or prof.free_for(t + lim) < g
+            for g, lim in self.shortest.items()
+        )
 
 
 class _Profile:
@@ -902,16 +1057,6 @@ class _Profile:
         k = self._step(times[i] + lim)
         held = self.avail[i:k]
         held -= np.minimum(held, max(node_gpus, g))
-
-
-def _forget(cache: dict, alloc: tuple | None) -> None:
-    """Drop what a start changed from a pass's `_node_earliest` cache: every answer, the
-    idle times, and the started job's nodes' lists (a slice start changes no node)."""
-    for key in [k for k in cache if not isinstance(k, tuple)]:
-        del cache[key]
-    if alloc is not None and alloc[0] == "n":
-        for node, _ in alloc[1]:
-            cache.pop(("n", node), None)
 
 
 _all = np.logical_and.reduce  # ndarray.all() without its Python-level wrapper
