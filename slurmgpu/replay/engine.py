@@ -550,14 +550,13 @@ class Replay:
         heapq.heapify(cand)
         while cand:
             _, src, job = cand[0]
-            if not self._try_start(part, job, t):
-                if not (
-                    self.preempts[self.qos_of[job]]
-                    and not self.awaiting[job]
-                    and self._preempt_for(part, job, t)
-                    and self._try_start(part, job, t)
-                ):
-                    return
+            if not self._try_start(part, job, t) and not (
+                self.preempts[self.qos_of[job]]
+                and not self.awaiting[job]
+                and self._preempt_for(part, job, t)
+                and self._try_start(part, job, t)
+            ):
+                return
             self._pop(part, src)
             nxt = self._source_head(part, src)
             if nxt < 0:
@@ -745,8 +744,9 @@ class Replay:
         multi-node job); the victims are those taken out that ran on the nodes it gets. None
         when even all of them would not make room."""
         per = part.max_cap
+        running = (v for v in part.running if self.alloc[v][0] == "n")
         cands = sorted(
-            (v for v in part.running if self.alloc[v][0] == "n" and self._preemptable(part, job, v)),
+            (v for v in running if self._preemptable(part, job, v)),
             key=lambda v: (self.qos_priority[self.qos_of[v]], v),
         )
         free = list(part.free)

@@ -1,22 +1,22 @@
 """Fidelity of `slurmgpu replay` against the real slurmctld on the multi-node test cluster.
 
 Four nodes of 8 GPUs (the fleet cluster, tests/harness/multinode.py) in two partitions:
-`burst` (gpu01, gpu02), fed bursts of many small jobs (1-2 GPUs: placement of jobs smaller
-than a node across nodes), and `big` (gpu03, gpu04), fed 4-, 8- and 16-GPU jobs (the 16-GPU
-ones on both nodes: multi-node jobs). Three QOS tiers, multifactor priority (QOS + age),
-backfill every second, and preemption (`PreemptType=preempt/qos`, `PreemptMode=REQUEUE`):
-the top tier `fp0` preempts the low tier `fp2`, whose jobs are requeued and run again.
-520 jobs are submitted on a fixed 0.5 s grid (`trace()`), each running 2-12 s and ending on
-the second sacct records (`job_script` in tests/harness/replay_stream.py). Its sacct is replayed with the configuration read
-from the live cluster (`--live`: scontrol show config, sacctmgr show qos, scontrol show
-node/partition).
+`burst` (gpu01, gpu02), fed bursts of many small jobs (1-2 GPUs: jobs smaller than a node
+placed across nodes), and `big` (gpu03, gpu04), fed 4-, 8- and 16-GPU jobs (the 16-GPU ones
+on both nodes: multi-node jobs). Three QOS tiers, multifactor priority (QOS + age), backfill
+every second, and preemption (`PreemptType=preempt/qos`, `PreemptMode=REQUEUE`): the top
+tier `fp0` preempts the low tier `fp2`, whose jobs are requeued and run again. 520 jobs are
+submitted on a fixed 0.5 s grid (`trace()`), each running 4-20 s and ending on the second
+sacct records (`job_script` in tests/harness/replay_stream.py). Its sacct is replayed with
+the configuration read from the live cluster (`--live`: scontrol show config, sacctmgr show
+qos, scontrol show node/partition).
 
 Asserted: the issue's targets (#21): per partition the replayed mean wait within 10 % of the
-recorded one, and >= 90 % of the jobs in the same start order (`same_order_fraction`,
-docs/replay.md "Fidelity"). Run on the host's Slurm only: the replay model does not depend
-on the release, and this test takes most of 8 minutes; 24.11 and 25.11 run the short
-`test_replay_live.py` (the live configuration of that release read, a small trace
-replayed).
+recorded one, and >= 90 % of the jobs in the same start order (`same_order_fraction`),
+overall and per partition; docs/replay.md "Fidelity" has what each recording measured. Run
+on the host's Slurm only: the replay model does not depend on the release, and this test
+takes most of 8 minutes; 24.11 and 25.11 run the short `test_replay_live.py` (the live
+configuration of that release read, a small trace replayed).
 """
 
 from __future__ import annotations
@@ -51,7 +51,7 @@ QOS = {"fp0": 1000, "fp1": 500, "fp2": 100}
 LIMIT_MIN = {"fp0": 1, "fp1": 2, "fp2": 4}
 PREEMPTS = {"fp0": "fp2"}  # fp0 preempts fp2; fp2's jobs are requeued
 REQUEUE_DELAY_S = 20  # AuthInfo=cred_expire: how long a requeued job waits (Slurm: 120 s)
-SEED = 31
+SEED = 33
 PARTITIONS = (
     "PartitionName=burst Nodes=gpu[01-02] Default=YES MaxTime=INFINITE State=UP",
     "PartitionName=big Nodes=gpu[03-04] MaxTime=INFINITE State=UP",
@@ -71,27 +71,31 @@ EXTRA_CONF = "\n".join(
 def trace(seed: int = SEED) -> list[tuple[str, int, str, int, int]]:
     """(partition, GPUs, QOS, time limit minutes, run seconds) per grid slot, reproducible.
 
-    `burst` gets its jobs in bursts (runs of 6-16 consecutive slots: 3-8 s of submits), 1 or
-    2 GPUs, 4-12 s each; between bursts `big` gets 4-, 8- or 16-GPU jobs of 2-6 s. Both are
-    loaded to about 0.9 of their 16 GPUs over the stream, so queues form in bursts and drain.
-    The time limit follows the tier, as in the one-node trace before it (docs/replay.md
-    "Fidelity": with limits drawn independently slurmctld does not reproduce its own order).
+    `burst` gets its jobs in bursts (runs of 12-24 consecutive slots: 6-12 s of submits), 1
+    GPU (80 %) or 2, of 10 or 20 s; between bursts `big` gets 4-, 8- or 16-GPU jobs of 4 or
+    8 s. `burst` is loaded to ~1.7 of its 16 GPUs over the stream (a backlog that drains
+    after it), `big` to ~0.8. The time limit follows the tier, as in the one-node trace
+    before it. The shape was chosen (seed included) by replaying candidates at seven
+    scheduler phases, a cheap stand-in for slurmctld's unknown ones, and keeping one whose
+    replays agree with each other (>= 93 % of jobs in the same order, mean waits within 5 %
+    per partition); on the first design that agreement was 84 %, and slurmctld's two
+    recordings of it agreed at 84 % too (docs/replay.md "Fidelity").
     """
     rng = random.Random(seed)
     out: list[tuple[str, int, str, int, int]] = []
     burst_left = 0
     while len(out) < JOBS:
-        if burst_left == 0 and rng.random() < 0.16:
-            burst_left = rng.randint(6, 16)
+        if burst_left == 0 and rng.random() < 0.3:
+            burst_left = rng.randint(12, 24)
         qos = rng.choices(list(QOS), weights=[15, 35, 50])[0]
         if burst_left:
             burst_left -= 1
-            gpus = rng.choices([1, 2], weights=[65, 35])[0]
-            secs = rng.choices([4, 8, 12], weights=[40, 40, 20])[0]
+            gpus = rng.choices([1, 2], weights=[80, 20])[0]
+            secs = rng.choices([10, 20], weights=[60, 40])[0]
             out.append(("burst", gpus, qos, LIMIT_MIN[qos], secs))
         else:
-            gpus = rng.choices([4, 8, 16], weights=[45, 40, 15])[0]
-            secs = rng.choices([2, 4, 6], weights=[50, 35, 15])[0]
+            gpus = rng.choices([4, 8, 16], weights=[50, 40, 10])[0]
+            secs = rng.choices([4, 8], weights=[60, 40])[0]
             out.append(("big", gpus, qos, LIMIT_MIN[qos], secs))
     return out
 
@@ -127,7 +131,7 @@ def record(c, out: Path) -> list[int]:
     configure(c)
     jobs = [(sbatch_args(part, gpus, qos, limit), secs) for part, gpus, qos, limit, secs in trace()]
     # 0.1 s past the grid's points: never two submits in one scheduler tick
-    return record_stream(c, jobs, SUBMIT_GAP_S, 0.1, out, timeout=420)
+    return record_stream(c, jobs, SUBMIT_GAP_S, 0.1, out, timeout=540)
 
 
 @pytest.fixture(scope="module")
