@@ -26,6 +26,10 @@ from slurmgpu.replay.slurm_config import parse_slurm_conf, sched_config
 DATA = Path(__file__).resolve().parent / "data"
 # the first design (seed 31: 341 burst jobs of 4-12 s at ~0.8 load, 179 big jobs of 2-6 s)
 FIRST = [DATA / f"fidelity-multinode-seed31-run{k}.txt" for k in (1, 2)]
+# the test's trace (seed 33: 437 burst jobs of 10-20 s at ~1.7 load, 83 big jobs of 4-8 s)
+CURRENT = [DATA / f"fidelity-multinode-seed33-run{k}.txt" for k in (1, 2)]
+# the integration test's own recording of it
+TEST_RUN = DATA / "fidelity-multinode-seed33-run3.txt"
 # the test cluster's scheduler settings, as slurm.conf text: the model's inputs
 SLURM_CONF = """
 SchedulerType=sched/backfill
@@ -121,3 +125,40 @@ def test_replay_of_the_first_design_preempts_and_requeues_as_recorded(path):
     assert trace.recorded_preemptions.sum() >= 20 and out.preemptions >= 20
     f = by_partition(trace, trace.recorded_start_s, out.start_s)
     assert f["all"].same_order_fraction >= 0.74, f
+
+
+def test_slurmctld_agrees_with_itself_better_on_the_test_s_trace():
+    f = real_vs_real(CURRENT)
+    # measured: 85.6 % (burst 90.4 %, big 91.6 %), mean waits within 2.0 % / 7.0 %: better
+    # than the first design, still short of 90 % over both partitions together
+    assert f["all"].same_order_fraction >= 0.83, f
+    assert f["burst"].same_order_fraction >= 0.88 and f["big"].same_order_fraction >= 0.88, f
+    assert f["burst"].mean_wait_error <= 0.05 and f["big"].mean_wait_error <= 0.10, f
+
+
+def test_slurmctld_s_own_big_mean_wait_varies_twofold():
+    # the test's own run against run 1: burst's mean wait 3 % apart, big's 100 % (13.7 s
+    # against 27.5 s): why the test holds each partition to calibration's factor 2
+    f = real_vs_real([CURRENT[0], TEST_RUN])
+    assert f["burst"].mean_wait_error <= 0.05, f
+    assert f["big"].mean_wait_error >= 0.5, f
+
+
+@pytest.mark.parametrize("path", [*CURRENT, TEST_RUN], ids=lambda p: p.stem)
+def test_replay_of_the_test_s_trace(path):
+    """What the replay reaches (docs/replay.md "Fidelity on the multi-node cluster"): 80-81.5 %
+    of the jobs in order (78.5 % on the test's run); `burst`'s mean wait +14-17 % (its
+    backlog drains slower than slurmctld's, which starts 242 of 320 backlog jobs in the
+    second a job ended on that node), `big`'s -30 % to +41 % (slurmctld's own varies
+    twofold). Not the issue's 90 % / 10 %."""
+    trace = load_trace([path])
+    out = replay(trace, model(), config())
+    assert np.isfinite(out.start_s).all()
+    assert out.preemptions >= 10 and trace.recorded_preemptions.sum() >= 10
+    f = by_partition(trace, trace.recorded_start_s, out.start_s)
+    assert f["all"].jobs == 520
+    assert f["all"].same_order_fraction >= 0.78, f
+    assert f["burst"].same_order_fraction >= 0.85, f
+    assert 0.05 <= (f["burst"].replayed_mean_wait_s / f["burst"].recorded_mean_wait_s - 1) <= 0.2
+    ratio = f["big"].replayed_mean_wait_s / f["big"].recorded_mean_wait_s
+    assert 0.5 <= ratio <= 2.0, f
