@@ -37,6 +37,7 @@ FUTURE, PENDING, RUNNING, GRACE, DONE, UNRUNNABLE, CANCELLED = range(7)
 # heap event kinds (ends before kills before eligibility at the same second)
 _END, _KILL, _ELIGIBLE, _KICK, _CANCEL = 0, 1, 2, 3, 4
 CANCELLED_PENDING = "cancelled while pending (as recorded)"
+_NO_QUEUE = -(1 << 30)  # `where` of a requeued job before its BeginTime: in no queue
 INF = math.inf
 
 
@@ -56,7 +57,10 @@ class SchedConfig:
     # ahead of them). The cost that bounds a long replay: see docs/replay.md.
     bf_max_reservations: int = 500
     backfill: bool = True
-    requeue_delay_s: int = 120  # a requeued job's BeginTime (seen on 22.05: ~2 minutes)
+    # a requeued job's BeginTime: slurmctld holds it until its killed run's credentials expire,
+    # AuthInfo cred_expire (default 120 s) + 1 s (seen on 22.05: sacct's Eligible of the next
+    # run is the preemption + 21 s with cred_expire=20); slurm_config reads it
+    requeue_delay_s: int = 121
     # slurmctld's main scheduler does not run at each event: submits and job ends only flag
     # it, and its background thread runs it on its next tick, about once a second (seen on
     # 22.05 with batch_sched_delay=0: every "sched: Allocate" line of a 200-job burst falls
@@ -423,17 +427,30 @@ class Replay:
             self.state[job] = DONE
             self.end[job] = end
         else:  # the grace time is over: the victim is killed
-            self._stop(job, t, preempted=True)
-            qos = self.qos_of[job]
-            if self.mode[qos] == "cancel":
-                self.state[job] = CANCELLED
-                self.end[job] = t
-                self._count("preempted and cancelled (PreemptMode=cancel)")
-            else:
-                self.state[job] = PENDING
-                self.eligible[job] = t + self.cfg.requeue_delay_s
-                self.run_id[job] += 1
-                heapq.heappush(self.heap, (self.eligible[job], _ELIGIBLE, job, self.run_id[job]))
+            self._kill(job, t)
+
+    def _kill(self, job: int, t: float) -> None:
+        """A preempted job's run ends: cancelled or requeued, as its QOS's PreemptMode says."""
+        self._stop(job, t, preempted=True)
+        if self.mode[self.qos_of[job]] == "cancel":
+            self.state[job] = CANCELLED
+            self.end[job] = t
+            self._count("preempted and cancelled (PreemptMode=cancel)")
+        else:
+            self._requeue(job, t)
+
+    def _requeue(self, job: int, t: float) -> None:
+        """A preempted job back in the queue (PreemptMode=REQUEUE): pending, but eligible only
+        `requeue_delay_s` later (slurmctld's BeginTime: AuthInfo cred_expire + 1 s, seen on
+        22.05), when its `_ELIGIBLE` event puts it in its QOS's requeue heap. Until then its
+        old FIFO entry is stale (`where` names no queue): no pass may start it early (one
+        did, before: the main pass took it from its FIFO and a partition's pending count went
+        wrong, leaving a job never started)."""
+        self.state[job] = PENDING
+        self.eligible[job] = t + self.cfg.requeue_delay_s
+        self.where[job] = _NO_QUEUE
+        self.run_id[job] += 1
+        heapq.heappush(self.heap, (self.eligible[job], _ELIGIBLE, job, self.run_id[job]))
 
     def _cancel(self, job: int, t: float) -> None:
         """The recorded scancel of a job that never started: still pending here, it leaves
@@ -605,9 +622,12 @@ class Replay:
         heapq.heapify(cand)
         while cand:
             _, src, job = cand[0]
-            if not self._try_start(part, job, t):
-                if self.preempts[self.qos_of[job]] and not self.awaiting[job]:
-                    self._preempt_for(part, job, t)
+            if not self._try_start(part, job, t) and not (
+                self.preempts[self.qos_of[job]]
+                and not self.awaiting[job]
+                and self._preempt_for(part, job, t)
+                and self._try_start(part, job, t)
+            ):
                 return
             self._pop(part, src)
             nxt = self._source_head(part, src)
@@ -736,58 +756,91 @@ class Replay:
             and self.mode[qv] != "off"
         )
 
-    def _preempt_for(self, part: _Part, job: int, t: float) -> None:
-        """Slurm's preempt/qos: signal the fewest lower-QOS jobs that free room for `job`."""
+    def _preempt_for(self, part: _Part, job: int, t: float) -> bool:
+        """Slurm's preempt/qos: signal lower-QOS jobs that free room for `job`. Victims with
+        no GraceTime are killed at once (True when all were: `job` may start in this pass, as
+        slurmctld starts the preemptor in the preemption's second); the others keep their
+        GPUs until their grace ends."""
         kind, g = self.kind[job], int(self.gpus[job])
-        order = lambda v: (self.qos_priority[self.qos_of[v]], -self.run_start[v])  # noqa: E731
-        victims: list[int] | None = None
-        if kind == WHOLE and g <= part.max_cap:
-            best = None
-            for node, jobs in enumerate(part.node_jobs):
-                if part.cap[node] < g:
-                    continue
-                free = part.free[node]
-                chosen = []
-                for v in sorted((v for v in jobs if self._preemptable(part, job, v)), key=order):
-                    if free >= g:
-                        break
-                    chosen.append(v)
-                    free += sum(c for n, c in self.alloc[v][1] if n == node)
-                if free >= g and (best is None or len(chosen) < len(best)):
-                    best = chosen
-            victims = best
-        elif kind in (MIG, SHARD):
-            tag = "m" if kind == MIG else "s"
-            free = part.pools[self.profile[job]][0] if kind == MIG else part.shards[0]
-            chosen = []
-            cands = [
-                v
-                for v in part.running
-                if self.alloc[v][0] == tag
-                and (kind == SHARD or self.alloc[v][1] == self.profile[job])
-                and self._preemptable(part, job, v)
-            ]
-            for v in sorted(cands, key=order):
-                if free >= g:
-                    break
-                chosen.append(v)
-                free += self.alloc[v][-1]
-            victims = chosen if free >= g else None
+        if kind == WHOLE:
+            victims = self._whole_victims(part, job, g)
+        else:
+            victims = self._pool_victims(part, job, g)
         if not victims:
-            return
+            return False
+        now = True
         for v in victims:
             self.state[v] = GRACE
             self.victim_of[v] = job
             self.awaiting[job] += 1
             self.preemptions += 1
             grace = self.grace[self.qos_of[v]]
+            if grace <= 0:
+                self._kill(v, t)
+                continue
+            now = False
             heapq.heappush(self.heap, (t + grace, _KILL, v, self.run_id[v]))
             if self.alloc[v][0] == "n":  # backfill now expects it to end at the kill
-                g = part.drop_end(self.expected_end[v], v)
+                gv = part.drop_end(self.expected_end[v], v)
                 self.expected_end[v] = t + grace
-                part.add_end(t + grace, v, g)
+                part.add_end(t + grace, v, gv)
                 for node, _ in self.alloc[v][1]:
                     part.touch(node)
+        return now
+
+    def _pool_victims(self, part: _Part, job: int, g: int) -> list[int] | None:
+        """The MIG or shard jobs a slice `job` preempts: lowest QOS first, youngest first."""
+        kind = self.kind[job]
+        order = lambda v: (self.qos_priority[self.qos_of[v]], -self.run_start[v])  # noqa: E731
+        tag = "m" if kind == MIG else "s"
+        free = part.pools[self.profile[job]][0] if kind == MIG else part.shards[0]
+        chosen = []
+        cands = [
+            v
+            for v in part.running
+            if self.alloc[v][0] == tag
+            and (kind == SHARD or self.alloc[v][1] == self.profile[job])
+            and self._preemptable(part, job, v)
+        ]
+        for v in sorted(cands, key=order):
+            if free >= g:
+                break
+            chosen.append(v)
+            free += self.alloc[v][-1]
+        return chosen if free >= g else None
+
+    def _whole_victims(self, part: _Part, job: int, g: int) -> list[int] | None:
+        """The running jobs a whole-GPU `job` preempts, chosen as slurmctld 22.05 does (seen on
+        the multi-node test cluster, docs/replay.md "Fidelity"): the preemptable jobs in
+        order, lowest QOS priority first and then the **oldest** (lowest job id: running
+        jobs' priorities are alike and the job list is in id order), are taken out one at a
+        time until `job` fits (one node with `g` GPUs free, or enough whole idle nodes for a
+        multi-node job); the victims are those taken out that ran on the nodes it gets. None
+        when even all of them would not make room."""
+        per = part.max_cap
+        running = (v for v in part.running if self.alloc[v][0] == "n")
+        cands = sorted(
+            (v for v in running if self._preemptable(part, job, v)),
+            key=lambda v: (self.qos_priority[self.qos_of[v]], v),
+        )
+        free = list(part.free)
+        taken: list[int] = []
+        for v in cands:
+            taken.append(v)
+            for node, c in self.alloc[v][1]:
+                free[node] += c
+            if g <= per:
+                fits = [n for n in range(len(free)) if part.cap[n] >= g and free[n] >= g]
+                nodes = {min(fits, key=lambda n: (free[n], n))} if fits else set()
+            else:
+                idle = [n for n in range(len(free)) if part.cap[n] == per and free[n] == per]
+                # nodes idle already first (no victim needed there), then the freed ones
+                idle.sort(key=lambda n: (part.free[n] != per, n))
+                need = -(-g // per)
+                nodes = set(idle[:need]) if len(idle) >= need else set()
+            if nodes:
+                return [w for w in taken if any(n in nodes for n, _ in self.alloc[w][1])]
+        return None
 
     # ----------------------------------------------------------------------- backfill
     def _backfill(self, part: _Part, t: float) -> None:

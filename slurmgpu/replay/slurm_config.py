@@ -46,7 +46,8 @@ def parse_slurm_conf(text: str) -> dict[str, str]:
 
 def sched_config(settings: Mapping[str, str], base: SchedConfig | None = None) -> SchedConfig:
     """SchedConfig from slurm.conf keys (PriorityWeightQOS/Age, PriorityMaxAge,
-    PriorityCalcPeriod, SchedulerParameters bf_interval/bf_max_job_test/bf_window)."""
+    PriorityCalcPeriod, SchedulerParameters bf_interval/bf_max_job_test/bf_window, AuthInfo
+    cred_expire)."""
     cfg = base or SchedConfig()
     lower = {k.lower(): v for k, v in settings.items()}
 
@@ -71,6 +72,8 @@ def sched_config(settings: Mapping[str, str], base: SchedConfig | None = None) -
         changes["priority_calc_period_s"] = max(slurm_minutes(v, "PriorityCalcPeriod"), 1)
     if (v := lower.get("schedulertype")) is not None:
         changes["backfill"] = v.strip() == "sched/backfill"
+    if (v := _requeue_delay_s(lower.get("authinfo", ""))) is not None:
+        changes["requeue_delay_s"] = v
     for item in lower.get("schedulerparameters", "").split(","):
         key, _, value = item.strip().partition("=")
         if key in ("bf_interval", "bf_max_job_test", "bf_window") and not value.isdigit():
@@ -82,3 +85,18 @@ def sched_config(settings: Mapping[str, str], base: SchedConfig | None = None) -
         elif key == "bf_window":
             changes["bf_window_s"] = int(value) * 60
     return replace(cfg, **changes)  # type: ignore[arg-type]
+
+
+def _requeue_delay_s(authinfo: str) -> int | None:
+    """How long a requeued job waits before it may start again: `AuthInfo=cred_expire=N`
+    plus one second (Slurm's default 120 s: the model's default 121): slurmctld holds a
+    requeued batch job until the credentials of its killed run have expired (seen on 22.05
+    with cred_expire=20: sacct's Eligible of a preempted job's next run is its Submit, the
+    preemption, + 21 s)."""
+    for item in authinfo.split(","):
+        key, _, value = item.strip().partition("=")
+        if key.strip().lower() == "cred_expire":
+            if not value.strip().isdigit():
+                raise UsageError(f"AuthInfo cred_expire={value!r}: not a whole number")
+            return int(value) + 1
+    return None

@@ -69,6 +69,19 @@ def test_sched_config_from_slurm_conf_text():
         sched_config({"SchedulerParameters": "bf_interval=x"})
 
 
+def test_requeue_delay_from_authinfo_cred_expire():
+    # slurmctld holds a requeued job until cred_expire + 1 s (seen on 22.05: Eligible of the
+    # next run = the preemption + 21 s with cred_expire=20); Slurm's default 120 s
+    assert SchedConfig().requeue_delay_s == 121
+    conf = parse_slurm_conf("AuthInfo=socket=/run/munge.sock,cred_expire=20\n")
+    assert sched_config(conf).requeue_delay_s == 21
+    # as `scontrol show config` prints it
+    assert sched_config({"AuthInfo": "cred_expire=30"}).requeue_delay_s == 31
+    assert sched_config({"AuthInfo": "socket=/x"}).requeue_delay_s == 121
+    with pytest.raises(UsageError, match="cred_expire"):
+        sched_config({"AuthInfo": "cred_expire=soon"})
+
+
 def test_same_order_fraction_counts_jobs_out_of_place():
     from slurmgpu.replay.fidelity import fidelity, same_order_fraction
 
