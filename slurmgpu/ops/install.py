@@ -46,6 +46,7 @@ KIT: tuple[KitFile, ...] = (
     *_units("slurmgpu-report-prom", "report"),
     *_units("slurmgpu-rebalance", "rebalance"),
     *_units("slurmgpu-idle", "idle"),
+    *_units("slurmgpu-autopilot", "autopilot"),
     KitFile("slurm/slurmgpu-health", "usr/local/sbin/slurmgpu-health", 0o755, "health"),
     KitFile(
         "slurm/epilog.d/slurmgpu-collect.sh",
@@ -55,7 +56,7 @@ KIT: tuple[KitFile, ...] = (
     ),
     KitFile("logrotate.d/slurmgpu", "etc/logrotate.d/slurmgpu", 0o644, "logrotate"),
 )
-GROUPS = ("collect", "report", "rebalance", "idle", "health", "logrotate")
+GROUPS = ("collect", "report", "rebalance", "idle", "autopilot", "health", "logrotate")
 
 
 @dataclass(frozen=True)
