@@ -152,7 +152,11 @@ def autopilot(opts: AutopilotOptions, world: Any = None, now: dt.datetime | None
     aopts = replace(opts.advise, replay=ropts)
     if aopts.candidates is None:
         aopts = replace(aopts, candidates=_move_candidates(trace, ropts))
-    advice = advise_trace(trace, aopts) if aopts.candidates else None
+    try:
+        advice = advise_trace(trace, aopts) if aopts.candidates else None
+    except UsageError as exc:  # e.g. a given move the live cluster cannot make any more
+        p.record(ChangeRecord(iso(p.now), "hold", reasons=(f"advise: {exc}",)))
+        return p.result("held", refusals=(f"advise: {exc}",), forecast=fc)
     if advice is None:
         p.record(ChangeRecord(iso(p.now), "hold", reasons=("no node move to try",)))
         return p.result("held", refusals=("advise generates no node move to try",), forecast=fc)

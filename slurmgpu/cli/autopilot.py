@@ -6,6 +6,7 @@ from __future__ import annotations
 import click
 
 from slurmgpu.cli.advise import SHARED
+from slurmgpu.cli.advise import advise as _advise_command
 from slurmgpu.cli.replay import replay as _replay_command
 
 DEFAULT_STATE_DIR = "/var/lib/slurmgpu/autopilot"  # = slurmgpu.autopilot.DEFAULT_STATE_DIR
@@ -39,7 +40,7 @@ def autopilot(ctx: click.Context, fmt: str, **params: object) -> None:
 
 autopilot.params[1:1] = [
     p for p in _replay_command.params if p.name in SHARED and p.name != "sacct_files"
-]
+] + [p for p in _advise_command.params if p.name == "candidates"]
 
 
 def autopilot_options(params: dict):
@@ -59,7 +60,9 @@ def autopilot_options(params: dict):
     now = datetime.now(UTC).replace(microsecond=0)
     since = parse_when(params["since"], now=now, option="--since") if params["since"] else None
     shared = {k: params[k] for k in SHARED}
-    _, advise = advise_options({**shared, "max_changes": 3, "candidates": (), "seed": 0})
+    _, advise = advise_options(
+        {**shared, "max_changes": 3, "candidates": params["candidates"], "seed": 0}
+    )
     conf = params["partitions_conf"]
     return AutopilotOptions(
         advise=advise,

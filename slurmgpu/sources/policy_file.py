@@ -432,12 +432,7 @@ def parse_policy(source: str, path: str = "<policy>") -> Policy:
 
     gpu_memory = _gpu_memory(check, data.get("gpu_memory", {}))
     objective = _objective(check, data.get("objective", {}), tier_names)
-    idle = None
-    if "idle" in data:
-        idle = _idle(check, data["idle"], tier_names, {p.name for p in partitions})
-    autopilot = None
-    if "autopilot" in data:
-        autopilot = _autopilot(check, data["autopilot"], tier_names)
+    idle, autopilot = _optional_tables(check, data, tier_names, {p.name for p in partitions})
     if check.errors:
         raise PolicyError("\n".join(check.errors), tuple(check.errors))
     return Policy(
@@ -454,6 +449,13 @@ def parse_policy(source: str, path: str = "<policy>") -> Policy:
         idle=idle,
         autopilot=autopilot,
     )
+
+
+def _optional_tables(check: _Checker, data: dict, tier_names: set[str], partitions: set[str]):
+    """(`[idle]`, `[autopilot]`): each None when the policy has no such table."""
+    idle = _idle(check, data["idle"], tier_names, partitions) if "idle" in data else None
+    auto = _autopilot(check, data["autopilot"], tier_names) if "autopilot" in data else None
+    return idle, auto
 
 
 _AUTOPILOT_INTS = {"max_nodes_per_pass": 1000, "max_nodes_per_day": 10000}
