@@ -91,7 +91,8 @@ def decide(p: Any, advice: Any, forecast: Sequence[tuple[str, float, float]]) ->
     def refuse(*why: str) -> Decision:
         return Decision((), changes, score, predicted, tuple(why))
 
-    why = guardrails.gain(p.guard, plan)
+    objective = p.opts.policy.objective if p.opts.policy is not None else None
+    why = guardrails.gain(p.guard, plan, objective)
     if why:
         return refuse(why)
     parsed = [parse_change(t) for t in changes]

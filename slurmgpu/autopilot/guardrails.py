@@ -26,10 +26,15 @@ def hours(guard: AutopilotPolicy, now: dt.datetime) -> str | None:
     return f"{hour:02d}:xx is outside the allowed hours [{start}, {end})"
 
 
-def gain(guard: AutopilotPolicy, plan: Any) -> str | None:
+def gain(guard: AutopilotPolicy, plan: Any, objective: Any = None) -> str | None:
     """The replayed gain must beat `min_gain`, and its uncertainty: no limit broken in a
-    perturbed replay, and the worst perturbed replay's mean-wait changes over the partitions
-    the plan touches must still add up to a fall."""
+    perturbed replay, and the pessimistic score - each partition's mean-wait change at the
+    worst end of its range over the perturbed replays, weighted as the objective's score
+    weighs it - must still be a gain (below zero)."""
+    from slurmgpu.advice.objective import SCORE_FLOOR_S
+    from slurmgpu.model.policy import Objective
+
+    objective = objective or Objective()
     if not plan.changes:
         return "the replay proves no change (advise's plan is empty)"
     got = -plan.score
@@ -37,14 +42,19 @@ def gain(guard: AutopilotPolicy, plan: Any) -> str | None:
         return f"replayed gain {got:.3f} is below the threshold {guard.min_gain:.3f}"
     if plan.perturbed_violations:
         return "a perturbed replay breaks a limit: " + "; ".join(plan.perturbed_violations)
-    worst = [p.mean_wait_change_s.high for p in plan.by_partition]
-    known = [w for w in worst if w is not None]
-    if plan.by_partition and len(known) < len(worst):
-        return "the uncertainty of the gain is unknown (a partition has no perturbed range)"
-    if known and sum(known) >= 0:
+    worst = 0.0
+    for e in plan.by_partition:
+        if e.before.mean is None and e.after.mean is None:
+            continue  # no jobs there: nothing to gain or lose
+        high = e.mean_wait_change_s.high
+        if high is None or e.before.mean is None:
+            return f"the uncertainty of the gain is unknown ({e.partition} has no range)"
+        weight = objective.partition(e.partition).mean_wait
+        worst += weight * high / (e.before.mean + SCORE_FLOOR_S)
+    if worst >= 0:
         return (
-            f"within its uncertainty: the worst perturbed replay changes the mean waits by "
-            f"{sum(known):+.0f} s in total, not a fall"
+            f"within its uncertainty: the pessimistic score over the perturbed replays is "
+            f"{worst:+.3f}, not a gain"
         )
     return None
 

@@ -88,6 +88,7 @@ class _Pass:
     records: list[ChangeRecord] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     written: list[str] = field(default_factory=list)
+    scratch: Any = None  # a dry run's temporary directory for the sacct dump
 
     def record(self, rec: ChangeRecord) -> None:
         if not self.opts.dry_run:
@@ -120,17 +121,23 @@ def autopilot(opts: AutopilotOptions, world: Any = None, now: dt.datetime | None
     from slurmgpu.autopilot.world import LiveWorld
 
     guard = _guard(opts.policy)
-    mode = opts.mode or guard.mode
-    if mode not in MODES:
-        raise UsageError(f"--mode {mode!r}: use propose or apply")
     p = _Pass(
-        opts,
-        guard,
-        mode,
-        StateDir(Path(opts.state_dir)),
+        opts, guard, opts.mode or guard.mode, StateDir(Path(opts.state_dir)),
         world or LiveWorld(opts.advise.replay.env, opts.partitions_conf),
         now or dt.datetime.now(dt.UTC).replace(microsecond=0),
-    )
+    )  # fmt: skip
+    try:
+        return _one_pass(p)
+    finally:
+        if p.scratch is not None:
+            p.scratch.cleanup()
+
+
+def _one_pass(p: _Pass) -> PassResult:
+    opts, guard, mode = p.opts, p.guard, p.mode
+
+    if mode not in MODES:
+        raise UsageError(f"--mode {mode!r}: use propose or apply")
     stop = guardrails.kill_switch(guard, Path(guard.kill_switch).exists())
     if stop:
         return p.result("killed", refusals=(stop,))
@@ -195,8 +202,9 @@ def _history(p: _Pass):
         if p.opts.since is None:
             raise UsageError("autopilot needs --sacct-file FILE... or --since WHEN")
         text = p.world.sacct_text(p.opts.since, p.now)
-        if p.opts.dry_run:
-            target = Path(tempfile.mkdtemp(prefix="slurmgpu-autopilot-")) / "history.sacct"
+        if p.opts.dry_run:  # removed when the pass ends (`autopilot`)
+            p.scratch = tempfile.TemporaryDirectory(prefix="slurmgpu-autopilot-")
+            target = Path(p.scratch.name) / "history.sacct"
         else:
             target = p.state.history
             target.parent.mkdir(parents=True, exist_ok=True)

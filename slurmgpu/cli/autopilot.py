@@ -15,6 +15,8 @@ DEFAULT_STATE_DIR = "/var/lib/slurmgpu/autopilot"  # = slurmgpu.autopilot.DEFAUL
 @click.group("autopilot", invoke_without_command=True)
 @click.option("--sacct-file", "sacct_files", multiple=True, type=click.Path(dir_okay=False),
               help="Saved `sacct -P` output (the history); repeatable. Or --since.")  # fmt: skip
+@click.option("--policy", metavar="FILE",
+              help="Site policy: tiers, [objective], [autopilot] guardrails.")  # fmt: skip
 @click.option("--since", help="Without --sacct-file: sacct from then (ISO UTC or age: 7d).")
 @click.option("--state-dir", default=DEFAULT_STATE_DIR, show_default=True,
               help="Change log, proposals, rebalance journal and locks, textfile.")  # fmt: skip
@@ -39,7 +41,9 @@ def autopilot(ctx: click.Context, fmt: str, **params: object) -> None:
 
 
 autopilot.params[1:1] = [
-    p for p in _replay_command.params if p.name in SHARED and p.name != "sacct_files"
+    p
+    for p in _replay_command.params
+    if p.name in SHARED and p.name not in ("sacct_files", "policy")
 ] + [p for p in _advise_command.params if p.name == "candidates"]
 
 

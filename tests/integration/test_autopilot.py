@@ -47,12 +47,16 @@ max_nodes_per_pass = 1
 max_nodes_per_day = 4
 cooldown_h = 0
 verify_after_min = 0
-min_gain = 0.05
+min_gain = 0.02
 rollback_tolerance = 0.25
 rollback_slack_s = 5
 kill_switch = "{switch}"
+[objective]
+perturb_submit_s = 5           # the workload is compressed: jobs of seconds, not hours
+[objective.partitions.infer]
+mean_wait = 2                  # the site weighs its inference queue twice
 """
-SMALL = [("p0", 2), ("p1", 4), ("p2", 6)]  # (QOS, jobs) of each small-job phase
+SMALL = [("p0", 4), ("p1", 8), ("p2", 12)]  # (QOS, jobs) of each small-job phase
 
 
 def nodes_of(cluster: MultiNodeCluster, name: str) -> str:
@@ -125,11 +129,11 @@ def test_autopilot_moves_a_node_sacct_shows_it_and_a_worsening_is_rolled_back(
         time.sleep(2)  # slurmdbd has the last job's end
 
         dry = pass_(cluster, policy, state, since, "--dry-run")
-        assert dry["status"] == "would-apply", dry
+        assert dry["status"] == "would-apply", json.dumps(dry, indent=1)
         assert not state.exists() and nodes_of(cluster, "train") == "gpu[01-02]"
 
         first = pass_(cluster, policy, state, since)
-        assert first["status"] == "applied", first
+        assert first["status"] == "applied", json.dumps(first, indent=1)
         (move,) = first["moves"]
         assert move["source"] == "train" and move["target"] == "infer"
         assert first["score"] < -0.05 and first["predicted"]
@@ -165,7 +169,7 @@ def test_autopilot_moves_a_node_sacct_shows_it_and_a_worsening_is_rolled_back(
         assert w["train_after"] > w["train_before"] * 1.25 + 5, w
 
         second = pass_(cluster, policy, state, since)
-        assert second["status"] == "rolled-back", second
+        assert second["status"] == "rolled-back", json.dumps(second, indent=1)
         assert any("partition:train" in r and "WORSE" in r for r in second["verification"])
         assert nodes_of(cluster, "train") == "gpu[01-02]" and nodes_of(cluster, "infer") == "gpu03"
         journal = [json.loads(x) for x in (state / "rebalance.jsonl").read_text().splitlines()]

@@ -142,12 +142,16 @@ def effect(part: str, before: float, after: float, low: float, high: float):
     )
 
 
-def advice(changes=("move:train:infer:8",), score=-0.4, high=-100.0, violations=()):
+def advice(changes=("move:train:infer:8",), score=-0.4, high=-600.0, violations=()):
     plan = SimpleNamespace(
         changes=changes,
         score=score,
         perturbed_violations=violations,
-        by_partition=(effect("infer", 900, 300, -700, high), effect("train", 10, 40, 10, 50)),
+        by_partition=(
+            effect("infer", 900, 300, -700, high),
+            effect("train", 10, 40, 10, 20),
+            effect("spare", None, None, None, None),
+        ),
     )
     return SimpleNamespace(plan=plan, notes=())
 
