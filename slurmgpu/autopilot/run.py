@@ -372,6 +372,10 @@ def _propose(p: _Pass, decision: Decision, before: tuple[Observed, ...], fc) -> 
     if p.opts.dry_run:
         p.notes.append("dry run: no proposal written")
         return p.result("would-propose", **kw)
+    same = _open_proposal(p, decision.moves)
+    if same is not None:  # one proposal per change: no new one each pass
+        p.notes.append(f"already proposed as {same}, waiting for its approval")
+        return p.result("proposed", **{**kw, "change_id": same})
     where = p.state.proposal(cid)
     prop = Proposal(
         cid,
@@ -409,6 +413,20 @@ def _propose(p: _Pass, decision: Decision, before: tuple[Observed, ...], fc) -> 
         )
     )
     return p.result("proposed", **kw)
+
+
+def _open_proposal(p: _Pass, moves: tuple[Move, ...]) -> str | None:
+    """The id of a proposal of the same moves, younger than a day, not approved yet."""
+    key = {(m.node, m.source, m.target) for m in moves}
+    approved = {r.of for r in p.records if r.action == "approve"}
+    for r in reversed(p.records):
+        if r.action != "propose" or r.id in approved:
+            continue
+        if (p.now - r.when).total_seconds() < 86400 and {
+            (m.node, m.source, m.target) for m in r.moves
+        } == key:
+            return r.id
+    return None
 
 
 def _approved(p: _Pass) -> Proposal | None:

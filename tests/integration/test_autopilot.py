@@ -84,10 +84,18 @@ def sacct_rows(cluster: MultiNodeCluster, jobs: list[int]) -> list[dict[str, str
     out = cluster.run(
         ["env", "TZ=UTC", "SLURM_TIME_FORMAT=%s", "sacct", "-X", "-n", "-P",
          "-j", ",".join(map(str, jobs)),
-         "--format=JobID,Partition,QOS,State,Submit,Start"],
+         "--format=JobID,Partition,QOS,State,Submit,Start,End"],
     ).stdout  # fmt: skip
-    keys = ("job", "partition", "qos", "state", "submit", "start")
+    keys = ("job", "partition", "qos", "state", "submit", "start", "end")
     return [dict(zip(keys, line.split("|"), strict=True)) for line in out.splitlines() if line]
+
+
+def busy_share(rows: list[dict[str, str]], gpus_each: int, gpus: int) -> float:
+    """Allocated GPU-seconds of the jobs over the partition's GPU-seconds from the first
+    submit to the last end (the phase's span)."""
+    span = max(int(r["end"]) for r in rows) - min(int(r["submit"]) for r in rows)
+    used = sum(int(r["end"]) - int(r["start"]) for r in rows) * gpus_each
+    return used / (gpus * span)
 
 
 def mean_wait(rows: list[dict[str, str]], **where: str) -> float:
@@ -163,7 +171,10 @@ def test_autopilot_moves_a_node_sacct_shows_it_and_a_worsening_is_rolled_back(
             "train_before": mean_wait([r for r in rows if r["job"] in map(str, train1)]),
             "train_after": mean_wait([r for r in rows if r["job"] in map(str, train2)]),
         }  # fmt: skip
+        share = (busy_share(small_before, 2, 8), busy_share(small_after, 2, 16))
         print("measured mean waits (s):", w, f"elapsed {time.monotonic() - t0:.0f} s")
+        print(f"infer allocated share of its GPUs over the phase: {share[0]:.2f} -> {share[1]:.2f}")
+        print("predicted:", json.dumps(first["predicted"]), "score", first["score"])
         assert w["infer_after"] < w["infer_before"], w
         assert w["p0_after"] <= w["p0_before"] + 2, w
         assert w["train_after"] > w["train_before"] * 1.25 + 5, w

@@ -301,9 +301,10 @@ def test_propose_writes_the_plan_and_changes_nothing_live_then_approve_applies(s
     ]
     assert json.loads((where / "proposal.json").read_text())["moves"][0]["node"] == "gpu02"
     assert not state.rebalance_log.exists() and not (state.root / "locks").exists()
-    # not approved: the next pass proposes again, applies nothing
-    assert run(mode="propose", now=NOW + dt.timedelta(minutes=5)).status == "proposed"
-    assert world.calls == []
+    # not approved: the next pass applies nothing and points at the same proposal
+    again = run(mode="propose", now=NOW + dt.timedelta(minutes=5))
+    assert again.status == "proposed" and again.change_id == res.change_id
+    assert "waiting for its approval" in again.notes[-1] and world.calls == []
     approve(state.root, res.change_id, "alice")
     with pytest.raises(UsageError, match="already approved"):
         approve(state.root, res.change_id, "alice")
@@ -313,7 +314,7 @@ def test_propose_writes_the_plan_and_changes_nothing_live_then_approve_applies(s
     assert applied.status == "applied" and applied.change_id == res.change_id
     assert world.calls == ["apply ['gpu02']"] and world.parts["infer"] == ["gpu02", "gpu03"]
     actions = [r.action for r in read_changes(state)]
-    assert actions == ["propose", "propose", "approve", "apply"]
+    assert actions == ["propose", "approve", "apply"]
     prom = state.prom.read_text()
     assert 'slurmgpu_autopilot_last_pass_status{status="applied"} 1' in prom
     assert 'slurmgpu_autopilot_records_total{action="apply"} 1' in prom
@@ -375,3 +376,84 @@ def test_observe_counts_waits_per_partition_and_tier_in_the_window() -> None:
     got = {o.group: o for o in observe(tr, t, t + 100)}
     assert set(got) == {"partition:a", "tier:P0", "tier:P2"}
     assert got["partition:a"].jobs == 2 and got["partition:a"].mean_wait_s == 20.0
+
+
+# -- the live world: scontrol/squeue on PATH record every call -----------------------------
+
+FAKE_BIN = """#!/bin/sh
+echo "$(basename "$0") $*" >> "{log}"
+BUSY=2026-03-02T11:00:00
+case "$*" in
+  "show -o partition")
+    echo "PartitionName=train Nodes=gpu[01-02] State=UP"
+    echo "PartitionName=infer Nodes=gpu03 State=UP" ;;
+  "show -o node")
+    for n in 01 02 03; do p=train; [ $n = 03 ] && p=infer
+      echo "NodeName=gpu$n Partitions=$p State=IDLE Gres=gpu:h100:8 LastBusyTime=$BUSY"
+    done ;;
+esac
+"""
+
+
+def live_world(tmp_path: Path):
+    import os
+
+    from slurmgpu.autopilot.world import LiveWorld
+
+    bindir, log = tmp_path / "bin", tmp_path / "calls.log"
+    bindir.mkdir()
+    for name in ("scontrol", "squeue"):
+        (bindir / name).write_text(FAKE_BIN.format(log=log))
+        (bindir / name).chmod(0o755)
+    return LiveWorld({"PATH": f"{bindir}:{os.environ['PATH']}"}), log
+
+
+def test_dry_run_and_propose_call_no_scontrol_update_and_take_no_lock(setup, tmp_path) -> None:
+    _, _, state, _ = setup
+    world, log = live_world(tmp_path)
+
+    def live(**kw):
+        opts = AutopilotOptions(
+            advise=FakeAdvise(), policy=policy(tmp_path), state_dir=state.root,
+            sacct_files=("given",), forecast=False, **kw,
+        )  # fmt: skip
+        return autopilot(opts, world=world, now=NOW)
+
+    assert live(mode="apply", dry_run=True).status == "would-apply"
+    assert live(mode="propose", dry_run=True).status == "would-propose"
+    assert not state.root.exists()
+    assert live(mode="propose").status == "proposed"
+    calls = log.read_text().splitlines()
+    assert calls and all(c.startswith(("scontrol show", "squeue ")) for c in calls), calls
+    assert not state.rebalance_log.exists() and not (state.root / "locks").exists()
+    # the same world does write when applying: the check above would catch a write
+    assert live(mode="apply").status == "applied"
+    updates = [c for c in log.read_text().splitlines() if c.startswith("scontrol update")]
+    assert updates == [
+        "scontrol update PartitionName=infer Nodes=gpu[01,03]",
+        "scontrol update PartitionName=train Nodes=gpu02",
+    ]
+    assert state.rebalance_log.exists() and (state.root / "locks" / "gpu01.lock").exists()
+
+
+def test_the_command_line_errors_are_one_line(tmp_path) -> None:
+    from click.testing import CliRunner
+
+    from slurmgpu.cli import main
+
+    runner = CliRunner()
+    cases = [
+        (["autopilot", "--since", "1d"], "autopilot needs --policy FILE"),
+        (["autopilot", "--policy", str(tmp_path / "none.toml"), "--since", "1d"],
+         "cannot read the policy file"),
+        (["autopilot", "approve", "ap-1", "--state-dir", str(tmp_path)], "no proposal 'ap-1'"),
+    ]  # fmt: skip
+    for argv, needle in cases:
+        res = runner.invoke(main, argv)
+        assert res.exit_code in (1, 2), res.output
+        lines = [ln for ln in res.output.splitlines() if ln]
+        assert len(lines) == 1 and needle in lines[0], res.output
+    policy_file = tmp_path / "p.toml"
+    policy_file.write_text(POLICY.format(switch=tmp_path / "x"))
+    res = runner.invoke(main, ["autopilot", "--policy", str(policy_file)])
+    assert res.exit_code != 0 and "--sacct-file FILE... or --since WHEN" in res.output

@@ -41,7 +41,8 @@ def test_every_kit_file_is_installed_with_the_real_command(staged):
         assert path.stat().st_mode & 0o777 == item.mode
     services = [staged / i.target for i in KIT if i.target.endswith(".service")]
     assert {p.name for p in services} == {
-        f"slurmgpu-{n}.service" for n in ("collect", "report", "report-prom", "rebalance", "idle", "autopilot")
+        f"slurmgpu-{n}.service"
+        for n in ("collect", "report", "report-prom", "rebalance", "idle", "autopilot")
     }
     for unit in services:  # a unit and a timer per timer-run command
         assert unit.with_suffix(".timer").is_file()
@@ -141,7 +142,10 @@ def test_only_some_groups(tmp_path):
     [
         (["--bin", "venv/bin/slurmgpu"], "give an absolute path (systemd needs one)"),
         (["--bin", "/opt/my tools/slurmgpu"], "a path with blanks or % cannot go into"),
-        (["--only", "bogus"], "--only bogus: choose from collect, report, rebalance, idle, autopilot"),
+        (
+            ["--only", "bogus"],
+            "--only bogus: choose from collect, report, rebalance, idle, autopilot",
+        ),
     ],
 )
 def test_bad_options_are_one_line(tmp_path, args, message):
