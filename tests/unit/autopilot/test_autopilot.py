@@ -437,23 +437,24 @@ def test_dry_run_and_propose_call_no_scontrol_update_and_take_no_lock(setup, tmp
 
 
 def test_the_command_line_errors_are_one_line(tmp_path) -> None:
-    from click.testing import CliRunner
+    """The real entry point (a subprocess): one `slurmgpu: error:` line, exit 1 or 2."""
+    import subprocess
+    import sys
 
-    from slurmgpu.cli import main
-
-    runner = CliRunner()
-    cases = [
-        (["autopilot", "--since", "1d"], "autopilot needs --policy FILE"),
-        (["autopilot", "--policy", str(tmp_path / "none.toml"), "--since", "1d"],
-         "cannot read the policy file"),
-        (["autopilot", "approve", "ap-1", "--state-dir", str(tmp_path)], "no proposal 'ap-1'"),
-    ]  # fmt: skip
-    for argv, needle in cases:
-        res = runner.invoke(main, argv)
-        assert res.exit_code in (1, 2), res.output
-        lines = [ln for ln in res.output.splitlines() if ln]
-        assert len(lines) == 1 and needle in lines[0], res.output
     policy_file = tmp_path / "p.toml"
     policy_file.write_text(POLICY.format(switch=tmp_path / "x"))
-    res = runner.invoke(main, ["autopilot", "--policy", str(policy_file)])
-    assert res.exit_code != 0 and "--sacct-file FILE... or --since WHEN" in res.output
+    cases = [
+        (["--since", "1d"], "autopilot needs --policy FILE"),
+        (["--policy", str(tmp_path / "none.toml"), "--since", "1d"], "cannot read the policy"),
+        (["--policy", str(policy_file)], "--sacct-file FILE... or --since WHEN"),
+        (["approve", "ap-1", "--state-dir", str(tmp_path)], "no proposal 'ap-1'"),
+    ]
+    for argv, needle in cases:
+        proc = subprocess.run(
+            [sys.executable, "-m", "slurmgpu", "autopilot", *argv],
+            capture_output=True, text=True, timeout=60,
+        )  # fmt: skip
+        assert proc.returncode in (1, 2) and not proc.stdout, proc
+        lines = proc.stderr.splitlines()
+        assert len(lines) == 1 and lines[0].startswith("slurmgpu: error: "), proc.stderr
+        assert needle in lines[0], proc.stderr
