@@ -89,6 +89,7 @@ class _Pass:
     notes: list[str] = field(default_factory=list)
     written: list[str] = field(default_factory=list)
     scratch: Any = None  # a dry run's temporary directory for the sacct dump
+    files: list[str] = field(default_factory=list)  # the history's files
 
     def record(self, rec: ChangeRecord) -> None:
         if not self.opts.dry_run:
@@ -210,6 +211,7 @@ def _history(p: _Pass):
             target.parent.mkdir(parents=True, exist_ok=True)
         target.write_text(text, encoding="utf-8", errors="surrogateescape")
         files = [str(target)]
+    p.files = files
     return load_for_replay(files, p.opts.advise.replay)
 
 
@@ -283,11 +285,7 @@ def _forecast(p: _Pass) -> tuple[tuple[str, float, float], ...]:
     from slurmgpu.errors import SlurmgpuError
     from slurmgpu.forecast import ForecastOptions, forecast
 
-    files = list(p.opts.sacct_files) or [str(p.state.history)]
-    if p.opts.dry_run and not p.opts.sacct_files:
-        p.notes.append("forecast: skipped in a dry run without --sacct-file")
-        return ()
-    analysis = AnalysisOptions(files=files, tiers=p.opts.policy, replay_effects="never")
+    analysis = AnalysisOptions(files=p.files, tiers=p.opts.policy, replay_effects="never")
     try:
         fc = forecast(ForecastOptions(analysis, p.opts.forecast_freq, p.opts.forecast_horizon))
     except SlurmgpuError as exc:

@@ -458,3 +458,24 @@ def test_the_command_line_errors_are_one_line(tmp_path) -> None:
         lines = proc.stderr.splitlines()
         assert len(lines) == 1 and lines[0].startswith("slurmgpu: error: "), proc.stderr
         assert needle in lines[0], proc.stderr
+
+
+def test_the_forecast_of_a_pass_is_the_mean_and_high_per_partition(tmp_path) -> None:
+    """`_forecast` on a 3-day sacct dump: numbers per partition; a too-short one is a note."""
+    header = "JobIDRaw|JobID|Cluster|Partition|QOS|Account|User|State|Submit|Start|End|ElapsedRaw"
+    header += "|AllocTRES|ReqTRES"
+    t0, h = 1764547200, 3600
+    rows = [
+        f"{i}|{i}|c1|infer|normal|ml|alice|COMPLETED|{t}|{t}|{t + h}|{h}|gres/gpu=2|gres/gpu=2"
+        for i, t in enumerate(range(t0, t0 + 3 * 24 * h, h), 1)
+    ]
+    dump = tmp_path / "history.txt"
+    dump.write_text("\n".join([header, *rows]) + "\n")
+    pas = SimpleNamespace(
+        opts=SimpleNamespace(policy=None, forecast_freq="1h", forecast_horizon="1d"),
+        files=[str(dump)], notes=[],
+    )  # fmt: skip
+    ((part, mean, high),) = run_mod._forecast(pas)
+    assert part == "infer" and mean == pytest.approx(2.0, abs=0.3) and high >= mean
+    dump.write_text("\n".join([header, *rows[:3]]) + "\n")
+    assert run_mod._forecast(pas) == () and "forecast: " in pas.notes[-1]
