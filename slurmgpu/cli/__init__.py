@@ -36,6 +36,7 @@ LAZY_COMMANDS: dict[str, str] = {
     "idle": "slurmgpu.cli.idle:idle",
     "job": "slurmgpu.cli.job:job",
     "forecast": "slurmgpu.cli.forecast:forecast",
+    "autopilot": "slurmgpu.cli.autopilot:autopilot",
     "replay-task": "slurmgpu.cli.replay:replay_task",  # hidden: a task of replay --via-slurm
     "install-units": "slurmgpu.cli.ops:install_units",
 }

@@ -223,6 +223,42 @@ class Objective:
 
 
 @dataclass(frozen=True)
+class AutopilotPolicy:
+    """The guardrails of `slurmgpu autopilot` (`[autopilot]`, docs/autopilot.md).
+
+    A pass acts on at most `max_nodes_per_pass` nodes, and on at most `max_nodes_per_day` in
+    any 24 hours; only in the hours `allowed_hours` ([start, end) of the controller's local
+    clock, end < start wraps midnight); never on a node running a job of the top tier, of a
+    tier no other tier preempts, or of `protect_tiers`; only when the replayed score falls by
+    at least `min_gain` and the worst perturbed replay still shows no partition's mean wait
+    growing; never on a node changed less than `cooldown_h` ago; never while the file
+    `kill_switch` exists. A change is judged `verify_after_min` after it was made: when a
+    partition it touched waits longer than before by more than `rollback_tolerance` (a
+    share) and `rollback_slack_s` together, it is undone.
+    """
+
+    mode: str = "propose"  # propose | apply (the command line's --mode wins)
+    max_nodes_per_pass: int = 1
+    max_nodes_per_day: int = 4
+    allowed_hours: tuple[int, int] = (0, 24)
+    min_gain: float = 0.05
+    cooldown_h: float = 6.0
+    kill_switch: str = "/etc/slurmgpu/autopilot.disable"
+    protect_tiers: tuple[str, ...] = ()
+    verify_after_min: float = 30.0
+    rollback_tolerance: float = 0.25
+    rollback_slack_s: float = 60.0
+
+    def hour_allowed(self, hour: int) -> bool:
+        start, end = self.allowed_hours
+        if start == end or (start, end) == (0, 24):
+            return True
+        if start < end:
+            return start <= hour < end
+        return hour >= start or hour < end
+
+
+@dataclass(frozen=True)
 class Policy:
     """The whole validated site policy (see `etc/slurmgpu.toml`)."""
 
@@ -239,6 +275,8 @@ class Policy:
     objective: Objective = Objective()  # `[objective]`: what `advise` optimizes
     # the `[idle]` table; None when the policy has none (`slurmgpu idle` then refuses)
     idle: IdlePolicy | None = None
+    # the `[autopilot]` table; None: the defaults of `AutopilotPolicy`
+    autopilot: AutopilotPolicy | None = None
 
     def tier(self, name: str) -> Tier | None:
         """The tier called `name` (exact), or None."""

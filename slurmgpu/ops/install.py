@@ -47,6 +47,7 @@ KIT: tuple[KitFile, ...] = (
     *_units("slurmgpu-rebalance", "rebalance"),
     *_units("slurmgpu-idle", "idle"),
     *_units("slurmgpu-ingest", "store"),
+    *_units("slurmgpu-autopilot", "autopilot"),
     KitFile("slurm/slurmgpu-health", "usr/local/sbin/slurmgpu-health", 0o755, "health"),
     KitFile(
         "slurm/epilog.d/slurmgpu-collect.sh",
@@ -56,7 +57,7 @@ KIT: tuple[KitFile, ...] = (
     ),
     KitFile("logrotate.d/slurmgpu", "etc/logrotate.d/slurmgpu", 0o644, "logrotate"),
 )
-GROUPS = ("collect", "report", "rebalance", "idle", "store", "health", "logrotate")
+GROUPS = ("collect", "report", "rebalance", "idle", "store", "autopilot", "health", "logrotate")
 
 
 @dataclass(frozen=True)

@@ -54,6 +54,7 @@ MAX_GRACE_S = 65533
 MAX_NESTING = 64
 
 _TOP_KEYS = {
+    "autopilot",
     "objective",
     "gpu_memory",
     "default_tier",
@@ -431,9 +432,7 @@ def parse_policy(source: str, path: str = "<policy>") -> Policy:
 
     gpu_memory = _gpu_memory(check, data.get("gpu_memory", {}))
     objective = _objective(check, data.get("objective", {}), tier_names)
-    idle = None
-    if "idle" in data:
-        idle = _idle(check, data["idle"], tier_names, {p.name for p in partitions})
+    idle, autopilot = _optional_tables(check, data, tier_names, {p.name for p in partitions})
     if check.errors:
         raise PolicyError("\n".join(check.errors), tuple(check.errors))
     return Policy(
@@ -448,7 +447,73 @@ def parse_policy(source: str, path: str = "<policy>") -> Policy:
         priority_weight_qos=weight or 10000,
         source=path,
         idle=idle,
+        autopilot=autopilot,
     )
+
+
+def _optional_tables(check: _Checker, data: dict, tier_names: set[str], partitions: set[str]):
+    """(`[idle]`, `[autopilot]`): each None when the policy has no such table."""
+    idle = _idle(check, data["idle"], tier_names, partitions) if "idle" in data else None
+    auto = _autopilot(check, data["autopilot"], tier_names) if "autopilot" in data else None
+    return idle, auto
+
+
+_AUTOPILOT_INTS = {"max_nodes_per_pass": 1000, "max_nodes_per_day": 10000}
+_AUTOPILOT_NUMBERS = {  # key -> highest allowed (lowest 0)
+    "min_gain": 10.0,
+    "cooldown_h": 24.0 * 365,
+    "verify_after_min": 7 * 24 * 60.0,
+    "rollback_tolerance": 100.0,
+    "rollback_slack_s": 1e7,
+}
+_AUTOPILOT_KEYS = {
+    *_AUTOPILOT_INTS, *_AUTOPILOT_NUMBERS, "mode", "allowed_hours", "kill_switch", "protect_tiers"
+}  # fmt: skip
+
+
+def _autopilot(check: _Checker, raw: object, tier_names: set[str]):
+    """`[autopilot]`: the guardrails of `slurmgpu autopilot` (`model.policy.AutopilotPolicy`,
+    docs/autopilot.md)."""
+    from slurmgpu.model.policy import AutopilotPolicy
+
+    keys = ("autopilot",)
+    table = check.table(keys, raw)
+    check.unknown_keys(keys, table, _AUTOPILOT_KEYS)
+    values: dict[str, object] = {}
+    for key, high in _AUTOPILOT_INTS.items():
+        got = check.integer((*keys, key), table.get(key), minimum=0, maximum=high)
+        if got is not None:
+            values[key] = got
+    for key, top in _AUTOPILOT_NUMBERS.items():
+        if key in table:
+            got = _number(check, (*keys, key), table[key], 0.0, top)
+            if got is not None:
+                values[key] = got
+    mode = check.string((*keys, "mode"), table.get("mode"))
+    if mode is not None and mode not in ("propose", "apply"):
+        check.error((*keys, "mode"), f"{mode!r}: must be propose or apply")
+    elif mode is not None:
+        values["mode"] = mode
+    hours = table.get("allowed_hours")
+    if hours is not None:
+        ok = isinstance(hours, list) and len(hours) == 2
+        ok = ok and all(type(h) is int and 0 <= h <= 24 for h in hours)
+        if not ok:
+            check.error((*keys, "allowed_hours"), "must be [START, END]: two hours from 0 to 24")
+        else:
+            values["allowed_hours"] = (hours[0], hours[1])
+    switch = check.string((*keys, "kill_switch"), table.get("kill_switch"))
+    if switch is not None and not switch.startswith("/"):
+        check.error((*keys, "kill_switch"), f"{switch!r}: must be an absolute path")
+    elif switch is not None:
+        values["kill_switch"] = switch
+    protect = check.names((*keys, "protect_tiers"), table.get("protect_tiers"), pattern=_NAME)
+    for name in protect:
+        if tier_names and name not in tier_names:
+            known = ", ".join(sorted(tier_names))
+            check.error((*keys, "protect_tiers"), f"unknown tier '{name}' (tiers: {known})")
+    values["protect_tiers"] = protect
+    return AutopilotPolicy(**values)  # type: ignore[arg-type]
 
 
 def _number(check: _Checker, keys: tuple[str, ...], value: object, low: float, high: float):

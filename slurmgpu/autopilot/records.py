@@ -1,0 +1,144 @@
+"""What an autopilot pass writes into its state directory, as typed journal records.
+
+The state directory (default `/var/lib/slurmgpu/autopilot`) holds:
+
+- `changes.jsonl`: the change log, one sealed `ChangeRecord` a line (`util.journal`): every
+  proposal, approval, apply, hold, verification and rollback, with the replay's prediction
+  and what sacct recorded before and after;
+- `rebalance.jsonl` and `locks/`: the journal and node locks of `fleet.rebalance` (what a
+  rollback undoes);
+- `proposals/ID/`: `proposal.json` (a sealed `Proposal`), the new files and their diff when
+  the moves change an include file (`util.emit.emit_files`), `steps.txt`, and `approved`
+  once someone ran `slurmgpu autopilot approve ID`;
+- `history.sacct`: the last pass's sacct dump (with `--since`);
+- `autopilot.prom`: the Prometheus textfile of the last pass.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from dataclasses import dataclass
+from pathlib import Path
+
+from slurmgpu.model.rebalance import Move
+
+ACTIONS = ("propose", "approve", "apply", "hold", "verify", "rollback", "skip")
+
+
+@dataclass(frozen=True)
+class Observed:
+    """What sacct recorded for one group (`partition:NAME` or `tier:NAME`) in a window:
+    jobs submitted in it that started, their waits, preemptions and allocated GPU-hours."""
+
+    group: str
+    jobs: int
+    mean_wait_s: float
+    p95_wait_s: float
+    preemptions: int
+    gpu_hours: float
+
+
+@dataclass(frozen=True)
+class Predicted:
+    """The calibrated replay's effect on one partition: mean wait before/after and the range
+    of the mean wait's change over the perturbed replays."""
+
+    partition: str
+    mean_wait_before_s: float | None
+    mean_wait_after_s: float | None
+    change_low_s: float | None
+    change_high_s: float | None
+
+
+@dataclass(frozen=True)
+class ChangeRecord:
+    """One line of the change log."""
+
+    time: str  # ISO, UTC
+    action: str
+    id: str = ""  # the change's id (a proposal's id; an apply's own id)
+    of: str = ""  # verify / rollback / approve: the id they are about
+    moves: tuple[Move, ...] = ()
+    changes: tuple[str, ...] = ()  # the advise changes (model.changes grammar)
+    score: float = 0.0
+    predicted: tuple[Predicted, ...] = ()
+    before: tuple[Observed, ...] = ()
+    after: tuple[Observed, ...] = ()
+    rebalance_time: str = ""  # the apply's entry in rebalance.jsonl
+    reasons: tuple[str, ...] = ()
+
+    def check(self) -> str | None:
+        if self.action not in ACTIONS:
+            return f"action {self.action!r:.30} is none of {', '.join(ACTIONS)}"
+        try:
+            dt.datetime.fromisoformat(self.time)
+        except ValueError:
+            return f"time {self.time!r:.40} is not an ISO time"
+        if self.action in ("apply", "propose") and not (self.id and self.moves):
+            return f"an {self.action} without an id or moves"
+        if self.action in ("verify", "rollback", "approve") and not self.of:
+            return f"a {self.action} that names no change"
+        return None
+
+    @property
+    def when(self) -> dt.datetime:
+        return dt.datetime.fromisoformat(self.time)
+
+
+@dataclass(frozen=True)
+class Proposal:
+    """A proposed change waiting for approval: the moves, the plan and its prediction."""
+
+    id: str
+    time: str
+    moves: tuple[Move, ...]
+    changes: tuple[str, ...]
+    score: float
+    predicted: tuple[Predicted, ...]
+    before: tuple[Observed, ...]
+    partitions_before: dict[str, tuple[str, ...]]
+    partitions_after: dict[str, tuple[str, ...]]
+
+
+@dataclass(frozen=True)
+class StateDir:
+    root: Path
+
+    @property
+    def changes(self) -> Path:
+        return self.root / "changes.jsonl"
+
+    @property
+    def rebalance_log(self) -> Path:
+        return self.root / "rebalance.jsonl"
+
+    @property
+    def proposals(self) -> Path:
+        return self.root / "proposals"
+
+    def proposal(self, pid: str) -> Path:
+        return self.proposals / pid
+
+    @property
+    def prom(self) -> Path:
+        return self.root / "autopilot.prom"
+
+    @property
+    def history(self) -> Path:
+        return self.root / "history.sacct"
+
+
+def read_changes(state: StateDir) -> list[ChangeRecord]:
+    from slurmgpu.util.journal import read_records
+
+    return read_records(state.changes, ChangeRecord)
+
+
+def append_change(state: StateDir, record: ChangeRecord) -> None:
+    from slurmgpu.util.journal import append_record
+
+    append_record(state.changes, record)
+
+
+def iso(t: dt.datetime) -> str:
+    return t.astimezone(dt.UTC).isoformat(timespec="seconds")

@@ -1,0 +1,54 @@
+"""The live cluster as an autopilot pass sees and changes it: the one place the pass reads
+Slurm (through `sources/`) and acts (through `fleet.rebalance`'s journaled apply and undo,
+one lock per node). Tests hand the pass another object with the same methods."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+
+@dataclass
+class LiveWorld:
+    env: Mapping[str, str] | None = None
+    partitions_conf: Path | None = None
+
+    def partitions(self) -> list[Any]:
+        from slurmgpu.sources import queue
+
+        return queue.partitions(self.env)
+
+    def nodes(self) -> list[Any]:
+        from slurmgpu.sources import queue
+
+        return queue.nodes(self.env)
+
+    def jobs_on(self, node: str) -> list[Any]:
+        from slurmgpu.sources.slurm_node_control import SlurmNodeControl
+
+        return SlurmNodeControl(self.env).jobs_on(node)
+
+    def sacct_text(self, since: Any, until: Any) -> str:
+        from slurmgpu.sources.sacct import sacct_text
+
+        return sacct_text(since, until, env=self.env)
+
+    def apply(self, plan: Any, log: Path) -> str:
+        """`rebalance apply`'s journaled change; returns the time of its journal entry."""
+        from slurmgpu.fleet.rebalance import LogEntry, apply_plan
+        from slurmgpu.util.journal import read_records
+
+        apply_plan(plan, log, self.env, partitions_conf=self.partitions_conf)
+        return read_records(log, LogEntry)[-1].time
+
+    def undo(self, log: Path) -> Any:
+        from slurmgpu.fleet.rebalance import undo_last
+
+        return undo_last(log, self.env, partitions_conf=self.partitions_conf)
+
+    def emit(self, plan: Any, directory: Path) -> list[Path]:
+        from slurmgpu.fleet.rebalance import emit_plan
+
+        return emit_plan(plan, directory, self.partitions_conf)

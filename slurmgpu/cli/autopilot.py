@@ -1,0 +1,95 @@
+"""`slurmgpu autopilot`: one pass of forecast -> advise -> guardrails -> act -> record
+(docs/autopilot.md); `slurmgpu autopilot approve ID` approves a proposal."""
+
+from __future__ import annotations
+
+import click
+
+from slurmgpu.cli.advise import SHARED
+from slurmgpu.cli.advise import advise as _advise_command
+from slurmgpu.cli.replay import replay as _replay_command
+
+DEFAULT_STATE_DIR = "/var/lib/slurmgpu/autopilot"  # = slurmgpu.autopilot.DEFAULT_STATE_DIR
+
+
+@click.group("autopilot", invoke_without_command=True)
+@click.option("--sacct-file", "sacct_files", multiple=True, type=click.Path(dir_okay=False),
+              help="Saved `sacct -P` output (the history); repeatable. Or --since.")  # fmt: skip
+@click.option("--policy", metavar="FILE",
+              help="Site policy: tiers, [objective], [autopilot] guardrails.")  # fmt: skip
+@click.option("--since", help="Without --sacct-file: sacct from then (ISO UTC or age: 7d).")
+@click.option("--state-dir", default=DEFAULT_STATE_DIR, show_default=True,
+              help="Change log, proposals, rebalance journal and locks, textfile.")  # fmt: skip
+@click.option("--mode", type=click.Choice(["propose", "apply"]), default=None,
+              help="propose: write the plan for approval; apply: act. Default: the "
+              "policy's [autopilot] mode (propose).")  # fmt: skip
+@click.option("--dry-run", is_flag=True, help="Decide and print; write and change nothing.")
+@click.option("--partitions-conf", type=click.Path(dir_okay=False),
+              help="The slurm.conf include file rebalance owns (durable moves).")  # fmt: skip
+@click.option("--no-forecast", is_flag=True, help="Skip the demand forecast.")
+@click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text",
+              show_default=True)  # fmt: skip
+@click.pass_context
+def autopilot(ctx: click.Context, fmt: str, **params: object) -> None:
+    """One pass: verify the last change, then advise, check the guardrails, propose or act."""
+    if ctx.invoked_subcommand is not None:
+        return
+    from slurmgpu.autopilot import autopilot as run_pass
+    from slurmgpu.views.autopilot import render_autopilot
+
+    click.echo(render_autopilot(run_pass(autopilot_options(params)).to_dict(), fmt), nl=False)
+
+
+autopilot.params[1:1] = [
+    p
+    for p in _replay_command.params
+    if p.name in SHARED and p.name not in ("sacct_files", "policy")
+] + [p for p in _advise_command.params if p.name == "candidates"]
+
+
+def autopilot_options(params: dict):
+    """`AutopilotOptions` from the command's options (advise's options for the replay)."""
+    from datetime import UTC, datetime
+    from pathlib import Path
+
+    from slurmgpu.accounting.when import parse_when
+    from slurmgpu.autopilot import AutopilotOptions
+    from slurmgpu.cli.advise import advise_options
+    from slurmgpu.errors import UsageError
+
+    if not params["policy"]:
+        raise UsageError("autopilot needs --policy FILE (its [autopilot] guardrails, tiers)")
+    if not params["sacct_files"] and not params["since"]:
+        raise UsageError("autopilot needs --sacct-file FILE... or --since WHEN")
+    now = datetime.now(UTC).replace(microsecond=0)
+    since = parse_when(params["since"], now=now, option="--since") if params["since"] else None
+    shared = {k: params[k] for k in SHARED}
+    _, advise = advise_options(
+        {**shared, "max_changes": 3, "candidates": params["candidates"], "seed": 0}
+    )
+    conf = params["partitions_conf"]
+    return AutopilotOptions(
+        advise=advise,
+        policy=advise.replay.tiers,
+        state_dir=Path(str(params["state_dir"])),
+        sacct_files=tuple(params["sacct_files"]),
+        since=since,
+        mode=params["mode"],
+        dry_run=bool(params["dry_run"]),
+        forecast=not params["no_forecast"],
+        partitions_conf=Path(str(conf)) if conf else None,
+    )
+
+
+@autopilot.command("approve")
+@click.argument("proposal_id")
+@click.option("--state-dir", default=DEFAULT_STATE_DIR, show_default=True)
+def approve(proposal_id: str, state_dir: str) -> None:
+    """Approve a proposal; the next pass applies it (after the guardrails again)."""
+    import getpass
+    from pathlib import Path
+
+    from slurmgpu.autopilot import approve as approve_proposal
+
+    path = approve_proposal(Path(state_dir), proposal_id, getpass.getuser())
+    click.echo(f"approved {proposal_id}: {path}; the next pass applies it")
