@@ -22,7 +22,14 @@ import pytest
 
 from tests.harness.multinode import MultiNodeCluster
 
-pytestmark = pytest.mark.integration
+pytestmark = [
+    pytest.mark.integration,
+    pytest.mark.slurm_only(
+        "host",
+        reason="the pass's decisions do not depend on the release, and it acts only through "
+        "rebalance apply, which test_fleet_rebalance.py runs on every release (~3 minutes)",
+    ),
+]
 PARTITIONS = (
     "PartitionName=train Nodes=gpu[01-02] Default=YES MaxTime=INFINITE State=UP",
     "PartitionName=infer Nodes=gpu03 MaxTime=INFINITE State=UP",

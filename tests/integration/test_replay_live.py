@@ -27,7 +27,13 @@ from slurmgpu.replay.from_accounting import load_trace
 from tests.harness import SlurmCluster
 from tests.harness.replay_stream import record_stream
 
-pytestmark = pytest.mark.integration
+pytestmark = [
+    pytest.mark.integration,
+    pytest.mark.slurm_only(
+        "root",
+        reason="on the host, test_replay_fidelity.py replays its recording with --live too",
+    ),
+]
 
 JOBS = 24
 QOS = {"rp0": 1000, "rp1": 500, "rp2": 100}
