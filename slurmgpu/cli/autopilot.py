@@ -65,7 +65,7 @@ def autopilot_options(params: dict):
         raise UsageError("autopilot needs --sacct-file FILE... or --since WHEN")
     now = datetime.now(UTC).replace(microsecond=0)
     since = parse_when(params["since"], now=now, option="--since") if params["since"] else None
-    shared = {k: params[k] for k in SHARED}
+    shared = {"store": None, "clusters": (), **{k: params[k] for k in SHARED if k in params}}
     _, advise = advise_options(
         {**shared, "max_changes": 3, "candidates": params["candidates"], "seed": 0}
     )

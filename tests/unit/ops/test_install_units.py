@@ -156,7 +156,7 @@ def test_only_some_groups(tmp_path):
         (["--bin", "/opt/my tools/slurmgpu"], "a path with blanks or % cannot go into"),
         (
             ["--only", "bogus"],
-            "--only bogus: choose from collect, report, rebalance, idle, autopilot",
+            "--only bogus: choose from collect, report, rebalance, idle, store, autopilot",
         ),
     ],
 )
