@@ -22,6 +22,7 @@ from slurmgpu.replay.fidelity import Fidelity, fidelity
 from slurmgpu.replay.from_accounting import load_trace
 from slurmgpu.replay.jobs import ReplayTrace
 from slurmgpu.replay.slurm_config import parse_slurm_conf, sched_config
+from tests.unit.replay.test_fidelity_recorded import SLURM_CONF as ONE_NODE_SLURM_CONF
 
 DATA = Path(__file__).resolve().parent / "data"
 # the first design (seed 31: 341 burst jobs of 4-12 s at ~0.8 load, 179 big jobs of 2-6 s)
@@ -30,16 +31,8 @@ FIRST = [DATA / f"fidelity-multinode-seed31-run{k}.txt" for k in (1, 2)]
 CURRENT = [DATA / f"fidelity-multinode-seed33-run{k}.txt" for k in (1, 2)]
 # the integration test's own recording of it
 TEST_RUN = DATA / "fidelity-multinode-seed33-run3.txt"
-# the test cluster's scheduler settings, as slurm.conf text: the model's inputs
-SLURM_CONF = """
-SchedulerType=sched/backfill
-PriorityType=priority/multifactor
-PriorityWeightQOS=10000
-PriorityWeightAge=1000
-PriorityMaxAge=7-0
-SchedulerParameters=batch_sched_delay=0,bf_interval=1,bf_resolution=1
-AuthInfo=cred_expire=20
-"""
+# the one-node test's scheduler settings, and a requeued job's 21 s wait (cred_expire + 1)
+SLURM_CONF = ONE_NODE_SLURM_CONF + "AuthInfo=cred_expire=20\n"
 QOS = (
     QosSpec("normal", 0),
     QosSpec("fp0", 1000, ("fp2",), 0, "requeue"),
