@@ -24,9 +24,9 @@ EXAMPLES = ROOT / "etc" / "examples"
 NAMES = ("dgx-a100-mig", "dgx-h100", "pcie-8gpu")
 
 
-def load_double():
-    """A fresh copy of the double module (its own state), importable as `pynvml`."""
-    spec = importlib.util.spec_from_file_location("pynvml", DOUBLES / "pynvml" / "__init__.py")
+def load_double(name: str = "pynvml"):
+    """A fresh copy of a vendor library's double (`pynvml`, `amdsmi`), with its own state."""
+    spec = importlib.util.spec_from_file_location(name, DOUBLES / name / "__init__.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module

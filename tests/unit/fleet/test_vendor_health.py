@@ -3,8 +3,6 @@ Ascend health states through the compiled libdcmi double."""
 
 from __future__ import annotations
 
-import importlib.util
-import shutil
 import sys
 
 import pytest
@@ -13,14 +11,13 @@ from slurmgpu.fleet.check import health_problems
 from slurmgpu.model.fleet import ERROR, WARNING, GpuHealth
 from slurmgpu.sources.vendor_health import read_vendor_health
 from tests.doubles import libdcmi
-from tests.doubles.machines import DOUBLES, variant
+from tests.doubles.machines import load_double, variant
+from tests.unit.tools import need
 
 
 @pytest.fixture
 def amd(monkeypatch, tmp_path):
-    spec = importlib.util.spec_from_file_location("amdsmi", DOUBLES / "amdsmi" / "__init__.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+    module = load_double("amdsmi")
     monkeypatch.setitem(sys.modules, "amdsmi", module)
     monkeypatch.setenv("SLURMGPU_DCMI_LIBRARY", str(tmp_path / "no-libdcmi.so"))
     return module
@@ -47,7 +44,6 @@ def test_amd_ras_counts_become_problems(amd, tmp_path):
     assert "2 uncorrectable RAS/ECC error(s)" in problems[0].message
 
 
-@pytest.mark.skipif(shutil.which("gcc") is None, reason="the libdcmi double is built with gcc")
 def test_ascend_health_states_become_problems(amd, monkeypatch, tmp_path):
     def alarms(data):
         data["gpus"][2]["health"] = "Warning"
@@ -55,6 +51,7 @@ def test_ascend_health_states_become_problems(amd, monkeypatch, tmp_path):
         data["gpus"][7]["lost"] = True
 
     path = variant(tmp_path, "atlas-800t-a2", alarms)
+    need("gcc")  # the libdcmi double is compiled
     monkeypatch.setenv("SLURMGPU_DCMI_LIBRARY", str(libdcmi.build(path, tmp_path / "dcmi")))
     amd.use_machine(path)  # no AMD GPU: amdsmi does not initialise
     health, why_not = read_vendor_health()

@@ -4,8 +4,6 @@ mapped to jobs through their cgroups, summarised per job as for NVIDIA."""
 
 from __future__ import annotations
 
-import importlib.util
-import shutil
 import sys
 from pathlib import Path
 
@@ -16,7 +14,8 @@ from slurmgpu.measure.collector.holders import device_holders
 from slurmgpu.measure.collector.state import CollectorState, job_summary
 from slurmgpu.measure.collector.vendors import sample_accelerators
 from tests.doubles import libdcmi
-from tests.doubles.machines import DOUBLES, variant
+from tests.doubles.machines import load_double, variant
+from tests.unit.tools import need
 
 V1 = "4:devices:/slurm/uid_{uid}/job_{job}/step_0/task_0\n"
 V2 = "0::/system.slice/slurmstepd.scope/job_{job}/step_0/user/task_0\n"
@@ -41,9 +40,7 @@ def _host(root: Path, procs: dict[int, tuple[str, int, int, list[str]]]) -> Path
 
 @pytest.fixture
 def amd(monkeypatch, tmp_path):
-    spec = importlib.util.spec_from_file_location("amdsmi", DOUBLES / "amdsmi" / "__init__.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+    module = load_double("amdsmi")
     monkeypatch.setitem(sys.modules, "amdsmi", module)
     monkeypatch.setitem(sys.modules, "pynvml", None)  # no NVIDIA here: NVML not importable
     monkeypatch.setenv("SLURMGPU_DCMI_LIBRARY", str(tmp_path / "no-libdcmi.so"))
@@ -91,7 +88,6 @@ def test_amd_partitions_give_per_job_use(amd, tmp_path):
     assert state.jobs["52"].user == "bob"
 
 
-@pytest.mark.skipif(shutil.which("gcc") is None, reason="the libdcmi double is built with gcc")
 def test_ascend_npus_give_per_job_use(amd, monkeypatch, tmp_path):
     def load(data):
         for npu in data["gpus"]:
@@ -100,6 +96,7 @@ def test_ascend_npus_give_per_job_use(amd, monkeypatch, tmp_path):
         data["gpus"][3].update(hbm_used_mib=12000, aicore_util_pct=-1)  # rate not supported
 
     path = variant(tmp_path, "atlas-800t-a2", load)
+    need("gcc")  # the libdcmi double is compiled
     monkeypatch.setenv("SLURMGPU_DCMI_LIBRARY", str(libdcmi.build(path, tmp_path / "dcmi")))
     amd.use_machine(path)  # no AMD GPU on this node: amdsmi does not initialise
     host = _host(

@@ -24,16 +24,13 @@ NPU_SMI = ROOT / "tests" / "data" / "npu-smi"
 @pytest.fixture
 def node(monkeypatch, tmp_path):
     """Serve a recorded machine through every vendor double; return (host root, machine)."""
-    import importlib.util
 
     def serve(name: str, *, dcmi: bool = False) -> Path:
         path = MACHINES / f"{name}.json"
         nv = load_double()
         nv.use_machine(path)
         monkeypatch.setitem(sys.modules, "pynvml", nv)
-        spec = importlib.util.spec_from_file_location("amdsmi", DOUBLES / "amdsmi" / "__init__.py")
-        amd = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(amd)
+        amd = load_double("amdsmi")
         amd.use_machine(path)
         monkeypatch.setitem(sys.modules, "amdsmi", amd)
         monkeypatch.setenv("SLURMGPU_FAKE_NPU_MACHINE", str(path))
