@@ -318,8 +318,8 @@ def _new_id(now: dt.datetime) -> str:
     return "ap-" + now.astimezone(dt.UTC).strftime("%Y%m%dT%H%M%SZ")
 
 
-def _apply(p: _Pass, decision: Decision, before: tuple[Observed, ...], fc) -> PassResult:
-    plan = rebalance_plan(p.world.partitions(), decision.moves)
+def _planned(p: _Pass, decision: Decision, fc) -> tuple:
+    """The rebalance plan of the decision's moves, a new change id, and the result's fields."""
     cid = _new_id(p.now)
     kw = dict(
         moves=decision.moves,
@@ -330,6 +330,11 @@ def _apply(p: _Pass, decision: Decision, before: tuple[Observed, ...], fc) -> Pa
         forecast=fc,
         change_id=cid,
     )
+    return rebalance_plan(p.world.partitions(), decision.moves), cid, kw
+
+
+def _apply(p: _Pass, decision: Decision, before: tuple[Observed, ...], fc) -> PassResult:
+    plan, cid, kw = _planned(p, decision, fc)
     if p.opts.dry_run:
         p.notes.append("dry run: nothing applied")
         return p.result("would-apply", **kw)
@@ -356,17 +361,7 @@ def _propose(p: _Pass, decision: Decision, before: tuple[Observed, ...], fc) -> 
     from slurmgpu.util.hostlist import compress_hostlist
     from slurmgpu.util.journal import write_record
 
-    plan = rebalance_plan(p.world.partitions(), decision.moves)
-    cid = _new_id(p.now)
-    kw = dict(
-        moves=decision.moves,
-        changes=decision.changes,
-        score=decision.score,
-        predicted=decision.predicted,
-        refusals=decision.refusals,
-        forecast=fc,
-        change_id=cid,
-    )
+    plan, cid, kw = _planned(p, decision, fc)
     if p.opts.dry_run:
         p.notes.append("dry run: no proposal written")
         return p.result("would-propose", **kw)
