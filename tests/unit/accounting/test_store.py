@@ -208,6 +208,22 @@ def test_merge_drops_a_pending_row_once_the_job_started(tmp_path):
     assert frame["elapsed_s"].tolist() == [3600]
 
 
+def kill_at_the_first_new_file(cmd, env, s, listed) -> subprocess.Popen:
+    """Run `cmd` and SIGKILL it as soon as a partition file not in `listed` appears in `s`."""
+    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        if any(p not in listed for p in s.glob("cluster=*/month=*/part-*.parquet")):
+            break
+        assert proc.poll() is None, proc.communicate()
+        time.sleep(0.05)
+    else:
+        pytest.fail(f"{cmd[3]} wrote no partition file")
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    return proc
+
+
 def test_a_sigkilled_ingest_leaves_the_store_and_the_next_completes(tmp_path):
     s = tmp_path / "s"
     store.ingest(s, [MIX])
@@ -215,18 +231,8 @@ def test_a_sigkilled_ingest_leaves_the_store_and_the_next_completes(tmp_path):
     doc = store_doc(s).document.to_json()
     env = {**os.environ, store.SLEEP_ENV: "60"}
     cmd = [sys.executable, "-m", "slurmgpu", "ingest", "--store", str(s), "--sacct-file", XDMOD]
-    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     listed = {s / p["path"] for p in json.loads(before)["partitions"]}
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:  # until the first new partition file is written
-        if any(p not in listed for p in s.glob("cluster=*/month=*/part-*.parquet")):
-            break
-        assert proc.poll() is None, proc.communicate()
-        time.sleep(0.05)
-    else:
-        pytest.fail("the ingest wrote no partition file")
-    proc.send_signal(signal.SIGKILL)
-    proc.wait()
+    proc = kill_at_the_first_new_file(cmd, env, s, listed)
     assert proc.returncode == -signal.SIGKILL
     stray = [p for p in s.glob("cluster=*/month=*/*") if p not in listed]
     assert stray  # written, but no manifest lists it

@@ -6,10 +6,8 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import subprocess
 import sys
-import time
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -20,7 +18,14 @@ from slurmgpu.accounting import store, store_compact
 from slurmgpu.cli import main
 from slurmgpu.errors import StoreError, UsageError
 
-from .test_store import MIX, XDMOD, assert_same_document, store_doc, text_doc
+from .test_store import (
+    MIX,
+    XDMOD,
+    assert_same_document,
+    kill_at_the_first_new_file,
+    store_doc,
+    text_doc,
+)
 
 NOW = datetime(2026, 12, 3, 12, 0, tzinfo=UTC)
 
@@ -126,17 +131,7 @@ def test_a_sigkilled_compact_leaves_the_store_and_the_next_completes(tmp_path):
     listed = {s / p for p in _files(s)}
     env = {**os.environ, store.SLEEP_ENV: "60"}
     cmd = [sys.executable, "-m", "slurmgpu", "store", "compact", "--store", str(s)]
-    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        if any(p not in listed for p in s.glob("cluster=*/month=*/part-*.parquet")):
-            break
-        assert proc.poll() is None, proc.communicate()
-        time.sleep(0.05)
-    else:
-        pytest.fail("the compaction wrote no file")
-    proc.send_signal(signal.SIGKILL)
-    proc.wait()
+    kill_at_the_first_new_file(cmd, env, s, listed)
     assert (s / "_manifest.json").read_bytes() == before
     assert store_doc(s).document.to_json() == doc
     done = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
