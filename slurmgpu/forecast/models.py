@@ -14,8 +14,19 @@ import numpy as np
 NAIVE = "seasonal-naive"
 RIDGE = "ridge"
 BOOSTED = "boosted-trees"
-CANDIDATES = (NAIVE, RIDGE, BOOSTED)
+BLEND = "blend"  # the mean of the three forecasts above
+CANDIDATES = (NAIVE, RIDGE, BOOSTED, BLEND)
+BLENDED = (NAIVE, RIDGE, BOOSTED)
 RIDGE_LAMBDA = 1.0
+MAX_TREE_ROWS = 12_000  # the trees fit on at most this many rows, evenly spread
+
+
+def thin(n: int, most: int = MAX_TREE_ROWS) -> np.ndarray:
+    """Row indices for the trees: all of n, or `most` of them evenly spaced (the last row
+    kept), so that a month of 1-minute buckets (43k rows) fits in about the time of 12k."""
+    if n <= most:
+        return np.arange(n)
+    return np.unique(np.round(np.linspace(0, n - 1, most)).astype(np.int64))
 
 
 def seasonal_period(n_history: int, day: int, week: int) -> int:
@@ -46,19 +57,60 @@ def calendar(times_s: np.ndarray, freq_s: int, origin_s: float) -> Calendar:
     return Calendar(slot, weekday, (times_s - origin_s) / freq_s)
 
 
+FINE_DAY = 288  # buckets a day at 5 min: finer series use the coarser defaults below
+
+
+def short_lag(day: int) -> int:
+    """The shortest demand lag: 1 bucket down to 5-minute buckets; finer (1-4 min) about 15
+    minutes of buckets, so that the recursive forecast runs in blocks of that many buckets
+    (a 7-day horizon at 1 min is 672 steps, not 10080) and the lag is not one minute's
+    noise."""
+    return 1 if day <= FINE_DAY else max(1, day // 96)
+
+
 def _lags(day: int, week: int, n: int) -> tuple[int, ...]:
-    """1 bucket, 1 day, and 1 week when the history holds two weeks (a week of rows to fit)."""
-    return (1, day, week) if n >= 2 * week else (1, day)
+    """The short lag, 1 day, and 1 week when the history holds two weeks (a week of rows to
+    fit)."""
+    short = short_lag(day)
+    return (short, day, week) if n >= 2 * week else (short, day)
+
+
+def slot_classes(slot: np.ndarray, day: int) -> tuple[np.ndarray, int]:
+    """The ridge's slot-of-day classes: every slot down to 5-minute buckets, else 15-minute
+    groups (96 a day), so that a 1-minute series has 95 one-hot columns, not 1439."""
+    if day <= FINE_DAY:
+        return slot, day
+    return slot * 96 // day, 96
 
 
 def _design(cal: Calendar, day: int, lags: list[np.ndarray], queue: list[np.ndarray]) -> np.ndarray:
     cols = [cal.index[:, None]]
-    if day > 1:
-        cols.append(np.eye(day)[cal.slot][:, 1:])
+    slot, classes = slot_classes(cal.slot, day)
+    if classes > 1:
+        cols.append(np.eye(classes)[slot][:, 1:])
     cols.append(np.eye(7)[cal.weekday][:, 1:])
     cols.extend(x[:, None] for x in lags)
     cols.extend(x[:, None] for x in queue)
     return np.hstack(cols)
+
+
+def _lag_cols(arr: np.ndarray, lo: int, hi: int, lags: tuple[int, ...]) -> list:
+    """The demand lags of buckets lo..hi-1 from `arr`."""
+    return [arr[lo - k : hi - k] for k in lags]
+
+
+def _recurse(ext: np.ndarray, n: int, steps: int, block: int, predict) -> np.ndarray:
+    """Fill ext[n:n+steps] in blocks of `block` buckets (the shortest lag, so a block's lags
+    lie before it): `predict(h, b)` gives buckets n+h .. n+h+b-1 from ext so far. Never
+    below 0."""
+    for h in range(0, steps, block):
+        b = min(block, steps - h)
+        ext[n + h : n + h + b] = np.maximum(predict(h, b), 0.0)
+    return ext[n:]
+
+
+def _cal_rows(cal: Calendar, lo: int, hi: int) -> Calendar:
+    return Calendar(cal.slot[lo:hi], cal.weekday[lo:hi], cal.index[lo:hi])
 
 
 @dataclass(frozen=True)
@@ -114,28 +166,27 @@ def _ridge_in_and_out(
         raise ValueError("too little history for the learned model")
     cal = calendar(times_s, freq_s, float(times_s[0]))
     rows = np.arange(first, n)
-    lag_cols = [y[rows - k] for k in lags]
-    queue_lags = [k for k in lags if k > 1]
+    lag_cols = _lag_cols(y, first, n, lags)
+    queue_lags = list(lags[1:])  # pending GPUs 1 day (and 1 week) back
     queue_cols = [pending[rows - k] for k in queue_lags]
-    x = _design(
-        Calendar(cal.slot[rows], cal.weekday[rows], cal.index[rows]), day, lag_cols, queue_cols
-    )
+    x = _design(_cal_rows(cal, first, n), day, lag_cols, queue_cols)
     fit = _fit(x, y[rows])
     fitted = ((x - fit.mean) / fit.scale) @ fit.beta + fit.intercept
-    future_s = times_s[-1] + freq_s * np.arange(1, steps + 1)
-    fcal = calendar(future_s, freq_s, float(times_s[0]))
+    fcal = calendar(times_s[-1] + freq_s * np.arange(1, steps + 1), freq_s, float(times_s[0]))
     ext = np.concatenate([y.astype(float), np.zeros(steps)])
     pend = np.concatenate([pending.astype(float), seasonal_naive(pending, steps, day, week)])
-    for h in range(steps):
+
+    def predict(h: int, b: int) -> np.ndarray:
         t = n + h
         row = _design(
-            Calendar(fcal.slot[h : h + 1], fcal.weekday[h : h + 1], fcal.index[h : h + 1]),
+            _cal_rows(fcal, h, h + b),
             day,
-            [ext[t - k : t - k + 1] for k in lags],
-            [pend[t - k : t - k + 1] for k in queue_lags],
+            _lag_cols(ext, t, t + b, lags),
+            [pend[t - k : t - k + b] for k in queue_lags],
         )
-        ext[t] = max(float((((row - fit.mean) / fit.scale) @ fit.beta)[0]) + fit.intercept, 0.0)
-    return fitted, ext[n:]
+        return ((row - fit.mean) / fit.scale) @ fit.beta + fit.intercept
+
+    return fitted, _recurse(ext, n, steps, min(lags), predict)
 
 
 def _tree_design(
@@ -172,24 +223,27 @@ def boosted(
     base_in, base_out = _ridge_in_and_out(y, pending, times_s, freq_s, steps, day, week)
     cal = calendar(times_s, freq_s, float(times_s[0]))
     rows = np.arange(first, n)
-    queue_lags = [k for k in lags if k > 1]
+    queue_lags = list(lags[1:])  # pending GPUs 1 day (and 1 week) back
     x = _tree_design(
-        Calendar(cal.slot[rows], cal.weekday[rows], cal.index[rows]),
-        [y[rows - k] for k in lags],
+        _cal_rows(cal, first, n),
+        _lag_cols(y, first, n, lags),
         [pending[rows - k] for k in queue_lags],
         base_in,
     )
-    model = fit_boosted(x, y[rows])
+    keep = thin(len(rows))
+    model = fit_boosted(x[keep], y[rows][keep])
     fcal = calendar(times_s[-1] + freq_s * np.arange(1, steps + 1), freq_s, float(times_s[0]))
     ext = np.concatenate([y.astype(float), np.zeros(steps)])
     pend = np.concatenate([pending.astype(float), seasonal_naive(pending, steps, day, week)])
-    for h in range(steps):
+
+    def predict(h: int, b: int) -> np.ndarray:
         t = n + h
         row = _tree_design(
-            Calendar(fcal.slot[h : h + 1], fcal.weekday[h : h + 1], fcal.index[h : h + 1]),
-            [ext[t - k : t - k + 1] for k in lags],
-            [pend[t - k : t - k + 1] for k in queue_lags],
-            base_out[h : h + 1],
+            _cal_rows(fcal, h, h + b),
+            _lag_cols(ext, t, t + b, lags),
+            [pend[t - k : t - k + b] for k in queue_lags],
+            base_out[h : h + b],
         )
-        ext[t] = max(float(model.predict(row)[0]), 0.0)
-    return ext[n:]
+        return model.predict(row)
+
+    return _recurse(ext, n, steps, min(lags), predict)

@@ -39,8 +39,8 @@ def parse_duration(text: str, option: str) -> int:
 
 def parse_freq(text: str) -> int:
     seconds = parse_duration(text, "--freq")
-    if seconds < 300 or 86400 % seconds:
-        raise UsageError(f"--freq {text!r}: use 5m..1d dividing a day evenly (15m, 1h, 6h, 1d)")
+    if seconds < 60 or seconds > 86400 or 86400 % seconds:
+        raise UsageError(f"--freq {text!r}: use 1m..1d dividing a day evenly (1m, 15m, 1h, 1d)")
     return seconds
 
 
@@ -67,6 +67,7 @@ class Score:
     under_forecast_rate: float | None
     note: str | None = None
     folds: int = 0  # back-test folds it was scored on (0: it could not run)
+    fold_smape: tuple[float, ...] = ()  # per fold, the most recent first (not in the JSON)
 
 
 @dataclass(frozen=True)
@@ -195,7 +196,25 @@ def _run(name: str, y: np.ndarray, pend: np.ndarray, t_s: np.ndarray, freq_s: in
         return models.seasonal_naive(y, steps, day, week)
     if name == models.BOOSTED:
         return models.boosted(y, pend, t_s, freq_s, steps, day, week)
+    if name == models.BLEND:
+        return np.mean([_run(m, y, pend, t_s, freq_s, steps) for m in models.BLENDED], axis=0)
     return models.ridge(y, pend, t_s, freq_s, steps, day, week)
+
+
+def _runs(names, y, pend, t_s, freq_s: int, steps: int) -> dict[str, np.ndarray | str]:
+    """Each model's forecast, or the reason it could not run; the blend from the others'
+    forecasts (not fitted again)."""
+    out: dict[str, np.ndarray | str] = {}
+    for name in (m for m in names if m != models.BLEND):
+        try:
+            out[name] = _run(name, y, pend, t_s, freq_s, steps)
+        except ValueError as exc:
+            out[name] = str(exc)
+    if models.BLEND in names:
+        parts = [out.get(m) for m in models.BLENDED]
+        ready = all(isinstance(p, np.ndarray) for p in parts)
+        out[models.BLEND] = np.mean(parts, axis=0) if ready else "a blended model could not run"
+    return out
 
 
 def split(n: int, steps: int) -> int:
@@ -203,7 +222,9 @@ def split(n: int, steps: int) -> int:
     return max(1, min(steps, n // 4))
 
 
-FOLDS = 2
+FOLDS = 4  # rolling back-test folds at most (fewer when the history is short)
+MIN_FOLDS = 2  # a learned model is picked only when scored on at least this many
+MARGIN = 0.05  # ... and at least 5% below seasonal-naive's sMAPE in every one of them
 
 
 def _fold(
@@ -213,13 +234,11 @@ def _fold(
     or the reason it could not run."""
     out: dict[str, tuple[float, float, np.ndarray] | str] = {}
     actual = y[cut : cut + h]
-    for name in names:
-        try:
-            pred = _run(name, y[:cut], pend[:cut], t_s[:cut], freq_s, h)
-        except ValueError as exc:
-            out[name] = str(exc)
-            continue
-        out[name] = (smape_pct(actual, pred), under_rate(actual, pred), actual - pred)
+    for name, pred in _runs(names, y[:cut], pend[:cut], t_s[:cut], freq_s, h).items():
+        if isinstance(pred, str):
+            out[name] = pred
+        else:
+            out[name] = (smape_pct(actual, pred), under_rate(actual, pred), actual - pred)
     return out
 
 
@@ -240,7 +259,7 @@ def backtest_partition(
     day = 86400 // freq_s
     folds = [_fold(names, y, pend, t_s, freq_s, n - h, h)]
     for k in range(2, FOLDS + 1):
-        if n - k * h < day:
+        if n - k * h < day or (k > 2 and n - k * h < n // 2):
             break
         more = _fold(names, y, pend, t_s, freq_s, n - k * h, h)
         if any(isinstance(more[m], str) for m in names if not isinstance(folds[0][m], str)):
@@ -254,21 +273,32 @@ def backtest_partition(
             continue
         smape = float(np.mean([r[0] for r in ran]))
         under = float(np.mean([r[1] for r in ran]))
-        scores.append(Score(name, smape, under, folds=len(ran)))
+        per_fold = tuple(float(r[0]) for r in ran)
+        scores.append(Score(name, smape, under, folds=len(ran), fold_smape=per_fold))
         residuals[name] = np.concatenate([r[2] for r in ran])
     return scores, residuals
 
 
 def pick(scores: list[Score]) -> str:
-    """The model with the lowest back-test sMAPE; a learned model only when it is strictly
-    better than seasonal-naive (a tie, or a learned model that could not run, keeps the
-    baseline, which always runs)."""
+    """Seasonal-naive unless a learned model beat it robustly: scored on the same folds as
+    the baseline, at least `MIN_FOLDS` of them, and with an sMAPE at least `MARGIN` below
+    the baseline's in every fold (the most recent one included); among those the blend
+    when it is one (it holds the baseline: the least risky), else the lowest mean sMAPE.
+    A learned model that could not run, or won only on average, keeps the baseline (which
+    always runs)."""
     naive = next(s for s in scores if s.model == models.NAIVE)
-    ok = [s for s in scores if s.smape_pct is not None]
-    best = min(ok, key=lambda s: (s.smape_pct, s.model != models.NAIVE))
-    if naive.smape_pct is not None and best.smape_pct >= naive.smape_pct:
+    ok = [s for s in scores if s.model != models.NAIVE and _robust_win(s, naive)]
+    if not ok:
         return models.NAIVE
-    return best.model
+    return min(ok, key=lambda s: (s.model != models.BLEND, s.smape_pct)).model
+
+
+def _robust_win(s: Score, naive: Score) -> bool:
+    if s.smape_pct is None or naive.smape_pct is None or s.folds < MIN_FOLDS:
+        return False
+    if s.folds != naive.folds or len(s.fold_smape) != len(naive.fold_smape):
+        return False
+    return all(a <= (1.0 - MARGIN) * b for a, b in zip(s.fold_smape, naive.fold_smape, strict=True))
 
 
 def forecast_series(
@@ -315,30 +345,50 @@ class ForecastOptions:
     freq: str = "1h"
     horizon: str = "7d"
     by: str = "partition"  # or "slice"
+    # the demand series given directly (forecast/demand_file.py) instead of the accounting;
+    # then only `analysis.since` / `analysis.until` are used
+    demand_file: str | None = None
 
 
-def forecast(options: ForecastOptions) -> Forecast:
-    """Read the history like `analyze` does, then forecast demand per partition."""
+def _history(options: ForecastOptions, freq_s: int) -> tuple[DemandSeries, list[str]]:
+    """The demand series: from the demand file, or from the accounting read like `analyze`."""
+    if options.demand_file is not None:
+        from slurmgpu.forecast.demand_file import demand_file_series
+
+        if options.analysis.files or options.analysis.store:
+            raise UsageError("--demand-file: give it instead of --sacct-file / --store")
+        if options.by != "partition":
+            raise UsageError("--by slice: a --demand-file has no slices; use --by partition")
+        got = demand_file_series(
+            options.demand_file, freq_s, options.analysis.since, options.analysis.until
+        )
+        return got.series, list(got.notes)
     from slurmgpu.accounting import analyze
     from slurmgpu.accounting.window import to64
 
-    freq_s = parse_freq(options.freq)
-    steps = parse_horizon(options.horizon, freq_s)
-    if options.by not in ("partition", "slice"):
-        raise UsageError(f"--by {options.by!r}: use partition or slice")
     result = analyze(options.analysis)
     since, until = result.document.window.since, result.document.window.until
     by_slice = options.by == "slice"
     series = demand_series(result.frame, to64(since), to64(until), freq_s, by_slice)
     if not series.partitions:
         raise UsageError("no GPU jobs in the history: nothing to forecast")
+    return series, []
+
+
+def forecast(options: ForecastOptions) -> Forecast:
+    """Read the history (the accounting like `analyze` does, or a demand file), then
+    forecast demand per partition."""
+    freq_s = parse_freq(options.freq)
+    steps = parse_horizon(options.horizon, freq_s)
+    if options.by not in ("partition", "slice"):
+        raise UsageError(f"--by {options.by!r}: use partition or slice")
+    series, notes = _history(options, freq_s)
     backtests, forecasts = forecast_series(series, steps)
     n = len(series.times)
     h = split(n, steps)
     t0 = series.times[0]
     start_s = float((t0 - np.datetime64(0, "s")) / np.timedelta64(1, "s"))
     week = 7 * 86400 // freq_s
-    notes = []
     if n - h < week:
         notes.append(
             "history shorter than a week before the held-out part: seasonal-naive repeats "

@@ -139,7 +139,7 @@ def test_backtest_never_sees_the_held_out_part():
         # fold 2 (fitted and scored before the held-out part) does not move
         np.testing.assert_allclose(res2[name][:h] - res[name][:h], 1000.0)
         np.testing.assert_allclose(res2[name][h:], res[name][h:])
-        assert len(res[name]) == 2 * h
+        assert len(res[name]) == 4 * h
 
 
 def test_train_until_cuts_the_history(tmp_path):

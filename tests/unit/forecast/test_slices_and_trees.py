@@ -19,6 +19,8 @@ from slurmgpu.forecast.pipeline import (
     PartitionForecast,
     Point,
     Score,
+    _run,
+    _runs,
     backtest_partition,
     forecast_series,
     pick,
@@ -141,23 +143,52 @@ def test_boosted_never_sees_the_held_out_part():
     np.testing.assert_allclose(res2[models.BOOSTED][48:], res[models.BOOSTED][48:])
 
 
+def _score(model: str, folds: tuple[float, ...] | None) -> Score:
+    if folds is None:
+        return Score(model, None, None, "could not run")
+    return Score(model, sum(folds) / len(folds), 0.5, folds=len(folds), fold_smape=folds)
+
+
 @pytest.mark.parametrize(
     ("ridge", "trees", "want"),
     [
-        (10.0, 12.0, models.RIDGE),
-        (11.0, 10.0, models.BOOSTED),
-        (20.0, 21.0, models.NAIVE),  # both worse than the baseline
-        (15.0, None, models.NAIVE),  # a tie with the baseline keeps it; trees could not run
+        ((10.0, 12.0, 11.0), (12.0, 13.0, 12.0), models.RIDGE),
+        ((11.0, 12.0, 11.0), (10.0, 11.0, 10.0), models.BOOSTED),
+        ((20.0, 21.0, 22.0), (16.0, 16.0, 16.0), models.NAIVE),  # both worse than the baseline
+        ((14.5, 14.5, 14.5), None, models.NAIVE),  # under 5% better; trees could not run
+        ((5.0, 5.0, 15.0), (5.0, 15.0, 5.0), models.NAIVE),  # far better on average, not in
+        # every fold: the baseline stays
+        ((14.5, 5.0, 5.0), (5.0, 5.0, 14.5), models.NAIVE),  # the most recent fold counts too
+        ((10.0,), (9.0,), models.NAIVE),  # one fold is not enough
         (None, None, models.NAIVE),
     ],
 )
-def test_pick_never_takes_a_learned_model_worse_than_the_baseline(ridge, trees, want):
+def test_pick_takes_a_learned_model_only_when_better_in_every_fold(ridge, trees, want):
+    naive = (15.0,) * (len(ridge) if ridge else 3)
     scores = [
-        Score(models.NAIVE, 15.0, 0.5),
-        Score(models.RIDGE, ridge, None if ridge is None else 0.5),
-        Score(models.BOOSTED, trees, None if trees is None else 0.5),
+        _score(models.NAIVE, naive),
+        _score(models.RIDGE, ridge),
+        _score(models.BOOSTED, trees),
     ]
     assert pick(scores) == want
+
+
+def test_pick_prefers_the_blend_among_robust_winners():
+    naive = _score(models.NAIVE, (15.0, 15.0, 15.0))
+    trees = _score(models.BOOSTED, (9.0, 9.0, 9.0))
+    blend = _score(models.BLEND, (12.0, 12.0, 12.0))
+    assert pick([naive, trees, blend]) == models.BLEND  # it holds the baseline: less risk
+    weak = _score(models.BLEND, (12.0, 14.9, 12.0))  # not 5% better in fold 2
+    assert pick([naive, trees, weak]) == models.BOOSTED
+
+
+def test_blend_is_the_mean_of_the_three_forecasts():
+    y = _seasonal(weeks=4, trend=0.05, noise=4.0)
+    t_s = 1762128000.0 + 3600.0 * np.arange(len(y))
+    runs = _runs(models.CANDIDATES, y, y * 0.1, t_s, 3600, 24)
+    want = (runs[models.NAIVE] + runs[models.RIDGE] + runs[models.BOOSTED]) / 3
+    np.testing.assert_allclose(runs[models.BLEND], want)
+    np.testing.assert_allclose(_run(models.BLEND, y, y * 0.1, t_s, 3600, 24), want)
 
 
 def test_forecast_interval_and_under_rate_from_the_backtest():
@@ -245,17 +276,23 @@ def test_forecast_as_mig_demand_hostile_inputs():
     assert a30.items == () and "offers no 3g" in a30.notes[0]
 
 
-def test_backtest_holds_two_folds_when_every_model_runs_on_both():
+def test_backtest_folds_while_every_model_runs_and_half_the_history_is_left():
     y = _seasonal(weeks=4, trend=0.02, noise=2.0)
     t_s = 1762128000.0 + 3600.0 * np.arange(len(y))
     scores, res = backtest_partition(y, y * 0.1, t_s, 3600, 48)
-    assert [s.folds for s in scores] == [2, 2, 2]
-    assert all(len(r) == 96 for r in res.values())
+    assert [s.folds for s in scores] == [4, 4, 4, 4]  # 4 weeks: 4 folds of 2 days
+    assert all(len(r) == 4 * 48 for r in res.values())
+    # 6 weeks, a week held out: folds 3 and 4 would fit on 3 and 2 weeks; past fold 2 a fold
+    # is used only while the part before it is at least half the history
+    long = _seasonal(weeks=6, trend=0.02, noise=2.0)
+    t_l = 1762128000.0 + 3600.0 * np.arange(len(long))
+    scores, _ = backtest_partition(long, long * 0.1, t_l, 3600, 168)
+    assert [s.folds for s in scores] == [3, 3, 3, 3]
     # 4 days, 24 held out: the learned models fit on fold 1's 3 days but not fold 2's 2 days,
     # so fold 2 is dropped for every model (all are scored on the same buckets)
     short = y[:96]
     scores, res = backtest_partition(short, short * 0.1, t_s[:96], 3600, 24)
-    assert [s.folds for s in scores] == [1, 1, 1]
+    assert [s.folds for s in scores] == [1, 1, 1, 1]
     assert all(len(r) == 24 for r in res.values())
 
 
