@@ -13,11 +13,14 @@ from slurmgpu.cli.analysis_options import some_analysis_options
 @click.option("--sacct-file", "sacct_files", multiple=True, type=click.Path(dir_okay=False),
               help="Saved `sacct -P` output with its header; repeatable. Without it the live "
               "cluster is queried.")  # fmt: skip
+@click.option("--demand-file", type=click.Path(dir_okay=False),
+              help="The demand series itself instead of the accounting: CSV with columns "
+              "time,partition,gpus (e.g. exported from Prometheus).")  # fmt: skip
 @click.option("--since", help="History start: ISO date/time (UTC) or age like 28d.")
 @click.option("--train-until", help="History end: nothing after it is used (default: the "
               "files' end, or now).")  # fmt: skip
 @click.option("--horizon", default="7d", show_default=True, help="How far ahead (1d, 7d, 12h).")
-@click.option("--freq", default="1h", show_default=True, help="Bucket: 5m..1d dividing a day.")
+@click.option("--freq", default="1h", show_default=True, help="Bucket: 1m..1d dividing a day.")
 @click.option("--by", type=click.Choice(["partition", "slice"]), default="partition",
               show_default=True, help="One series per partition, or per partition and slice "
               "size (whole GPUs, each MIG size 1g..7g, shards).")  # fmt: skip
@@ -29,6 +32,7 @@ from slurmgpu.cli.analysis_options import some_analysis_options
 @click.option("--output", "-o", default="-", show_default=True, help="File to write, or -.")
 def forecast(
     sacct_files: tuple[str, ...],
+    demand_file: str | None,
     since: str | None,
     train_until: str | None,
     horizon: str,
@@ -55,7 +59,9 @@ def forecast(
     history = analysis_options_from(
         analysis, files=list(sacct_files), since=t_since, until=t_until, now=now
     )
-    text = render_forecast(run_forecast(ForecastOptions(history, freq, horizon, by)), fmt)
+    text = render_forecast(
+        run_forecast(ForecastOptions(history, freq, horizon, by, demand_file)), fmt
+    )
     if output == "-":
         click.echo(text, nl=False)
     else:
