@@ -5,8 +5,12 @@ made from simulated jobs rather than from a formula. Each scenario draws jobs (P
 arrivals whose rate follows the hour of the day and the day of the week, lognormal run times,
 1/2/4/8 GPUs), schedules them first-in first-out on a partition of `capacity` GPUs (running +
 pending = demand, as `slurmgpu forecast` measures it), and buckets the result exactly
-(`demand.bucket_average`, 1 h). Scenarios add a trend, bursts (job arrays), a level shift, a
-weekend with its own daily shape, a small partition, a full (queue-bound) partition.
+(`demand.bucket_average`, 1 h). Scenarios add a trend, bursts (job arrays), a level shift
+(up, down, or late: in the last two weeks), a weekend with its own daily shape, a small
+partition, a full (queue-bound) partition, a noisy one (few jobs, half of them minutes
+long); the `1m-*` ones are per-minute series (1 min buckets, three weeks, a 1-day horizon).
+The `tune` seeds chose the pick rule and the models; the `report` seeds (the default) were
+run only for the figures in docs/forecast.md.
 
     python benchmarks/forecast_accuracy.py [--seed-set report|tune] [--seeds 3] [--only S,..]
     python benchmarks/forecast_accuracy.py --table benchmarks/out/forecast_accuracy-report.json
