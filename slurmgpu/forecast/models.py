@@ -1,4 +1,5 @@
-"""The forecasting models: seasonal-naive (the baseline) and a ridge regression in numpy.
+"""The forecasting models: seasonal-naive (the baseline), a ridge regression and boosted
+trees in numpy (the blend of the three is formed in `pipeline.py`).
 
 Both forecast `steps` buckets after the end of a history `y` (bucket-averaged demand) and see
 nothing after it. `pending` is the queue's part of the same history (the learned model's queue

@@ -1,12 +1,13 @@
 """`forecast()`: history -> demand series -> back-test the models -> pick -> forecast.
 
 The history ends at `train_until` (default: the analysis window's end); nothing after it is
-read into the series. The back-test is a rolling origin of up to two folds of
-`min(horizon, history / 4)` buckets at the history's end: each model is fitted and run from
-the part before a fold only and scored on it (sMAPE, under-forecast rate; the mean over the
-folds). Per series (a partition, or a partition's slice size) the model with the lowest
-sMAPE is picked, a learned one only when strictly better than seasonal-naive; the interval
-is the picked model's back-test residual quantiles (10% / 90%) around its forecast.
+read into the series (or the demand is read from a `--demand-file`). The back-test is a
+rolling origin of up to four folds of `min(horizon, history / 4)` buckets at the history's
+end: each model is fitted and run from the part before a fold only and scored on it (sMAPE,
+under-forecast rate; the mean over the folds). Per series (a partition, or a partition's
+slice size) seasonal-naive is kept unless a learned model is at least `MARGIN` better in
+every fold (`pick`); the interval is the picked model's back-test residual quantiles
+(10% / 90%) around its forecast.
 """
 
 from __future__ import annotations
@@ -250,10 +251,11 @@ def backtest_partition(
     steps: int,
     names: tuple[str, ...] = models.CANDIDATES,
 ) -> tuple[list[Score], dict[str, np.ndarray]]:
-    """Rolling origin: fold 1 fits on y[:n-h] and scores y[n-h:]; fold 2 fits on y[:n-2h] and
-    scores y[n-2h:n-h], when the history holds a day before it and every model that ran on
-    fold 1 runs there too. A model's score is its mean over the folds; its residuals
-    (actual - forecast) are fold 1's then fold 2's."""
+    """Rolling origin: fold 1 fits on y[:n-h] and scores y[n-h:]; fold k fits on y[:n-kh] and
+    scores the h buckets after, when the history holds a day before it, every model that ran
+    on fold 1 runs there too and (k > 2) at least half the history lies before it. A model's
+    score is its mean over the folds; its residuals (actual - forecast) are fold 1's, then
+    fold 2's, ..."""
     n = len(y)
     h = split(n, steps)
     day = 86400 // freq_s
