@@ -12,6 +12,7 @@ is the picked model's back-test residual quantiles (10% / 90%) around its foreca
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
@@ -315,6 +316,9 @@ class ForecastOptions:
     freq: str = "1h"
     horizon: str = "7d"
     by: str = "partition"  # or "slice"
+    # by slice: {partition: MIG-capable GpuModel}; whole 1-GPU runs there count as the slice
+    # their measured memory needs (forecast.demand.need_slices; autopilot's MIG pass)
+    need_models: Mapping[str, Any] | None = None
 
 
 def forecast(options: ForecastOptions) -> Forecast:
@@ -329,7 +333,9 @@ def forecast(options: ForecastOptions) -> Forecast:
     result = analyze(options.analysis)
     since, until = result.document.window.since, result.document.window.until
     by_slice = options.by == "slice"
-    series = demand_series(result.frame, to64(since), to64(until), freq_s, by_slice)
+    series = demand_series(
+        result.frame, to64(since), to64(until), freq_s, by_slice, options.need_models
+    )
     if not series.partitions:
         raise UsageError("no GPU jobs in the history: nothing to forecast")
     backtests, forecasts = forecast_series(series, steps)
