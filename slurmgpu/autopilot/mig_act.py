@@ -11,7 +11,7 @@ from typing import Any
 
 from slurmgpu.autopilot import guardrails
 from slurmgpu.autopilot.carve import CarveDecision, decide_carve, label, node_options
-from slurmgpu.autopilot.records import ChangeRecord, MigChange, Proposal, iso
+from slurmgpu.autopilot.records import ChangeRecord, MigChange, Proposal, iso, new_id
 from slurmgpu.autopilot.verify import observe
 from slurmgpu.errors import SlurmgpuError, UsageError
 
@@ -32,9 +32,7 @@ def mig_pass(p: Any, trace: Any, ropts: Any, fc: Any) -> Any:
         )  # fmt: skip
         p.notes.extend(f"MIG held: {r}" for r in decision.refusals)
         return None
-    from slurmgpu.autopilot.run import _new_id
-
-    cid = _new_id(p.now)
+    cid = new_id(p.now)
     kw = dict(
         mig=decision.changes,
         changes=(decision.carve,),

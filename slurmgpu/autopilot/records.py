@@ -175,3 +175,8 @@ def append_change(state: StateDir, record: ChangeRecord) -> None:
 
 def iso(t: dt.datetime) -> str:
     return t.astimezone(dt.UTC).isoformat(timespec="seconds")
+
+
+def new_id(now: dt.datetime) -> str:
+    """A change's id: `ap-` and its UTC time."""
+    return "ap-" + now.astimezone(dt.UTC).strftime("%Y%m%dT%H%M%SZ")

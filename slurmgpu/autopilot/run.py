@@ -25,6 +25,7 @@ from slurmgpu.autopilot.records import (
     StateDir,
     append_change,
     iso,
+    new_id,
     read_changes,
 )
 from slurmgpu.autopilot.verify import judge, observe
@@ -337,13 +338,9 @@ def _move_candidates(trace: Any, ropts: Any) -> tuple[str, ...]:
     return tuple(c for c in candidate_changes(trace, model, base) if c.startswith("move:"))
 
 
-def _new_id(now: dt.datetime) -> str:
-    return "ap-" + now.astimezone(dt.UTC).strftime("%Y%m%dT%H%M%SZ")
-
-
 def _planned(p: _Pass, decision: Decision, fc) -> tuple:
     """The rebalance plan of the decision's moves, a new change id, and the result's fields."""
-    cid = _new_id(p.now)
+    cid = new_id(p.now)
     kw = dict(
         moves=decision.moves,
         changes=decision.changes,
