@@ -373,3 +373,56 @@ def test_dry_run_and_propose_call_no_scontrol_update_nor_mig_apply(mig_setup, tm
     done = live(mode="apply")
     assert done.status == "failed" and (state.root / "locks" / "gpu03.lock").exists()
     assert any(r.startswith("mig apply gpu03: ") for r in done.refusals), done.refusals
+
+
+def test_the_real_chain_forecast_plan_replay_carves_for_queued_small_jobs(tmp_path) -> None:
+    """No fake in the decision: 3 days of hourly bursts of 12 one-GPU jobs (5 GB measured
+    on an H100, 20 min) on one 8-GPU node, 4 of each burst queueing; the real forecast by
+    slice (measured need -> 1g), demand_from_forecast, mig plan and the calibrated replay
+    (advise with the carve as its candidate) decide one GPU of 1g slices, applied through
+    the world's `mig apply` (recorded here)."""
+    from slurmgpu.cli.advise import SHARED, advise_options
+    from slurmgpu.cli.autopilot import autopilot as command
+
+    from ..accounting.sacct_text import job, text
+
+    rows, jid = [], 1
+    for h in range(72):
+        for k in range(12):
+            start = h * H + k * 60 if k < 8 else h * H + (k - 8) * 60 + 1200
+            rows.append(job(jid, "infer", h * H + k * 60, start, start + 1200,
+                            "gres/gpu:h100=1,gres/gpu=1", tl=3600,
+                            usage="gres/gpumem=5000M,gres/gpuutil=10"))  # fmt: skip
+            jid += 1
+    history = tmp_path / "h.sacct"
+    history.write_text(text(rows))
+    pol = tmp_path / "p.toml"
+    pol.write_text(
+        'default_tier = "P2"\n[tiers.P0]\nqos = "p0"\npriority = 1000\npreempts = ["P2"]\n'
+        '[tiers.P2]\nqos = "normal"\npriority = 100\n[autopilot]\nmode = "apply"\n'
+        f'min_gain = 0.02\ncooldown_h = 0\nkill_switch = "{tmp_path / "off"}"\n'
+    )
+    ctx = command.make_context("autopilot", [
+        "--policy", str(pol), "--sacct-file", str(history), "--capacity", "infer=8",
+        "--gpu-type", "infer=h100", "--gpus-per-node", "8"])  # fmt: skip
+    shared = {
+        "store": None,
+        "clusters": (),
+        **{k: ctx.params[k] for k in SHARED if k in ctx.params},
+    }
+    _, adv = advise_options({**shared, "max_changes": 3, "candidates": (), "seed": 0})
+    world = MigWorld()
+    world.parts = {"infer": ["gpu03"]}
+    site = MigSite(("infer",), run_site())
+    opts = AutopilotOptions(
+        advise=adv, policy=adv.replay.tiers, state_dir=tmp_path / "state",
+        sacct_files=(str(history),), mode="apply", mig=site, forecast=False,
+    )  # fmt: skip
+    res = autopilot(opts, world=world, now=dt.datetime(2025, 12, 4, 1, tzinfo=dt.UTC))
+    assert res.status == "applied", res
+    assert any("MIG infer: forecast demand 1g=5" in n for n in res.notes), res.notes
+    assert res.changes == ("carve:infer:1:1g.10gb=6,1g.20gb=1",)
+    (pred,) = res.predicted
+    assert pred.mean_wait_before_s > 200 and pred.mean_wait_after_s < 10 and res.score < -0.5
+    assert pred.change_high_s < 0  # a gain at the worst end of the perturbed replays
+    assert world.calls == ["mig apply gpu03 slurmgpu-ap-gpu03"]
