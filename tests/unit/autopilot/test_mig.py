@@ -381,6 +381,7 @@ def test_the_real_chain_forecast_plan_replay_carves_for_queued_small_jobs(tmp_pa
     slice (measured need -> 1g), demand_from_forecast, mig plan and the calibrated replay
     (advise with the carve as its candidate) decide one GPU of 1g slices, applied through
     the world's `mig apply` (recorded here)."""
+    from slurmgpu.cli import HELP_OPTION_NAMES
     from slurmgpu.cli.advise import SHARED, advise_options
     from slurmgpu.cli.autopilot import autopilot as command
 
@@ -404,7 +405,8 @@ def test_the_real_chain_forecast_plan_replay_carves_for_queued_small_jobs(tmp_pa
     )
     ctx = command.make_context("autopilot", [
         "--policy", str(pol), "--sacct-file", str(history), "--capacity", "infer=8",
-        "--gpu-type", "infer=h100", "--gpus-per-node", "8"])  # fmt: skip
+        "--gpu-type", "infer=h100", "--gpus-per-node", "8"],
+        help_option_names=HELP_OPTION_NAMES)  # fmt: skip
     shared = {
         "store": None,
         "clusters": (),
