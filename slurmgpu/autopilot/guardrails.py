@@ -91,15 +91,15 @@ def protected_jobs(
 
 
 def last_changed(records: Sequence[ChangeRecord]) -> dict[str, dt.datetime]:
-    """{node: when autopilot last applied or rolled back a change of it}."""
+    """{node: when autopilot last applied or rolled back a change of it (a move or MIG)}."""
     by_id = {r.id: r for r in records if r.action == "apply"}
     out: dict[str, dt.datetime] = {}
     for r in records:
-        moves = r.moves if r.action == "apply" else ()
+        nodes = r.nodes if r.action == "apply" else ()
         if r.action == "rollback" and r.of in by_id:
-            moves = by_id[r.of].moves
-        for m in moves:
-            out[m.node] = max(out.get(m.node, r.when), r.when)
+            nodes = by_id[r.of].nodes
+        for node in nodes:
+            out[node] = max(out.get(node, r.when), r.when)
     return out
 
 
@@ -116,9 +116,9 @@ def cooldown(
 
 
 def nodes_today(records: Sequence[ChangeRecord], now: dt.datetime) -> int:
-    """Nodes autopilot changed (applied) in the 24 hours before `now`."""
+    """Nodes autopilot changed (applied: moved or re-laid out) in the 24 hours before `now`."""
     day = now - dt.timedelta(days=1)
-    return sum(len(r.moves) for r in records if r.action == "apply" and r.when > day)
+    return sum(len(r.nodes) for r in records if r.action == "apply" and r.when > day)
 
 
 def budget(guard: AutopilotPolicy, wanted: int, today: int) -> str | None:

@@ -19,6 +19,7 @@ STATUSES = (
     "held",
     "would-apply",
     "would-propose",
+    "failed",
 )
 
 
@@ -26,7 +27,7 @@ def prom_text(result: Any, records: Sequence[ChangeRecord]) -> str:
     now = dt.datetime.fromisoformat(result.time)
     counts = Counter(r.action for r in records)
     day = now - dt.timedelta(days=1)
-    today = sum(len(r.moves) for r in records if r.action == "apply" and r.when > day)
+    today = sum(len(r.nodes) for r in records if r.action == "apply" and r.when > day)
     lines = [
         "# HELP slurmgpu_autopilot_last_pass_timestamp_seconds When the last pass ran.",
         "# TYPE slurmgpu_autopilot_last_pass_timestamp_seconds gauge",

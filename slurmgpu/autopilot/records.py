@@ -10,6 +10,9 @@ The state directory (default `/var/lib/slurmgpu/autopilot`) holds:
 - `proposals/ID/`: `proposal.json` (a sealed `Proposal`), the new files and their diff when
   the moves change an include file (`util.emit.emit_files`), `steps.txt`, and `approved`
   once someone ran `slurmgpu autopilot approve ID`;
+- `mig-apply-NODE.json` and `mig/ID/`: the journal of `mig apply` per node (its lock in
+  `locks/`, shared with rebalance), and each MIG change's mig-parted configs: `mig-parted.yaml`
+  (the new layouts) and `old.yaml` (the layouts before, what a rollback applies);
 - `history.sacct`: the last pass's sacct dump (with `--since`);
 - `autopilot.prom`: the Prometheus textfile of the last pass.
 """
@@ -26,6 +29,19 @@ ACTIONS = ("propose", "approve", "apply", "hold", "verify", "rollback", "skip")
 
 
 @dataclass(frozen=True)
+class MigChange:
+    """One node's MIG relayout: its mig-parted config names, per-GPU layouts before and after
+    (`"whole"` or `"1g.10gb=4,3g.40gb=1"`, in NVML index order)."""
+
+    node: str
+    partition: str
+    config: str  # the new layouts' config in mig/ID/mig-parted.yaml
+    old_config: str  # the old layouts' config in mig/ID/old.yaml
+    before: tuple[str, ...]
+    after: tuple[str, ...]
+
+
+@dataclass(frozen=True)
 class Observed:
     """What sacct recorded for one group (`partition:NAME` or `tier:NAME`) in a window:
     jobs submitted in it that started, their waits, preemptions and allocated GPU-hours."""
@@ -36,6 +52,9 @@ class Observed:
     p95_wait_s: float
     preemptions: int
     gpu_hours: float
+    # allocated GPU-seconds of the started jobs with a measured need that the need covers
+    # (sum need x run time / sum allocated GPU equivalents x run time); None: none measured
+    need_share: float | None = None
 
 
 @dataclass(frozen=True)
@@ -66,6 +85,16 @@ class ChangeRecord:
     after: tuple[Observed, ...] = ()
     rebalance_time: str = ""  # the apply's entry in rebalance.jsonl
     reasons: tuple[str, ...] = ()
+    mig: tuple[MigChange, ...] = ()  # a MIG change (instead of moves)
+
+    @property
+    def nodes(self) -> tuple[str, ...]:
+        return tuple(m.node for m in self.moves) + tuple(c.node for c in self.mig)
+
+    @property
+    def partitions(self) -> tuple[str, ...]:
+        out = {x for m in self.moves for x in (m.source, m.target)}
+        return tuple(sorted(out | {c.partition for c in self.mig}))
 
     def check(self) -> str | None:
         if self.action not in ACTIONS:
@@ -74,8 +103,8 @@ class ChangeRecord:
             dt.datetime.fromisoformat(self.time)
         except ValueError:
             return f"time {self.time!r:.40} is not an ISO time"
-        if self.action in ("apply", "propose") and not (self.id and self.moves):
-            return f"an {self.action} without an id or moves"
+        if self.action in ("apply", "propose") and not (self.id and (self.moves or self.mig)):
+            return f"an {self.action} without an id, moves or MIG changes"
         if self.action in ("verify", "rollback", "approve") and not self.of:
             return f"a {self.action} that names no change"
         return None
@@ -98,6 +127,7 @@ class Proposal:
     before: tuple[Observed, ...]
     partitions_before: dict[str, tuple[str, ...]]
     partitions_after: dict[str, tuple[str, ...]]
+    mig: tuple[MigChange, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -123,6 +153,9 @@ class StateDir:
     def prom(self) -> Path:
         return self.root / "autopilot.prom"
 
+    def mig_dir(self, cid: str) -> Path:
+        return self.root / "mig" / cid
+
     @property
     def history(self) -> Path:
         return self.root / "history.sacct"
@@ -142,3 +175,8 @@ def append_change(state: StateDir, record: ChangeRecord) -> None:
 
 def iso(t: dt.datetime) -> str:
     return t.astimezone(dt.UTC).isoformat(timespec="seconds")
+
+
+def new_id(now: dt.datetime) -> str:
+    """A change's id: `ap-` and its UTC time."""
+    return "ap-" + now.astimezone(dt.UTC).strftime("%Y%m%dT%H%M%SZ")

@@ -19,11 +19,13 @@ from slurmgpu.autopilot import guardrails
 from slurmgpu.autopilot.decide import Decision, decide, rebalance_plan
 from slurmgpu.autopilot.records import (
     ChangeRecord,
+    MigChange,
     Observed,
     Proposal,
     StateDir,
     append_change,
     iso,
+    new_id,
     read_changes,
 )
 from slurmgpu.autopilot.verify import judge, observe
@@ -48,6 +50,7 @@ class AutopilotOptions:
     forecast_freq: str = "1h"
     forecast_horizon: str = "1d"
     partitions_conf: Path | None = None  # the include file rebalance owns (durable moves)
+    mig: Any = None  # autopilot.carve.MigSite: MIG layouts decided from the forecast
 
 
 @dataclass(frozen=True)
@@ -66,6 +69,7 @@ class PassResult:
     forecast: tuple[tuple[str, float, float], ...] = ()  # partition, mean GPUs, highest high
     change_id: str = ""
     written: tuple[str, ...] = ()
+    mig: tuple[MigChange, ...] = ()  # a MIG change's nodes, layouts before and after
 
     def to_dict(self) -> dict[str, Any]:
         from dataclasses import asdict
@@ -155,6 +159,12 @@ def _one_pass(p: _Pass) -> PassResult:
         p.record(ChangeRecord(iso(p.now), "hold", reasons=(hour,)))
         return p.result("held", refusals=(hour,))
     fc = _forecast(p) if opts.forecast else ()
+    if opts.mig is not None:
+        from slurmgpu.autopilot.mig_act import mig_pass
+
+        done = mig_pass(p, trace, ropts, fc)
+        if done is not None:
+            return done
     from slurmgpu.advice.optimize import advise_trace
 
     aopts = replace(opts.advise, replay=ropts)
@@ -234,11 +244,13 @@ def _verify(p: _Pass, trace: Any) -> PassResult | None:
             f"change {last.id} is {age_min:.0f} min old; verified after "
             f"{p.guard.verify_after_min:g} min: no new change until then"
         )
-        return p.result("waiting", change_id=last.id, moves=last.moves)
+        return p.result("waiting", change_id=last.id, moves=last.moves, mig=last.mig)
     after = observe(trace, last.when.timestamp(), p.now.timestamp())
-    groups = sorted({f"partition:{x}" for m in last.moves for x in (m.source, m.target)})
-    top = _top_tier(p.opts.policy)
-    groups += [f"tier:{top}"] if top else []
+    groups = [f"partition:{x}" for x in last.partitions]
+    if last.mig and p.opts.policy is not None:  # a relayout can shift waits between tiers
+        groups += [f"tier:{t.name}" for t in p.opts.policy.tiers]
+    elif top := _top_tier(p.opts.policy):
+        groups.append(f"tier:{top}")
     verdict = judge(last.before, after, groups, p.guard)
     if verdict.compared == 0:
         p.notes.append(f"change {last.id}: no jobs to compare yet; verified at a later pass")
@@ -255,6 +267,16 @@ def _verify(p: _Pass, trace: Any) -> PassResult | None:
 def _rollback(p: _Pass, last: ChangeRecord, after: tuple[Observed, ...], reasons) -> PassResult:
     if p.opts.dry_run:
         p.notes.append(f"dry run: change {last.id} would be rolled back")
+    elif last.mig:
+        from slurmgpu.autopilot.mig_act import undo_mig
+
+        p.notes.append(undo_mig(p, last))
+        p.record(
+            ChangeRecord(
+                iso(p.now), "rollback", of=last.id, mig=last.mig, after=after,
+                reasons=tuple(reasons),
+            )
+        )  # fmt: skip
     else:
         undone = p.world.undo(p.state.rebalance_log)
         restored = ", ".join(f"{k}={v}" for k, v in sorted(undone.restored.items()))
@@ -269,7 +291,9 @@ def _rollback(p: _Pass, last: ChangeRecord, after: tuple[Observed, ...], reasons
                 reasons=tuple(reasons),
             )
         )
-    return p.result("rolled-back", change_id=last.id, moves=last.moves, verification=reasons)
+    return p.result(
+        "rolled-back", change_id=last.id, moves=last.moves, mig=last.mig, verification=reasons
+    )
 
 
 def _top_tier(policy: Policy | None) -> str | None:
@@ -314,13 +338,9 @@ def _move_candidates(trace: Any, ropts: Any) -> tuple[str, ...]:
     return tuple(c for c in candidate_changes(trace, model, base) if c.startswith("move:"))
 
 
-def _new_id(now: dt.datetime) -> str:
-    return "ap-" + now.astimezone(dt.UTC).strftime("%Y%m%dT%H%M%SZ")
-
-
 def _planned(p: _Pass, decision: Decision, fc) -> tuple:
     """The rebalance plan of the decision's moves, a new change id, and the result's fields."""
-    cid = _new_id(p.now)
+    cid = new_id(p.now)
     kw = dict(
         moves=decision.moves,
         changes=decision.changes,
@@ -442,6 +462,10 @@ def _approved(p: _Pass) -> Proposal | None:
 
 def _apply_approved(p: _Pass, prop: Proposal, trace: Any) -> PassResult:
     """Apply an approved proposal after the guardrails again, on the cluster as it is now."""
+    if prop.mig:
+        from slurmgpu.autopilot.mig_act import apply_approved_mig
+
+        return apply_approved_mig(p, prop, trace)
     live = {x.name: tuple(x.nodes) for x in p.world.partitions()}
     refusals = [guardrails.hours(p.guard, p.now)]
     for name, nodes in prop.partitions_before.items():

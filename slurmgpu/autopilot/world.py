@@ -52,3 +52,32 @@ class LiveWorld:
         from slurmgpu.fleet.rebalance import emit_plan
 
         return emit_plan(plan, directory, self.partitions_conf)
+
+    # MIG (autopilot.carve) ------------------------------------------------------------------
+    def inventories(self, site: Any) -> list[Any]:
+        """The nodes' inventories: `site.snapshot_dir`'s snapshots, else this host read live
+        through NVML (a pass running on the MIG node itself)."""
+        if site.snapshot_dir is not None:
+            from slurmgpu.mig.inputs import load_nodes
+
+            return load_nodes(snapshot_dir=site.snapshot_dir)
+        from slurmgpu.sources import nvml
+
+        return [nvml.read_inventory(site.apply.host_root)]
+
+    def mig_apply(self, opts: Any) -> Any:
+        """`slurmgpu mig apply` of one node: journaled, its lock held, gres.conf checked."""
+        from slurmgpu.mig.apply import apply_config, slurmd_check
+
+        return apply_config(opts, validate_gres=slurmd_check)
+
+    def mig_emit(self, site: Any, opts: Any, directory: Path) -> list[Path]:
+        """`mig apply --emit DIR` from the node's inventory: the new gres.conf (and
+        slurm.conf), their diff and the steps; nothing live touched."""
+        from slurmgpu.mig.apply import emit, slurmd_check
+
+        inv = {i.node_name: i for i in self.inventories(site)}.get(opts.node)
+        kwargs = {"read_inventory": lambda: inv} if inv is not None else {}
+        result = emit(opts, directory, validate_gres=slurmd_check, **kwargs)
+        names = [c.path.name for c in result.changes] + ["changes.diff", "steps.txt"]
+        return [directory / n for n in names]

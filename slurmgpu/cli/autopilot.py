@@ -27,6 +27,52 @@ DEFAULT_STATE_DIR = "/var/lib/slurmgpu/autopilot"  # = slurmgpu.autopilot.DEFAUL
 @click.option("--partitions-conf", type=click.Path(dir_okay=False),
               help="The slurm.conf include file rebalance owns (durable moves).")  # fmt: skip
 @click.option("--no-forecast", is_flag=True, help="Skip the demand forecast.")
+@click.option(
+    "--mig-partition",
+    "mig_partitions",
+    multiple=True,
+    metavar="NAME",
+    help="Decide MIG layouts from the forecast for this partition (repeatable).",
+)
+@click.option(
+    "--mig-snapshot-dir",
+    type=click.Path(file_okay=False),
+    help="Node inventory snapshots (default: this host, read live).",
+)
+@click.option(
+    "--mig-keep-whole",
+    type=click.IntRange(min=0),
+    default=0,
+    show_default=True,
+    help="GPUs per node mig plan leaves whole.",
+)
+@click.option(
+    "--mig-forecast-high",
+    is_flag=True,
+    help="Carve for the top of the forecast's interval, not its point.",
+)
+@click.option(
+    "--mig-gres-conf",
+    default="/etc/slurm/gres.conf",
+    show_default=True,
+    help="mig apply: the gres.conf to rewrite.",
+)
+@click.option("--mig-slurm-conf", default=None, help="mig apply: slurm.conf with the node line.")
+@click.option("--mig-host-root", default="/", show_default=True, help="mig apply: host tree.")
+@click.option(
+    "--mig-drain-timeout",
+    type=float,
+    default=3600.0,
+    show_default=True,
+    help="mig apply: seconds to wait for the node's jobs.",
+)
+@click.option("--mig-stop-slurmd", default="systemctl stop slurmd", show_default=True)
+@click.option("--mig-start-slurmd", default="systemctl start slurmd", show_default=True)
+@click.option(
+    "--mig-restart-slurmctld",
+    default="",
+    help="mig apply: command restarting slurmctld (else scontrol reconfigure).",
+)
 @click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text",
               show_default=True)  # fmt: skip
 @click.pass_context
@@ -70,6 +116,11 @@ def autopilot_options(params: dict):
         {**shared, "max_changes": 3, "candidates": params["candidates"], "seed": 0}
     )
     conf = params["partitions_conf"]
+    mig = (
+        mig_site(params, advise.replay.tiers, advise.replay.env)
+        if params.get("mig_partitions")
+        else None
+    )
     return AutopilotOptions(
         advise=advise,
         policy=advise.replay.tiers,
@@ -80,6 +131,52 @@ def autopilot_options(params: dict):
         dry_run=bool(params["dry_run"]),
         forecast=not params["no_forecast"],
         partitions_conf=Path(str(conf)) if conf else None,
+        mig=mig,
+    )
+
+
+def mig_site(params: dict, policy, env=None):
+    """`autopilot.carve.MigSite` from the --mig-* options; the running jobs of the tiers the
+    policy lets another tier preempt (and not protected) are requeued, the others waited for."""
+    import shlex
+    from pathlib import Path
+
+    from slurmgpu.autopilot.carve import MigSite
+    from slurmgpu.autopilot.guardrails import protected_qos
+    from slurmgpu.cli.gres import _slurm_version
+    from slurmgpu.mig.apply import ApplyOptions
+    from slurmgpu.model.policy import AutopilotPolicy
+    from slurmgpu.render.gres import GresOptions
+
+    guard = policy.autopilot if policy is not None and policy.autopilot else AutopilotPolicy()
+    pinned = protected_qos(policy, guard)
+    preempted = {n for t in (policy.tiers if policy else ()) for n in t.preempts}
+    requeue = tuple(
+        t.qos for t in (policy.tiers if policy else ())
+        if t.name in preempted and t.qos.lower() not in pinned
+    )  # fmt: skip
+    conf = params["mig_slurm_conf"]
+    apply = ApplyOptions(
+        node="", config_name="", config_file=Path("."),
+        gres_conf=Path(params["mig_gres_conf"]),
+        slurm_conf=Path(conf) if conf else None,
+        host_root=params["mig_host_root"],
+        drain_timeout_s=params["mig_drain_timeout"],
+        poll_s=2.0,
+        requeue_qos=requeue,
+        stop_slurmd=tuple(shlex.split(params["mig_stop_slurmd"])),
+        start_slurmd=tuple(shlex.split(params["mig_start_slurmd"])),
+        restart_slurmctld=tuple(shlex.split(params["mig_restart_slurmctld"] or "")),
+        gres_options=GresOptions(slurm_version=_slurm_version(None)),
+        env=env,
+    )  # fmt: skip
+    snap = params["mig_snapshot_dir"]
+    return MigSite(
+        partitions=tuple(params["mig_partitions"]),
+        apply=apply,
+        snapshot_dir=Path(snap) if snap else None,
+        keep_whole=params["mig_keep_whole"],
+        use="high" if params["mig_forecast_high"] else "gpus",
     )
 
 

@@ -10,12 +10,21 @@ length, computed from the intervals' cumulative integral at the bucket edges (no
 By slice (`--by slice`), each interval also carries the slice size it holds or asks for:
 `gpu` (whole GPUs), `Ng` (a MIG instance of N compute slices, from the run's MIG GRES type),
 `shard` (gres/shard). Values stay GPU equivalents, so a partition's slices sum to its demand.
+
+With `need_models` ({partition: MIG-capable GpuModel}, what autopilot passes), a whole-GPU
+run on one GPU whose measured GPU memory (`gpu_mem_used_mib`, x 1.10 headroom as
+`mig plan`'s measured demand) fits a smaller MIG slice of its partition's model counts as that
+slice, at the slice's GPU equivalents (N / the model's compute slices): the demand it would
+make on slices, not the whole GPU it was given. Such a partition's series then sum to less
+than the GPUs it held.
 """
 
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -109,8 +118,42 @@ def slice_of(frame: pd.DataFrame, requested_per_task: np.ndarray) -> np.ndarray:
     return out
 
 
-def intervals_of(frame: pd.DataFrame, until: np.datetime64) -> Intervals:
-    """The run frame's running and pending intervals (`until`: the end of still-pending ones)."""
+NEED_HEADROOM = 1.10  # as mig.demand.MEMORY_MARGIN (mig/ is above forecast/ in the floors)
+
+
+def need_slices(
+    frame: pd.DataFrame, need_models: Mapping[str, Any]
+) -> tuple[np.ndarray, np.ndarray]:
+    """(slice size or None, GPU equivalents) per run: a whole 1-GPU run of a partition in
+    `need_models` whose measured memory fits a smaller MIG slice of that model."""
+    n = len(frame)
+    size = np.full(n, None, dtype=object)
+    equiv = np.full(n, np.nan)
+    mem = num(frame, "gpu_mem_used_mib")
+    count = np.nan_to_num(num(frame, "gpu_count"))
+    mig = objects(frame, "mig_profile", None)
+    part = frame["partition"].to_numpy(dtype=object, na_value="")
+    for i in np.flatnonzero((count == 1) & np.isfinite(mem) & (mem > 0)):
+        model = need_models.get(part[i])
+        if model is None or (isinstance(mig[i], str) and mig[i]):
+            continue
+        fits = [
+            p
+            for p in model.mig_profiles
+            if not p.media_extensions and p.memory_mib >= mem[i] * NEED_HEADROOM
+        ]
+        best = min(fits, key=lambda p: (p.gpu_slices, p.memory_slices), default=None)
+        if best is not None and best.gpu_slices < model.compute_slices:
+            size[i] = f"{best.gpu_slices}g"
+            equiv[i] = best.gpu_slices / model.compute_slices
+    return size, equiv
+
+
+def intervals_of(
+    frame: pd.DataFrame, until: np.datetime64, need_models: Mapping[str, Any] | None = None
+) -> Intervals:
+    """The run frame's running and pending intervals (`until`: the end of still-pending ones;
+    `need_models`: slices by measured need, see the module's doc)."""
     submit, start = dt_column(frame, "submit"), dt_column(frame, "start")
     run_end, end = dt_column(frame, "run_end"), dt_column(frame, "end")
     held = np.nan_to_num(num(frame, "gpu_equiv"))
@@ -119,6 +162,12 @@ def intervals_of(frame: pd.DataFrame, until: np.datetime64) -> Intervals:
     per_task = np.nan_to_num(num(frame, "req_gpus"))
     requested = np.where(held > 0, held, per_task * weight)
     sizes = slice_of(frame, per_task)
+    if need_models:
+        need, equiv = need_slices(frame, need_models)
+        hit = pd.notna(need) & (held > 0)
+        sizes = np.where(hit, need, sizes).astype(object)
+        held = np.where(hit, equiv, held)
+        requested = np.where(hit, equiv, requested)
     part = frame["partition"].to_numpy(dtype=object, na_value="")
     ran = ~np.isnat(start) & ~np.isnat(run_end) & (held > 0)
     wait_end = np.where(np.isnat(start), np.where(np.isnat(end), until, end), start)
@@ -165,6 +214,7 @@ def demand_series(
     until: np.datetime64,
     freq_s: int,
     by_slice: bool = False,
+    need_models: Mapping[str, Any] | None = None,
 ) -> DemandSeries:
     """Demand per partition (or per (partition, slice)) over the whole buckets of
     [since, until), the grid aligned to UTC multiples of `freq_s` (the first bucket starts at
@@ -173,7 +223,7 @@ def demand_series(
     hi = int(((until - np.datetime64(0, "s")) / SECOND) // freq_s) * freq_s
     n = max((hi - lo) // freq_s, 0)
     edges = lo + freq_s * np.arange(n + 1, dtype=float)
-    iv = intervals_of(frame, until)
+    iv = intervals_of(frame, until, need_models if by_slice else None)
     running: dict[Key, np.ndarray] = {}
     pending: dict[Key, np.ndarray] = {}
     if by_slice:

@@ -13,6 +13,7 @@ every fold (`pick`); the interval is the picked model's back-test residual quant
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
@@ -350,6 +351,9 @@ class ForecastOptions:
     # the demand series given directly (forecast/demand_file.py) instead of the accounting;
     # then only `analysis.since` / `analysis.until` are used
     demand_file: str | None = None
+    # by slice: {partition: MIG-capable GpuModel}; whole 1-GPU runs there count as the slice
+    # their measured memory needs (forecast.demand.need_slices; autopilot's MIG pass)
+    need_models: Mapping[str, Any] | None = None
 
 
 def _history(options: ForecastOptions, freq_s: int) -> tuple[DemandSeries, list[str]]:
@@ -371,7 +375,9 @@ def _history(options: ForecastOptions, freq_s: int) -> tuple[DemandSeries, list[
     result = analyze(options.analysis)
     since, until = result.document.window.since, result.document.window.until
     by_slice = options.by == "slice"
-    series = demand_series(result.frame, to64(since), to64(until), freq_s, by_slice)
+    series = demand_series(
+        result.frame, to64(since), to64(until), freq_s, by_slice, options.need_models
+    )
     if not series.partitions:
         raise UsageError("no GPU jobs in the history: nothing to forecast")
     return series, []

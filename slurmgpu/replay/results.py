@@ -154,8 +154,7 @@ def block_from_outcome(
     preempted = np.array(runs.preempted, bool)
     inside, total = _clip_hours(start, end, equiv, window)
     job = np.array(runs.job, np.int64)
-    useful_rate = _useful_share(trace)
-    rate = np.where(job >= 0, useful_rate[np.maximum(job, 0)], 1.0) if len(job) else 1.0
+    rate = _useful_rate(trace, job, equiv)
     useful = float((inside * rate)[~preempted].sum())
     waits = outcome.start_s - trace.submit_s
     waits[~np.isfinite(outcome.start_s)] = np.nan
@@ -212,13 +211,17 @@ def block_from_outcome(
     )
 
 
-def _useful_share(trace: ReplayTrace) -> np.ndarray:
-    """Per job: the share of its allocation it needed (measured need / GPUs held), <= 1."""
-    held = np.where(np.isnan(trace.gpu_equiv), trace.gpus, trace.gpu_equiv)
-    need = np.where(np.isnan(trace.need_gpu), held, trace.need_gpu)
+def _useful_rate(trace: ReplayTrace, job: np.ndarray, equiv: np.ndarray) -> np.ndarray | float:
+    """Per run: the share of the run's allocation its job's measured need fills, <= 1. The
+    need is in GPU equivalents (a 5 GB job on an 80 GB GPU: 0.06 of a GPU), so a job the
+    replay puts on a 1/7 slice fills that slice, not 0.06 of it); unmeasured: all of it."""
+    if not len(job):
+        return 1.0
+    need = np.asarray(trace.need_gpu, float)[np.maximum(job, 0)]
     with np.errstate(divide="ignore", invalid="ignore"):
-        share = np.where(held > 0, need / held, 1.0)
-    return np.clip(np.nan_to_num(share, nan=1.0), 0.0, 1.0)
+        rate = np.where(equiv > 0, need / equiv, 1.0)
+    rate = np.clip(np.nan_to_num(rate, nan=1.0), 0.0, 1.0)
+    return np.where(job >= 0, rate, 1.0)
 
 
 def recorded_block(

@@ -33,6 +33,11 @@ def render_autopilot(result: dict[str, Any], fmt: str = "text") -> str:
     ]
     for m in result["moves"]:
         lines.append(f"move {m['node']}: {m['source']} -> {m['target']}  ({m['reason']})")
+    for c in result.get("mig", ()):
+        lines.append(
+            f"MIG {c['node']} ({c['partition']}): {' | '.join(c['before'])} -> "
+            f"{' | '.join(c['after'])}"
+        )
     if result["changes"]:
         lines.append(f"advise plan: {' + '.join(result['changes'])} (score {result['score']:+.3f})")
     if result["predicted"]:
