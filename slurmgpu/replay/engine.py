@@ -908,9 +908,10 @@ class Replay:
             b = owed.popleft()
             bg = self.gpus[b]
             after = self._node_earliest(part, bg, t) if bg > 1 else t
-            prof.reserve(bg, self.limit[b], bp.horizon, self._node_gpus(part, b), after)
+            start = prof.reserve(bg, self.limit[b], bp.horizon, self._node_gpus(part, b), after)
             bp.reserved += 1
-            if g and owed and (g > prof.avail[0] or not prof.free_until(g, t + lim)):
+            # a reservation from after the job's window leaves the window as it was
+            if g and owed and start <= t + lim and not prof.free_until(g, t + lim):
                 return False
         return True
 
@@ -1027,7 +1028,10 @@ class _Pass:
 
 
 class _Profile:
-    """Free whole GPUs over time for one backfill pass: `avail[i]` from `times[i]` on."""
+    """Free whole GPUs over time for one backfill pass: `avail[i]` from `times[i]` on.
+
+    `times` and `avail` are views of the first `len` entries of two buffers with room to
+    grow, so that a new step is one shift of each tail, not a copy of the whole profile."""
 
     def __init__(self, t: float, free: float, ends: array.array, gpus: array.array) -> None:
         # frombuffer views are dropped at the end of __init__ (the arrays may grow again)
@@ -1038,8 +1042,12 @@ class _Profile:
             last[:-1] = end[1:] != end[:-1]
             last[-1] = True
             end, cum = end[last], cum[last]
-        self.times = np.concatenate(([t], end))
-        self.avail = np.concatenate(([free], cum))
+        m = len(end) + 1
+        room = m + 64
+        self._times, self._avail = np.empty(room), np.empty(room)
+        self._times[0], self._avail[0] = t, free
+        self._times[1:m], self._avail[1:m] = end, cum
+        self.times, self.avail = self._times[:m], self._avail[:m]
 
     def free_until(self, g: float, until: float) -> bool:
         """`g` GPUs free from now until `until` (every step before it)."""
@@ -1052,16 +1060,21 @@ class _Profile:
 
     def _step(self, at: float) -> int:
         """Make `at` a step of the profile (free GPUs there as just before it); its index."""
-        k = int(self.times.searchsorted(at))
-        if k < len(self.times) and self.times[k] == at:
+        times = self.times
+        k = int(times.searchsorted(at))
+        m = len(times)
+        if k < m and times[k] == at:
             return k
-        # by hand: np.insert costs ~20x more than these copies at this size
-        m = len(self.times)
-        times, avail = np.empty(m + 1), np.empty(m + 1)
-        times[:k], times[k], times[k + 1 :] = self.times[:k], at, self.times[k:]
-        avail[:k], avail[k + 1 :] = self.avail[:k], self.avail[k:]
-        avail[k] = self.avail[k - 1] if k > 0 else self.avail[0]
-        self.times, self.avail = times, avail
+        if m == len(self._times):  # full: twice the room
+            grown_t, grown_a = np.empty(2 * m), np.empty(2 * m)
+            grown_t[:m], grown_a[:m] = self._times, self._avail
+            self._times, self._avail = grown_t, grown_a
+        bt, ba = self._times, self._avail
+        bt[k + 1 : m + 1] = bt[k:m]  # overlapping: numpy copies through a buffer
+        ba[k + 1 : m + 1] = ba[k:m]
+        bt[k] = at
+        ba[k] = ba[k - 1] if k > 0 else ba[0]
+        self.times, self.avail = bt[: m + 1], ba[: m + 1]
         return k
 
     def hold(self, i: int, g: float, until: float) -> None:
@@ -1071,9 +1084,10 @@ class _Profile:
 
     def reserve(
         self, g: float, lim: float, horizon: float, node_gpus: float, after: float = -INF
-    ) -> None:
+    ) -> float:
         """Reserve for a job of `g` GPUs and `lim` seconds at the earliest step where `g` are
-        free that long; nothing when that is past `horizon` (bf_window).
+        free that long; nothing when that is past `horizon` (bf_window). The reservation's
+        start (INF: none).
 
         Slurm's backfill plans whole nodes: a pending job's reservation takes the node(s) it
         would start on out of every later job's plan for its window, whatever GPUs of them it
@@ -1082,34 +1096,47 @@ class _Profile:
         `node_gpus` (its whole nodes' GPUs) at each step of the window; not before `after`
         (when particular nodes hold the job: `Replay._node_earliest`)."""
         if after > horizon:
-            return
-        first = 0
-        if after > self.times[0]:
-            first = self._step(after)
-        times = self.times
-        ok = self.avail >= g
-        ok[:first] = False
-        i = int(ok.argmax())
-        if not ok[i]:
-            return  # never g free in the plan
-        # the earliest step from which g stay free for lim: usually the first one that has g
-        # (the profile mostly rises as running jobs end); ndarray methods, not np.* wrappers,
-        # because this runs ~a million times in a long replay
-        while True:
-            if times[i] > horizon:
-                return
-            stop = int(times.searchsorted(times[i] + lim, "right"))
-            window = ok[i:stop]
-            if _all(window):
-                break
-            j = i + int(window.argmin())  # the first step short of g: start after it
-            k = int(ok[j:].argmax())
-            if not ok[j + k]:
-                return
-            i = j + k
-        k = self._step(times[i] + lim)
+            return INF
+        first = self._step(after) if after > self.times[0] else 0
+        i = self._earliest(g, lim, first)
+        if i < 0 or self.times[i] > horizon:
+            return INF
+        start = float(self.times[i])
+        k = self._step(start + lim)
         held = self.avail[i:k]
         held -= np.minimum(held, max(node_gpus, g))
+        return start
+
+    def _earliest(self, g: float, lim: float, first: int) -> int:
+        """The first step from `first` on where `g` GPUs stay free for `lim` (every step up
+        to its time + lim); -1 if none. Only the start of a run of steps with `g` free can
+        be it (a later step of the run has less of the run left), and it is when the run's
+        end (the first step short of `g`; none: INF) comes after its time + lim."""
+        times = self.times
+        ok = self.avail[first:] >= g
+        # usually the first run: the profile mostly rises as running jobs end (ndarray
+        # methods, not np.* wrappers: this runs ~a million times in a long replay)
+        i = int(ok.argmax())
+        if not ok[i]:
+            return -1
+        i += first
+        stop = int(times.searchsorted(times[i] + lim, "right"))
+        window = ok[i - first : stop - first]
+        if _all(window):
+            return i
+        # the other runs at once: their starts and ends (change points, alternating)
+        edge = np.flatnonzero(ok[1:] != ok[:-1]) + 1
+        edge = edge[1:] if ok[0] else edge[2:]  # less the first run (tried above), its end
+        starts, ends = edge[0::2], edge[1::2]
+        if not len(starts):
+            return -1
+        tt = times[first:]
+        end_t = tt[ends]
+        if len(ends) < len(starts):  # the last run lasts to the end of the plan
+            end_t = np.append(end_t, INF)
+        good = end_t > tt[starts] + lim
+        k = int(good.argmax())
+        return first + int(starts[k]) if good[k] else -1
 
 
 _all = np.logical_and.reduce  # ndarray.all() without its Python-level wrapper
