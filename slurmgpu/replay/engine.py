@@ -1125,18 +1125,18 @@ class _Profile:
         if _all(window):
             return i
         # the other runs at once: their starts and ends (change points, alternating)
-        edge = np.flatnonzero(ok[1:] != ok[:-1]) + 1
+        edge = (ok[1:] != ok[:-1]).nonzero()[0]
         edge = edge[1:] if ok[0] else edge[2:]  # less the first run (tried above), its end
         starts, ends = edge[0::2], edge[1::2]
-        if not len(starts):
-            return -1
-        tt = times[first:]
-        end_t = tt[ends]
-        if len(ends) < len(starts):  # the last run lasts to the end of the plan
-            end_t = np.append(end_t, INF)
-        good = end_t > tt[starts] + lim
-        k = int(good.argmax())
-        return first + int(starts[k]) if good[k] else -1
+        n = len(ends)
+        if n:  # (edges are one short of their steps: + 1 below)
+            tt = times[first + 1 :]
+            good = tt[ends] > tt[starts[:n]] + lim
+            k = int(good.argmax())
+            if good[k]:
+                return first + 1 + int(starts[k])
+        # the last run, if it lasts to the end of the plan
+        return first + 1 + int(starts[n]) if len(starts) > n else -1
 
 
 _all = np.logical_and.reduce  # ndarray.all() without its Python-level wrapper
