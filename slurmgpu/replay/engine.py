@@ -132,6 +132,7 @@ class _Part:
         # full-size nodes are expected idle
         self.earliest: dict[int, np.ndarray] = {}
         self.earliest_stale: dict[int, set[int]] = {}
+        self.earliest_min: dict[int, float] = {}  # the least of each, while none is stale
         full = [n for n, c in enumerate(self.cap) if c == self.max_cap]
         self.idle_at: list[float] = [-INF] * len(full)  # sorted
         self.idle_of: list[float | None] = [-INF if c == self.max_cap else None for c in self.cap]
@@ -863,8 +864,9 @@ class Replay:
             if self.state[job] != PENDING or self.eligible[job] > t:
                 continue
             kind, g = self.kind[job], self.gpus[job]
-            if kind != WHOLE or (g == 1 and self._slice_choice(part, job)):
-                # slices and shards: start now if free (no reservation model for pools)
+            if kind != WHOLE or (g == 1 and not lazy and self._slice_choice(part, job)):
+                # slices and shards: start now if free (no reservation model for pools; a
+                # partition without them has no slice for a 1-GPU job either)
                 self._try_start(part, job, t)
                 continue
             lim = self.limit[job]
@@ -900,7 +902,7 @@ class Replay:
         bf_max_reservations (past it, blocked jobs get none). Given a job's `g` GPUs and
         `lim`, stop as soon as they leave it no room (False); the rest stay owed."""
         cap, part, prof, t = self.cfg.bf_max_reservations, bp.part, bp.prof, bp.t
-        owed = bp.owed
+        owed, per = bp.owed, bp.part.max_cap or 1
         while owed:
             if bp.reserved >= cap:
                 owed.clear()
@@ -908,7 +910,8 @@ class Replay:
             b = owed.popleft()
             bg = self.gpus[b]
             after = self._node_earliest(part, bg, t) if bg > 1 else t
-            start = prof.reserve(bg, self.limit[b], bp.horizon, self._node_gpus(part, b), after)
+            nodes = float(-(-int(bg) // per) * per)  # the GPUs of the whole nodes it takes
+            start = prof.reserve(bg, self.limit[b], bp.horizon, nodes, after)
             bp.reserved += 1
             # a reservation from after the job's window leaves the window as it was
             if g and owed and start <= t + lim and not prof.free_until(g, t + lim):
@@ -925,7 +928,10 @@ class Replay:
         of its nodes changes (`_Part.touch`), each node's own until that node does."""
         per = part.max_cap
         if g <= per:
-            best = float(self._earliest_on_one_node(part, int(g)).min())
+            gi = int(g)
+            best = part.earliest_min.get(gi) if not part.earliest_stale.get(gi, True) else None
+            if best is None:
+                best = part.earliest_min[gi] = float(self._earliest_on_one_node(part, gi).min())
         else:
             need = -(-int(g) // per)
             idle = self._idle_times(part)
@@ -971,11 +977,6 @@ class Replay:
             at[node] = e
         part.earliest_stale[g] = set()
         return at
-
-    def _node_gpus(self, part: _Part, job: int) -> float:
-        """The GPUs of the whole nodes a backfill reservation for `job` takes."""
-        per = part.max_cap or 1
-        return float(-(-int(self.gpus[job]) // per) * per)
 
 
 class _Pass:
