@@ -132,6 +132,7 @@ class _Part:
         # full-size nodes are expected idle
         self.earliest: dict[int, np.ndarray] = {}
         self.earliest_stale: dict[int, set[int]] = {}
+        self.earliest_min: dict[int, float] = {}  # the least of each, while none is stale
         full = [n for n, c in enumerate(self.cap) if c == self.max_cap]
         self.idle_at: list[float] = [-INF] * len(full)  # sorted
         self.idle_of: list[float | None] = [-INF if c == self.max_cap else None for c in self.cap]
@@ -863,8 +864,9 @@ class Replay:
             if self.state[job] != PENDING or self.eligible[job] > t:
                 continue
             kind, g = self.kind[job], self.gpus[job]
-            if kind != WHOLE or (g == 1 and self._slice_choice(part, job)):
-                # slices and shards: start now if free (no reservation model for pools)
+            if kind != WHOLE or (g == 1 and not lazy and self._slice_choice(part, job)):
+                # slices and shards: start now if free (no reservation model for pools; a
+                # partition without them has no slice for a 1-GPU job either)
                 self._try_start(part, job, t)
                 continue
             lim = self.limit[job]
@@ -900,7 +902,7 @@ class Replay:
         bf_max_reservations (past it, blocked jobs get none). Given a job's `g` GPUs and
         `lim`, stop as soon as they leave it no room (False); the rest stay owed."""
         cap, part, prof, t = self.cfg.bf_max_reservations, bp.part, bp.prof, bp.t
-        owed = bp.owed
+        owed, per = bp.owed, bp.part.max_cap or 1
         while owed:
             if bp.reserved >= cap:
                 owed.clear()
@@ -908,9 +910,11 @@ class Replay:
             b = owed.popleft()
             bg = self.gpus[b]
             after = self._node_earliest(part, bg, t) if bg > 1 else t
-            prof.reserve(bg, self.limit[b], bp.horizon, self._node_gpus(part, b), after)
+            nodes = float(-(-int(bg) // per) * per)  # the GPUs of the whole nodes it takes
+            start = prof.reserve(bg, self.limit[b], bp.horizon, nodes, after)
             bp.reserved += 1
-            if g and owed and (g > prof.avail[0] or not prof.free_until(g, t + lim)):
+            # a reservation from after the job's window leaves the window as it was
+            if g and owed and start <= t + lim and not prof.free_until(g, t + lim):
                 return False
         return True
 
@@ -924,7 +928,10 @@ class Replay:
         of its nodes changes (`_Part.touch`), each node's own until that node does."""
         per = part.max_cap
         if g <= per:
-            best = float(self._earliest_on_one_node(part, int(g)).min())
+            gi = int(g)
+            best = part.earliest_min.get(gi) if not part.earliest_stale.get(gi, True) else None
+            if best is None:
+                best = part.earliest_min[gi] = float(self._earliest_on_one_node(part, gi).min())
         else:
             need = -(-int(g) // per)
             idle = self._idle_times(part)
@@ -970,11 +977,6 @@ class Replay:
             at[node] = e
         part.earliest_stale[g] = set()
         return at
-
-    def _node_gpus(self, part: _Part, job: int) -> float:
-        """The GPUs of the whole nodes a backfill reservation for `job` takes."""
-        per = part.max_cap or 1
-        return float(-(-int(self.gpus[job]) // per) * per)
 
 
 class _Pass:
@@ -1027,7 +1029,10 @@ class _Pass:
 
 
 class _Profile:
-    """Free whole GPUs over time for one backfill pass: `avail[i]` from `times[i]` on."""
+    """Free whole GPUs over time for one backfill pass: `avail[i]` from `times[i]` on.
+
+    `times` and `avail` are views of the first `len` entries of two buffers with room to
+    grow, so that a new step is one shift of each tail, not a copy of the whole profile."""
 
     def __init__(self, t: float, free: float, ends: array.array, gpus: array.array) -> None:
         # frombuffer views are dropped at the end of __init__ (the arrays may grow again)
@@ -1038,8 +1043,12 @@ class _Profile:
             last[:-1] = end[1:] != end[:-1]
             last[-1] = True
             end, cum = end[last], cum[last]
-        self.times = np.concatenate(([t], end))
-        self.avail = np.concatenate(([free], cum))
+        m = len(end) + 1
+        room = m + 64
+        self._times, self._avail = np.empty(room), np.empty(room)
+        self._times[0], self._avail[0] = t, free
+        self._times[1:m], self._avail[1:m] = end, cum
+        self.times, self.avail = self._times[:m], self._avail[:m]
 
     def free_until(self, g: float, until: float) -> bool:
         """`g` GPUs free from now until `until` (every step before it)."""
@@ -1052,16 +1061,21 @@ class _Profile:
 
     def _step(self, at: float) -> int:
         """Make `at` a step of the profile (free GPUs there as just before it); its index."""
-        k = int(self.times.searchsorted(at))
-        if k < len(self.times) and self.times[k] == at:
+        times = self.times
+        k = int(times.searchsorted(at))
+        m = len(times)
+        if k < m and times[k] == at:
             return k
-        # by hand: np.insert costs ~20x more than these copies at this size
-        m = len(self.times)
-        times, avail = np.empty(m + 1), np.empty(m + 1)
-        times[:k], times[k], times[k + 1 :] = self.times[:k], at, self.times[k:]
-        avail[:k], avail[k + 1 :] = self.avail[:k], self.avail[k:]
-        avail[k] = self.avail[k - 1] if k > 0 else self.avail[0]
-        self.times, self.avail = times, avail
+        if m == len(self._times):  # full: twice the room
+            grown_t, grown_a = np.empty(2 * m), np.empty(2 * m)
+            grown_t[:m], grown_a[:m] = self._times, self._avail
+            self._times, self._avail = grown_t, grown_a
+        bt, ba = self._times, self._avail
+        bt[k + 1 : m + 1] = bt[k:m]  # overlapping: numpy copies through a buffer
+        ba[k + 1 : m + 1] = ba[k:m]
+        bt[k] = at
+        ba[k] = ba[k - 1] if k > 0 else ba[0]
+        self.times, self.avail = bt[: m + 1], ba[: m + 1]
         return k
 
     def hold(self, i: int, g: float, until: float) -> None:
@@ -1071,9 +1085,10 @@ class _Profile:
 
     def reserve(
         self, g: float, lim: float, horizon: float, node_gpus: float, after: float = -INF
-    ) -> None:
+    ) -> float:
         """Reserve for a job of `g` GPUs and `lim` seconds at the earliest step where `g` are
-        free that long; nothing when that is past `horizon` (bf_window).
+        free that long; nothing when that is past `horizon` (bf_window). The reservation's
+        start (INF: none).
 
         Slurm's backfill plans whole nodes: a pending job's reservation takes the node(s) it
         would start on out of every later job's plan for its window, whatever GPUs of them it
@@ -1082,34 +1097,47 @@ class _Profile:
         `node_gpus` (its whole nodes' GPUs) at each step of the window; not before `after`
         (when particular nodes hold the job: `Replay._node_earliest`)."""
         if after > horizon:
-            return
-        first = 0
-        if after > self.times[0]:
-            first = self._step(after)
-        times = self.times
-        ok = self.avail >= g
-        ok[:first] = False
-        i = int(ok.argmax())
-        if not ok[i]:
-            return  # never g free in the plan
-        # the earliest step from which g stay free for lim: usually the first one that has g
-        # (the profile mostly rises as running jobs end); ndarray methods, not np.* wrappers,
-        # because this runs ~a million times in a long replay
-        while True:
-            if times[i] > horizon:
-                return
-            stop = int(times.searchsorted(times[i] + lim, "right"))
-            window = ok[i:stop]
-            if _all(window):
-                break
-            j = i + int(window.argmin())  # the first step short of g: start after it
-            k = int(ok[j:].argmax())
-            if not ok[j + k]:
-                return
-            i = j + k
-        k = self._step(times[i] + lim)
+            return INF
+        first = self._step(after) if after > self.times[0] else 0
+        i = self._earliest(g, lim, first)
+        if i < 0 or self.times[i] > horizon:
+            return INF
+        start = float(self.times[i])
+        k = self._step(start + lim)
         held = self.avail[i:k]
         held -= np.minimum(held, max(node_gpus, g))
+        return start
+
+    def _earliest(self, g: float, lim: float, first: int) -> int:
+        """The first step from `first` on where `g` GPUs stay free for `lim` (every step up
+        to its time + lim); -1 if none. Only the start of a run of steps with `g` free can
+        be it (a later step of the run has less of the run left), and it is when the run's
+        end (the first step short of `g`; none: INF) comes after its time + lim."""
+        times = self.times
+        ok = self.avail[first:] >= g
+        # usually the first run: the profile mostly rises as running jobs end (ndarray
+        # methods, not np.* wrappers: this runs ~a million times in a long replay)
+        i = int(ok.argmax())
+        if not ok[i]:
+            return -1
+        i += first
+        stop = int(times.searchsorted(times[i] + lim, "right"))
+        window = ok[i - first : stop - first]
+        if _all(window):
+            return i
+        # the other runs at once: their starts and ends (change points, alternating)
+        edge = (ok[1:] != ok[:-1]).nonzero()[0]
+        edge = edge[1:] if ok[0] else edge[2:]  # less the first run (tried above), its end
+        starts, ends = edge[0::2], edge[1::2]
+        n = len(ends)
+        if n:  # (edges are one short of their steps: + 1 below)
+            tt = times[first + 1 :]
+            good = tt[ends] > tt[starts[:n]] + lim
+            k = int(good.argmax())
+            if good[k]:
+                return first + 1 + int(starts[k])
+        # the last run, if it lasts to the end of the plan
+        return first + 1 + int(starts[n]) if len(starts) > n else -1
 
 
 _all = np.logical_and.reduce  # ndarray.all() without its Python-level wrapper

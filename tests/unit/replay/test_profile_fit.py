@@ -1,0 +1,80 @@
+"""Backfill's profile (`engine._Profile`) against a plain recomputation: the earliest fit
+found from every run of free steps at once, steps made in a buffer that grows, and the
+reservation it makes, on random profiles."""
+
+import array
+
+import numpy as np
+import pytest
+
+from slurmgpu.replay.engine import INF, _Profile
+
+
+def plain_earliest(times, avail, g, lim, first):
+    """The first step from `first` whose GPUs stay >= g at every step up to its time + lim."""
+    for i in range(first, len(times)):
+        if all(avail[j] >= g for j in range(i, len(times)) if times[j] <= times[i] + lim):
+            return i
+    return -1
+
+
+def random_profile(rng, steps):
+    t = float(rng.integers(0, 1000)) + 0.5
+    ends = np.sort(t + rng.choice(np.arange(1, 20 * steps), steps, replace=False) * 30.0)
+    gpus = rng.integers(1, 9, steps).astype(float)
+    prof = _Profile(t, float(rng.integers(0, 6)), array.array("d", ends), array.array("d", gpus))
+    for _ in range(int(rng.integers(0, 30))):  # earlier reservations: a profile with holes
+        at = float(rng.choice(prof.times))
+        g = float(rng.integers(1, 17))
+        prof.reserve(g, 30.0 * int(rng.integers(1, 40)), INF, float(rng.integers(0, 17)), at)
+    return prof
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_earliest_fit_is_the_first_step_that_holds_the_job(seed):
+    rng = np.random.default_rng(seed)
+    prof = random_profile(rng, int(rng.integers(1, 60)))
+    times, avail = prof.times.tolist(), prof.avail.tolist()
+    for _ in range(30):
+        # a GPU count the profile has at some steps and not others: the runs are many
+        g, lim = (
+            float(rng.choice(avail)) + float(rng.integers(0, 2)),
+            30.0 * int(rng.integers(0, 60)),
+        )
+        first = int(rng.integers(0, len(times)))
+        assert prof._earliest(g, lim, first) == plain_earliest(times, avail, g, lim, first)
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_reserve_holds_its_window_and_leaves_the_rest(seed):
+    rng = np.random.default_rng(100 + seed)
+    prof = random_profile(rng, int(rng.integers(1, 40)))
+    for _ in range(20):
+        before = dict(zip(prof.times.tolist(), prof.avail.tolist(), strict=True))
+        at = lambda x, before=before: before[max(s for s in before if s <= x)]  # noqa: E731
+        g, lim = float(rng.integers(1, 9)), 30.0 * int(rng.integers(1, 60))
+        after = float(rng.choice(prof.times)) + float(rng.integers(0, 2)) * 7.0
+        horizon = prof.times[0] + float(rng.integers(0, 2000)) * 10.0
+        node = 8.0 * int(rng.integers(1, 3))
+        start = prof.reserve(g, lim, horizon, node, after)
+        steps, free = prof.times.tolist(), prof.avail.tolist()
+        assert steps == sorted(set(steps))  # strictly increasing, whatever was inserted
+        if start == INF:  # no fit from `after` on, or only past the horizon
+            assert free == [at(s) for s in steps]
+            k = steps.index(max(s for s in steps if s <= max(after, steps[0])))
+            fit = plain_earliest(steps, [at(s) for s in steps], g, lim, k)
+            assert fit < 0 or steps[fit] > horizon or after > horizon
+            continue
+        i = steps.index(start)
+        assert start >= after and start <= horizon
+        assert i == plain_earliest(
+            steps,
+            [at(s) for s in steps],
+            g,
+            lim,
+            steps.index(max(s for s in steps if s <= max(after, steps[0]))),
+        )
+        for s, f in zip(steps, free, strict=True):
+            was = at(s)
+            held = start <= s < start + lim
+            assert f == (was - min(was, max(node, g)) if held else was)
