@@ -17,6 +17,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -216,8 +217,45 @@ def apply_measures(
                 size[row] = float(m.gpu_memory_mib)
         counts, warnings = dict(result.measured), result.warnings
     work["util"], work["mem_used_mib"], work["gpu_mem_mib"] = util, mem, size
+    if sources:
+        # the frame carries the best measure too: what the forecast by slice, `mig plan`'s
+        # demand and the replay of recommendations read (not only this stage's need)
+        frame["gpu_mem_used_mib"] = _float_column(mem)
     counts["slurm_gpuutil"] = int(slurm_measured.sum())
     return counts, warnings
+
+
+def _float_column(values: np.ndarray) -> Any:
+    import pyarrow as pa
+
+    return pd.array(values, dtype=pd.ArrowDtype(pa.float64()))
+
+
+def with_measured_memory(
+    frame: pd.DataFrame, sources: Sequence[MeasureSource]
+) -> tuple[pd.DataFrame, tuple[MeasureWarning, ...]]:
+    """A copy of the loaded frame whose `gpu_mem_used_mib` (one GPU's high-water mark) is
+    what the measure sources measured where they measured a run (the collector's or
+    jobstats' summaries win over sacct's own `gres/gpumem`, as in `apply_measures`), and what
+    the sources could not do. The replay reads it so that a job whose measured memory fits a
+    MIG slice is replayed as fitting one on a Slurm that records no `gres/gpumem`."""
+    from slurmgpu.measure.apply import measure_runs
+
+    out = frame.copy()
+    if not sources or not len(frame):
+        return out, ()
+    work = pd.DataFrame(
+        {"gpus": np.nan_to_num(num(frame, "gpu_equiv")), "start": dt_column(frame, "start")},
+        index=frame.index,
+    )
+    refs, rows = run_refs(frame, work, _admin_comment_markers(sources))
+    result = measure_runs(refs, sources)
+    mem = num(frame, "gpu_mem_used_mib").astype(float).copy()
+    for key, m in result.by_run.items():
+        if m.mem_used_max_mib is not None:
+            mem[rows[key]] = float(m.mem_used_max_mib)
+    out["gpu_mem_used_mib"] = _float_column(mem)
+    return out, result.warnings
 
 
 def _admin_comment_markers(sources: Sequence[MeasureSource]) -> tuple[str, ...] | None:

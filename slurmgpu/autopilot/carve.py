@@ -96,9 +96,15 @@ def mig_models(inventories: Mapping[str, Any], parts: Mapping[str, Sequence[str]
 def forecast_by_slice(p: Any, models: Mapping[str, Any]) -> Any:
     """The pass's forecast `--by slice`, or None (a note) when it cannot be made."""
     from slurmgpu.accounting.options import AnalysisOptions
+    from slurmgpu.autopilot.measured import measure_sources
     from slurmgpu.forecast import ForecastOptions, forecast
 
-    analysis = AnalysisOptions(files=p.files, tiers=p.opts.policy, replay_effects="never")
+    analysis = AnalysisOptions(
+        files=p.files,
+        tiers=p.opts.policy,
+        replay_effects="never",
+        measure_sources=measure_sources(),
+    )
     opts = ForecastOptions(
         analysis, p.opts.forecast_freq, p.opts.forecast_horizon, by="slice", need_models=models
     )

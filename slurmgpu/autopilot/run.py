@@ -17,6 +17,7 @@ from typing import Any
 
 from slurmgpu.autopilot import guardrails
 from slurmgpu.autopilot.decide import Decision, decide, rebalance_plan
+from slurmgpu.autopilot.measured import measure_sources
 from slurmgpu.autopilot.records import (
     ChangeRecord,
     MigChange,
@@ -222,7 +223,10 @@ def _history(p: _Pass):
         target.write_text(text, encoding="utf-8", errors="surrogateescape")
         files = [str(target)]
     p.files = files
-    return load_for_replay(files, p.opts.advise.replay)
+    ropts = replace(p.opts.advise.replay, measure_sources=measure_sources())
+    ropts, trace = load_for_replay(files, ropts)
+    p.notes.extend(f"measures: {n}" for n in trace.measure_notes)
+    return ropts, trace
 
 
 def _open_apply(records: list[ChangeRecord]) -> ChangeRecord | None:
@@ -309,7 +313,12 @@ def _forecast(p: _Pass) -> tuple[tuple[str, float, float], ...]:
     from slurmgpu.errors import SlurmgpuError
     from slurmgpu.forecast import ForecastOptions, forecast
 
-    analysis = AnalysisOptions(files=p.files, tiers=p.opts.policy, replay_effects="never")
+    analysis = AnalysisOptions(
+        files=p.files,
+        tiers=p.opts.policy,
+        replay_effects="never",
+        measure_sources=measure_sources(),
+    )
     try:
         fc = forecast(ForecastOptions(analysis, p.opts.forecast_freq, p.opts.forecast_horizon))
     except SlurmgpuError as exc:

@@ -56,6 +56,10 @@ class ReplayOptions:
     env: Mapping[str, str] | None = None
     store: str | None = None  # an accounting store (`slurmgpu ingest`) instead of dumps
     clusters: tuple[str, ...] = ()  # with `store`: only these clusters of it
+    # measure sources (`measure.build_measure_sources`): a run's measured GPU memory (the
+    # collector's / jobstats' summaries) over sacct's gres/gpumem, so jobs that fit a MIG
+    # slice by what they used are replayed as such where Slurm records no gres/gpumem
+    measure_sources: tuple[Any, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -117,10 +121,12 @@ def load_for_replay(
         shards_per_gpu=options.shards_per_gpu,
         store=options.store,
         clusters=options.clusters,
+        keep_admin_comment=bool(options.measure_sources),
     )
+    frame, measure_notes = _measured(loaded.frame, options.measure_sources)
     # a partition's GPU type: --gpu-type, else what its runs' typed GRES say (as analyze reads
     # it), so a carve that analyze recommends on the same dump replays without --gpu-type
-    from_dump = partition_gpu_types(loaded.frame)
+    from_dump = partition_gpu_types(frame)
     options = replace(options, gpu_types={**from_dump, **options.gpu_types})
     model = build_model(options)
     # a partition's GPU type as the model knows it (--gpu-type, or its snapshots' GPUs)
@@ -129,9 +135,20 @@ def load_for_replay(
         p.gpu_type: p.gpu_memory_mib for p in model.partitions if p.gpu_type and p.gpu_memory_mib
     }
     trace = trace_for(
-        loaded.frame, {**types, **options.gpu_types}, {**memory, **options.gpu_memory_mib}, loaded
+        frame, {**types, **options.gpu_types}, {**memory, **options.gpu_memory_mib}, loaded
     )
-    return options, trace
+    return options, replace(trace, measure_notes=measure_notes)
+
+
+def _measured(frame: Any, sources: Sequence[Any]) -> tuple[Any, tuple[str, ...]]:
+    """The frame with the sources' measured GPU memory (none: as loaded), and one line per
+    thing a source could not measure."""
+    if not sources:
+        return frame, ()
+    from slurmgpu.accounting.runs import with_measured_memory
+
+    measured, warnings = with_measured_memory(frame, sources)
+    return measured, tuple(str(w) for w in warnings)
 
 
 def _with_live(options: ReplayOptions) -> ReplayOptions:

@@ -51,6 +51,7 @@ def load_history(
     shards_per_gpu: Mapping[str, float] | None = None,
     store: str | os.PathLike[str] | None = None,
     clusters: Sequence[str] = (),
+    keep_admin_comment: bool = False,
 ) -> Any:
     """The accounting loader's result (`accounting.load.LoadResult`: the frame, and every
     rejected row with file, line and reason) for the dumps, or for the runs of an
@@ -59,7 +60,10 @@ def load_history(
     from slurmgpu.sources.sacct import json_dump_records
 
     options = load_mod.Options(
-        timezone=timezone, tier_for_qos=tier_for_qos, shards_per_gpu=dict(shards_per_gpu or {})
+        timezone=timezone,
+        tier_for_qos=tier_for_qos,
+        shards_per_gpu=dict(shards_per_gpu or {}),
+        keep_admin_comment=keep_admin_comment,  # the measure sources read summaries there
     )
     if store is not None:
         from dataclasses import replace

@@ -86,6 +86,8 @@ class ReplayTrace:
     rejected: tuple[tuple[str, int, str], ...] = ()
     # per job: when it was cancelled while pending (NaN: it was not); None: no such job
     cancel_s: np.ndarray | None = None
+    # what the measure sources (ReplayOptions.measure_sources) could not measure, as lines
+    measure_notes: tuple[str, ...] = ()
 
     def cancelled_pending(self) -> np.ndarray:
         """Per job: whether it was cancelled while pending in the recorded history."""

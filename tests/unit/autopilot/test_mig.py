@@ -12,15 +12,18 @@ from __future__ import annotations
 import dataclasses
 import datetime as dt
 import json
+from dataclasses import replace
 from types import SimpleNamespace
 
 import numpy as np
 import pytest
 
+from slurmgpu.accounting.options import AnalysisOptions
 from slurmgpu.autopilot import AutopilotOptions, approve, autopilot
 from slurmgpu.autopilot import carve as carve_mod
 from slurmgpu.autopilot import run as run_mod
 from slurmgpu.autopilot.carve import MigSite, parted_yaml
+from slurmgpu.autopilot.measured import measure_sources
 from slurmgpu.autopilot.records import StateDir, read_changes
 from slurmgpu.errors import SlurmgpuError
 from slurmgpu.forecast.pipeline import Forecast, PartitionForecast, Point
@@ -428,3 +431,51 @@ def test_the_real_chain_forecast_plan_replay_carves_for_queued_small_jobs(tmp_pa
     assert pred.mean_wait_before_s > 200 and pred.mean_wait_after_s < 10 and res.score < -0.5
     assert pred.change_high_s < 0  # a gain at the worst end of the perturbed replays
     assert world.calls == ["mig apply gpu03 slurmgpu-ap-gpu03"]
+
+
+def _collector_token(raw: int, start: int, end: int, mem_mib: float) -> str:
+    """The collector's AdminComment summary (`SG1:`) of a 1-GPU run on an H100."""
+    from slurmgpu.measure.summary import GpuSummary, JobSummary, encode
+
+    from ..accounting.sacct_text import B
+
+    gpu = GpuSummary(0, None, None, "GPU-0", 81559.0, mem_mib, 10.0, 5, 5)
+    return encode(JobSummary(str(raw), "", "gpu03", B + start + 5, B + end - 5, 5, (gpu,)))
+
+
+def test_collector_summaries_stand_in_for_gpumem_in_the_forecast_and_the_replay(tmp_path):
+    """A Slurm that records no gres/gpumem (22.05 without NVML in slurmd): the collector's
+    summaries in AdminComment are the measured memory that the pass's forecast by slice and
+    its replay read (autopilot.run.measure_sources), so the 5 GB jobs count as 1g demand and
+    replay as fitting a slice; without them neither happens."""
+    from slurmgpu.forecast import ForecastOptions, forecast
+    from slurmgpu.model.catalog import resolve
+    from slurmgpu.replay import ReplayOptions, load_for_replay
+
+    from ..accounting.sacct_text import job, text
+
+    rows = []
+    for k in range(3 * 48):  # 3 days, a 20-minute job every half hour
+        start = k * 1800
+        end = start + 1200
+        admin = _collector_token(k + 1, start, end, 5000.0)
+        rows.append(job(k + 1, "infer", start, start, end, "gres/gpu:h100=1,gres/gpu=1",
+                        tl=3600, admin=admin))  # fmt: skip
+    history = tmp_path / "h.sacct"
+    history.write_text(text(rows))
+    analysis = AnalysisOptions(files=(str(history),), replay_effects="never",
+                               measure_sources=measure_sources())  # fmt: skip
+    models = {"infer": resolve("h100")}
+    fc = forecast(ForecastOptions(analysis, "1h", "1d", by="slice", need_models=models))
+    slices = {p.slice for p in fc.slices("infer")}
+    assert "1g" in slices, slices
+    bare = replace(analysis, measure_sources=())
+    fc0 = forecast(ForecastOptions(bare, "1h", "1d", by="slice", need_models=models))
+    assert "1g" not in {p.slice for p in fc0.slices("infer")}, fc0.by_partition
+
+    ropts = ReplayOptions(capacity={"infer": 8}, gpu_types={"infer": "h100"})
+    _, measured = load_for_replay([str(history)], replace(ropts, measure_sources=measure_sources()))
+    _, bare_trace = load_for_replay([str(history)], ropts)
+    assert np.allclose(measured.need_mib, 5000.0), measured.need_mib
+    assert np.isnan(bare_trace.need_mib).all()
+    assert measured.measure_notes == ()
