@@ -124,7 +124,7 @@ def test_emit_changes_nothing_and_a_move_in_the_include_file_survives_reconfigur
     try:
         conf = _include(cluster)
         original = conf.read_text()
-        _backlog(cluster)
+        waiting = _backlog(cluster)
         durable = ("--partitions-conf", str(conf))
 
         # --emit: the new include file and its diff in DIR, nothing live changed
@@ -139,7 +139,11 @@ def test_emit_changes_nothing_and_a_move_in_the_include_file_survives_reconfigur
         assert new != original and f"--- {conf}" in (out / "changes.diff").read_text()
         assert (out / "steps.txt").read_text().splitlines()[-1] == "scontrol reconfigure"
 
-        # applied by hand: the diff patched into the live file, one `scontrol reconfigure`
+        # applied by hand: the diff patched into the live file, one `scontrol reconfigure`;
+        # the waiting job is held meanwhile: were it to start on the moved node, that node
+        # would no longer be the one idle the longest and the live run below would pick the
+        # other (a real difference of state, not of emit and apply)
+        cluster.scontrol("hold", str(waiting))
         subprocess.run(["patch", "-s", str(conf), str(out / "changes.diff")], check=True)
         assert conf.read_text() == new
         cluster.scontrol("reconfigure")
@@ -150,6 +154,8 @@ def test_emit_changes_nothing_and_a_move_in_the_include_file_survives_reconfigur
         conf.write_text(original)
         cluster.scontrol("reconfigure")
         assert partition_nodes(cluster, "train") == "gpu[01-02]"
+        cluster.scontrol("release", str(waiting))
+        cluster.wait_job_state(waiting, "PENDING", timeout=10)
         applied = rebalance(cluster, log, "apply", *FAST, *durable)
         assert applied.returncode == 0, applied.stderr
         assert f"written to {conf}" in applied.stdout
