@@ -7,6 +7,7 @@ import json
 import re
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -116,6 +117,17 @@ def _backlog(cluster: MultiNodeCluster) -> int:
     return waiting
 
 
+def _wait_reason(cluster: MultiNodeCluster, job: int, reasons: tuple[str, ...]) -> None:
+    """Until the scheduler has looked at the job again (a released job's reason is `None`
+    until then, and rebalance rightly does not count it as waiting for nodes)."""
+    deadline = time.monotonic() + 30
+    while (
+        reason := cluster.run(["squeue", "-h", "-j", str(job), "-o", "%r"]).stdout.strip()
+    ) not in reasons:
+        assert time.monotonic() < deadline, f"job {job} pending reason {reason!r}"
+        time.sleep(0.5)
+
+
 def test_emit_changes_nothing_and_a_move_in_the_include_file_survives_reconfigure(
     fleet_cluster: MultiNodeCluster, tmp_path
 ) -> None:
@@ -155,7 +167,7 @@ def test_emit_changes_nothing_and_a_move_in_the_include_file_survives_reconfigur
         cluster.scontrol("reconfigure")
         assert partition_nodes(cluster, "train") == "gpu[01-02]"
         cluster.scontrol("release", str(waiting))
-        cluster.wait_job_state(waiting, "PENDING", timeout=10)
+        _wait_reason(cluster, waiting, ("Resources", "Priority"))
         applied = rebalance(cluster, log, "apply", *FAST, *durable)
         assert applied.returncode == 0, applied.stderr
         assert f"written to {conf}" in applied.stdout
