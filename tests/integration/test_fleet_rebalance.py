@@ -117,6 +117,12 @@ def _backlog(cluster: MultiNodeCluster) -> int:
     return waiting
 
 
+def _file_partitions(text: str) -> dict[str, str]:
+    """{partition: Nodes=} of the include file's train and infer lines."""
+    found = dict(re.findall(r"^PartitionName=(\S+) Nodes=(\S+)", text, re.M))
+    return {p: found[p] for p in ("train", "infer")}
+
+
 def _wait_reason(cluster: MultiNodeCluster, job: int, reasons: tuple[str, ...]) -> None:
     """Until the scheduler has looked at the job again (a released job's reason is `None`
     until then, and rebalance rightly does not count it as waiting for nodes)."""
@@ -161,6 +167,7 @@ def test_emit_changes_nothing_and_a_move_in_the_include_file_survives_reconfigur
         cluster.scontrol("reconfigure")
         by_hand = {p: partition_nodes(cluster, p) for p in ("train", "infer")}
         assert by_hand["train"] != "gpu[01-02]", by_hand
+        assert by_hand == _file_partitions(new)
 
         # put it back, then the live run: the same file and the same partitions
         conf.write_text(original)
@@ -168,17 +175,26 @@ def test_emit_changes_nothing_and_a_move_in_the_include_file_survives_reconfigur
         assert partition_nodes(cluster, "train") == "gpu[01-02]"
         cluster.scontrol("release", str(waiting))
         _wait_reason(cluster, waiting, ("Resources", "Priority"))
+        # emit once more on the state the live run sees: which of the two idle nodes is idle
+        # the longest can change meanwhile (the by-hand move and reconfigures touch the nodes'
+        # LastBusyTime on some releases), and emit must match apply on the same state
+        again = tmp_path / "emit-again"
+        emitted = rebalance(cluster, log, "apply", *FAST, *durable, "--emit", str(again))
+        assert emitted.returncode == 0, emitted.stderr
+        assert conf.read_text() == original and not log.exists()
+        expected = (again / conf.name).read_text()
         applied = rebalance(cluster, log, "apply", *FAST, *durable)
         assert applied.returncode == 0, applied.stderr
         assert f"written to {conf}" in applied.stdout
-        assert conf.read_text() == new
-        assert {p: partition_nodes(cluster, p) for p in ("train", "infer")} == by_hand
+        assert conf.read_text() == expected
+        moved = {p: partition_nodes(cluster, p) for p in ("train", "infer")}
+        assert moved == _file_partitions(expected) and moved["train"] != "gpu[01-02]"
 
         # durable: a reconfigure and a slurmctld restart keep the move
         cluster.scontrol("reconfigure")
-        assert {p: partition_nodes(cluster, p) for p in ("train", "infer")} == by_hand
+        assert {p: partition_nodes(cluster, p) for p in ("train", "infer")} == moved
         cluster.restart_slurmctld()
-        assert {p: partition_nodes(cluster, p) for p in ("train", "infer")} == by_hand
+        assert {p: partition_nodes(cluster, p) for p in ("train", "infer")} == moved
 
         # --undo puts both the live partitions and the file back
         undo = rebalance(cluster, log, "apply", "--undo")
