@@ -84,7 +84,7 @@ NEED = USED_MIB / GPU_MIB
 # the saved history: 72 hours before today's, each with the mix of 24 1-GPU jobs of 15 min
 HISTORY_H, HISTORY_RUN_S = 72, 900
 HEADER = (
-    "JobIDRaw|JobID|Partition|QOS|Account|User|Submit|Start|End|ElapsedRaw|TimelimitRaw|State|"
+    "Cluster|JobIDRaw|JobID|Partition|QOS|Account|User|Submit|Start|End|ElapsedRaw|TimelimitRaw|State|"
     "AllocTRES|TRESUsageInMax|AdminComment"
 )
 
@@ -96,7 +96,7 @@ def summary_comment(job: int | str, start: int, end: int, minor: int) -> str:
     return merge_admin_comment("", summary)
 
 
-def history_dump(path: Path, before: int) -> None:
+def history_dump(path: Path, before: int, cluster_name: str) -> None:
     """sacct -P text of the days before `before` (epoch, an hour boundary): each hour the mix
     submitted at once on the 8 whole A100s, so it runs in three waves (as phase A does)."""
     qos = [q for q, n in MIX for _ in range(n)]
@@ -109,8 +109,8 @@ def history_dump(path: Path, before: int) -> None:
             end = start + HISTORY_RUN_S
             admin = summary_comment(jid, start, end, k % 8)
             rows.append(
-                f"{jid}|{jid}|mig|{q}|acct|u|{submit}|{start}|{end}|{HISTORY_RUN_S}|60|COMPLETED|"
-                f"cpu=1,gres/gpu:a100=1,gres/gpu=1,node=1||{admin}"
+                f"{cluster_name}|{jid}|{jid}|mig|{q}|acct|u|{submit}|{start}|{end}|"
+                f"{HISTORY_RUN_S}|60|COMPLETED|cpu=1,gres/gpu:a100=1,gres/gpu=1,node=1||{admin}"
             )
             jid += 1
     path.write_text(HEADER + "\n" + "\n".join(rows) + "\n")
@@ -235,7 +235,10 @@ def test_autopilot_carves_mig_slices_from_the_forecast_and_small_jobs_run_on_the
 
         # the history: the saved days before this hour, and the live sacct of phase A
         history = tmp_path / "history.sacct"
-        history_dump(history, int(time.time()) // 3600 * 3600)
+        config = cluster.run(["scontrol", "show", "config"]).stdout
+        name = next(ln.split("=", 1)[1].strip() for ln in config.splitlines()
+                    if ln.startswith("ClusterName"))  # fmt: skip
+        history_dump(history, int(time.time()) // 3600 * 3600, name)
         live = tmp_path / "live.sacct"
         now = dt.datetime.now(dt.UTC).replace(microsecond=0)
         live.write_text(sacct_text(since, now, env=cluster.env), errors="surrogateescape")
@@ -269,7 +272,7 @@ def test_autopilot_carves_mig_slices_from_the_forecast_and_small_jobs_run_on_the
         assert carve.startswith("carve:mig:") and "1g.5gb=" in carve, carve
         assert [m["node"] for m in dry["mig"]] == [NODE]
         assert any("MIG mig: forecast demand 1g=" in n for n in dry["notes"]), dry["notes"]
-        (pred,) = dry["predicted"]
+        (pred,) = [x for x in dry["predicted"] if x["partition"] == "mig"]
         assert pred["mean_wait_after_s"] < pred["mean_wait_before_s"] and dry["score"] < 0
         assert (gres_conf.read_text(), cluster.slurm_conf.read_text(), layout(cluster)) == old
         assert not state.exists()
