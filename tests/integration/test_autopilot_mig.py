@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import re
 import subprocess
 import sys
 import time
@@ -183,11 +184,22 @@ def mean_wait(rows: list[dict[str, str]], qos: str | None = None) -> float:
     return sum(int(r["start"]) - int(r["submit"]) for r in sel) / len(sel)
 
 
-def allocated_equiv(tres: str) -> float:
+def job_gres(cluster: MultiNodeCluster, rows: list[dict[str, str]]) -> None:
+    """Each row's `gres`: what Slurm gave the job (`scontrol show -d job`'s
+    `JOB_GRES=gpu:1g.5gb:1`, kept for a finished job; sacct's AllocTRES has only the types
+    in AccountingStorageTRES). Read while slurmctld still lists the jobs (MinJobAge)."""
+    for r in rows:
+        text = cluster.scontrol("show", "-d", "job", r["job"])
+        m = re.search(r"\bJOB_GRES=(gpu:\S+)", text)
+        assert m, text
+        r["gres"] = m.group(1)
+
+
+def allocated_equiv(gres: str) -> float:
     """GPU-equivalents of one 1-GPU allocation: a whole A100 1, a 1g.5gb slice 1/7."""
-    if "gres/gpu:1g.5gb=1" in tres:
+    if gres == "gpu:1g.5gb:1":
         return 1 / 7
-    assert "gres/gpu:a100=1" in tres, tres
+    assert gres == "gpu:a100:1", gres
     return 1.0
 
 
@@ -196,7 +208,7 @@ def need_allocation(rows: list[dict[str, str]]) -> float:
     used = alloc = 0.0
     for r in rows:
         run = int(r["end"]) - int(r["start"])
-        a = allocated_equiv(r["tres"])
+        a = allocated_equiv(r["gres"])
         used += min(NEED, a) * run
         alloc += a * run
     return used / alloc
@@ -229,6 +241,8 @@ def test_autopilot_carves_mig_slices_from_the_forecast_and_small_jobs_run_on_the
         time.sleep(2)  # slurmdbd has the last job's end
         rows_a = sacct_rows(cluster, before)
         assert len(rows_a) == len(before)
+        job_gres(cluster, rows_a)
+        assert {r["gres"] for r in rows_a} == {"gpu:a100:1"}, rows_a
         store_measures(cluster, rows_a)
         stored = {r["job"]: r["admin"] for r in sacct_rows(cluster, before)}
         assert all("sg1:" in a.lower() for a in stored.values()), stored
@@ -308,10 +322,11 @@ def test_autopilot_carves_mig_slices_from_the_forecast_and_small_jobs_run_on_the
         time.sleep(2)
         rows_b = sacct_rows(cluster, after_jobs)
         assert len(rows_b) == len(after_jobs)
+        job_gres(cluster, rows_b)
         rows = rows_a + rows_b
         assert {r["state"] for r in rows} == {"COMPLETED"}, rows  # 0 jobs lost
         assert {r["nodes"] for r in rows} == {NODE}
-        assert all("gres/gpu:1g.5gb=1" in r["tres"] for r in rows_b), rows_b
+        assert {r["gres"] for r in rows_b} == {"gpu:1g.5gb:1"}, [r["tres"] for r in rows_b]
         w = {
             "all_a": mean_wait(rows_a), "all_b": mean_wait(rows_b),
             "p0_a": mean_wait(rows_a, "p0"), "p0_b": mean_wait(rows_b, "p0"),
