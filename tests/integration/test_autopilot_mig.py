@@ -334,6 +334,7 @@ def test_autopilot_carves_mig_slices_from_the_forecast_and_small_jobs_run_on_the
         share = (need_allocation(rows_a), need_allocation(rows_b))
         span = [max(int(r["end"]) for r in x) - min(int(r["submit"]) for r in x)
                 for x in (rows_a, rows_b)]  # fmt: skip
+        print(*(n for n in first["notes"] if "forecast demand" in n))
         print(f"carve {carve}: {slices} x 1g.5gb, {whole} whole; mig apply pass {apply_s:.0f} s")
         print("predicted:", json.dumps(first["predicted"]), "score", first["score"])
         print("measured mean waits (s):", w, "phase spans (s):", span)
