@@ -21,6 +21,7 @@ from __future__ import annotations
 import argparse
 import heapq
 import json
+import os
 
 import numpy as np
 
@@ -189,6 +190,7 @@ def main() -> None:
         for seed in range(args.seeds):
             table.append(evaluate(scenario, cfg, seed, args))
     summarize(table, names)
+    os.makedirs("benchmarks/out", exist_ok=True)  # gitignored: absent in a fresh clone
     with open(f"benchmarks/out/forecast_accuracy-{args.seed_set}.json", "w") as fh:
         json.dump(table, fh, indent=1)
 
