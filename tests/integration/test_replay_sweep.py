@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -64,9 +65,17 @@ def test_sweep_via_slurm_equals_the_in_process_sweep(slurm_cluster: SlurmCluster
     # the candidates really differ from the baseline, or equality would prove little
     assert got["scenarios"][0]["by_partition"] != got["baseline"]["by_partition"]
     job = _job_id(proc.stderr)
-    rows = slurm_cluster.run(["sacct", "-n", "-X", "-P", "-j", job,
-                              "--format=JobID,State,ExitCode"]).stdout.split()  # fmt: skip
-    assert sorted(rows) == [f"{job}_{i}|COMPLETED|0:0" for i in range(3)]
+    # slurmctld sends each task's end to slurmdbd on its own: the gatherer has seen every
+    # task end, but sacct may not list them all yet (CI saw one of three), so poll
+    want = [f"{job}_{i}|COMPLETED|0:0" for i in range(3)]
+    deadline = time.monotonic() + 30
+    while True:
+        rows = slurm_cluster.run(["sacct", "-n", "-X", "-P", "-j", job,
+                                  "--format=JobID,State,ExitCode"]).stdout.split()  # fmt: skip
+        if sorted(rows) == want or time.monotonic() > deadline:
+            break
+        time.sleep(0.5)
+    assert sorted(rows) == want
     [run] = (tmp_path / "work").iterdir()
     assert sorted(p.name for p in (run / "results").iterdir()) == ["0.json", "1.json", "2.json"]
     assert (run / "trace.npz").is_file()  # the tasks read the normalized trace, not the dump
@@ -102,7 +111,6 @@ def test_interrupting_the_gatherer_cancels_the_array(slurm_cluster: SlurmCluster
     import os
     import signal
     import subprocess
-    import time
 
     sweep = _sweep_file(tmp_path / "sweep.txt", CANDIDATES[:2])
     slow = tmp_path / "python-slow"
