@@ -1,13 +1,35 @@
-"""Backfill's profile (`engine._Profile`) against a plain recomputation: the earliest fit
-found from every run of free steps at once, steps made in a buffer that grows, and the
-reservation it makes, on random profiles."""
-
-import array
+"""Backfill's profile (`replay/profile.py`) against a plain recomputation: the earliest fit
+found run by run, steps made in a buffer that grows, and the reservation it makes, on random
+profiles."""
 
 import numpy as np
 import pytest
 
-from slurmgpu.replay.engine import INF, _Profile
+from slurmgpu.replay import profile as pf
+from slurmgpu.replay.engine import INF
+
+
+class Profile:
+    """The profile's three values (times, avail, length) with the functions on them."""
+
+    def __init__(self, t, free, ends, gpus):
+        self.buf = pf.build(t, free, ends, gpus)
+
+    @property
+    def times(self):
+        return self.buf[0][: self.buf[2]]
+
+    @property
+    def avail(self):
+        return self.buf[1][: self.buf[2]]
+
+    def reserve(self, g, lim, horizon, node_gpus, after):
+        times, avail, m, start = pf.reserve(*self.buf, g, lim, horizon, node_gpus, after)
+        self.buf = times, avail, m
+        return start
+
+    def earliest(self, g, lim, first):
+        return pf.earliest(*self.buf, g, lim, first)
 
 
 def plain_earliest(times, avail, g, lim, first):
@@ -22,7 +44,7 @@ def random_profile(rng, steps):
     t = float(rng.integers(0, 1000)) + 0.5
     ends = np.sort(t + rng.choice(np.arange(1, 20 * steps), steps, replace=False) * 30.0)
     gpus = rng.integers(1, 9, steps).astype(float)
-    prof = _Profile(t, float(rng.integers(0, 6)), array.array("d", ends), array.array("d", gpus))
+    prof = Profile(t, float(rng.integers(0, 6)), ends, gpus)
     for _ in range(int(rng.integers(0, 30))):  # earlier reservations: a profile with holes
         at = float(rng.choice(prof.times))
         g = float(rng.integers(1, 17))
@@ -42,7 +64,7 @@ def test_earliest_fit_is_the_first_step_that_holds_the_job(seed):
             30.0 * int(rng.integers(0, 60)),
         )
         first = int(rng.integers(0, len(times)))
-        assert prof._earliest(g, lim, first) == plain_earliest(times, avail, g, lim, first)
+        assert prof.earliest(g, lim, first) == plain_earliest(times, avail, g, lim, first)
 
 
 @pytest.mark.parametrize("seed", range(20))
@@ -78,3 +100,17 @@ def test_reserve_holds_its_window_and_leaves_the_rest(seed):
             was = at(s)
             held = start <= s < start + lim
             assert f == (was - min(was, max(node, g)) if held else was)
+
+
+@pytest.mark.parametrize("seed", range(10))
+def test_build_has_one_step_per_distinct_end(seed):
+    rng = np.random.default_rng(300 + seed)
+    t = float(rng.integers(0, 1000)) + 0.5
+    ends = np.sort(t + rng.integers(-5, 40, int(rng.integers(0, 50))) * 10.0)
+    gpus = rng.integers(1, 9, len(ends)).astype(float)
+    free = float(rng.integers(0, 6))
+    prof = Profile(t, free, ends, gpus)
+    at = np.maximum(ends, t + 1.0)  # an end before t + 1 counts at t + 1
+    steps = sorted(set(at.tolist()))
+    assert prof.times.tolist() == [t, *steps]
+    assert prof.avail.tolist() == [free] + [free + gpus[at <= s].sum() for s in steps]

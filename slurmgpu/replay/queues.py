@@ -1,0 +1,262 @@
+"""Pending jobs in priority order, and the heaps (compiled, `_jit.njit`).
+
+Why this shape: with multifactor priority = QOS weight + age weight, the jobs of one QOS that
+were never requeued are in priority order already in submit order, so each (partition, QOS)
+keeps a FIFO (a fixed slice of job ids, a head and a tail) plus a heap of requeued jobs
+(by eligibility), and a partition's priority order is a merge of a few heads, never a sort.
+Entries go stale instead of being removed (a backfilled job stays in its FIFO until the head
+passes it; a requeued job's old entry is skipped by `Jobs.where`). The heaps are binary heaps
+of (time, int) pairs in two arrays that double when full (all requeue heaps are rows of one
+pair of 2-D arrays); the event heap's int packs (kind, job, run), so that it orders events
+as the tuple (time, kind, job, run) would.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from slurmgpu.replay._jit import njit
+from slurmgpu.replay.state import C_HEAP, PENDING
+
+INF = math.inf
+_JOB_BITS, _RUN_BITS = 32, 26
+
+
+# --- heaps of (time, key) pairs in two arrays ---------------------------------------------
+@njit
+def _less(ta, ka, tb, kb):
+    return ta < tb or (ta == tb and ka < kb)
+
+
+@njit
+def sift_up(ht, hk, n, time, key):
+    """Put (time, key) into the heap `ht[:n], hk[:n]` (room for one more)."""
+    i = n
+    while i > 0:
+        up = (i - 1) >> 1
+        if not _less(time, key, ht[up], hk[up]):
+            break
+        ht[i] = ht[up]
+        hk[i] = hk[up]
+        i = up
+    ht[i] = time
+    hk[i] = key
+
+
+@njit
+def sift_down(ht, hk, n):
+    """Drop the least entry of the heap `ht[:n], hk[:n]` (read it first: `ht[0], hk[0]`)."""
+    n -= 1
+    if n == 0:
+        return
+    time, key = ht[n], hk[n]
+    i = 0
+    while True:
+        c = 2 * i + 1
+        if c >= n:
+            break
+        if c + 1 < n and _less(ht[c + 1], hk[c + 1], ht[c], hk[c]):
+            c += 1
+        if not _less(ht[c], hk[c], time, key):
+            break
+        ht[i] = ht[c]
+        hk[i] = hk[c]
+        i = c
+    ht[i] = time
+    hk[i] = key
+
+
+@njit
+def push_event(events, time, kind, job, run):
+    """Push an event; the heap's arrays double when full (the struct takes the new ones)."""
+    n = events.count[C_HEAP]
+    if n == len(events.heap_t):
+        grown_t = np.empty(2 * n)
+        grown_k = np.empty(2 * n, np.int64)
+        for i in range(n):
+            grown_t[i] = events.heap_t[i]
+            grown_k[i] = events.heap_k[i]
+        events.heap_t = grown_t
+        events.heap_k = grown_k
+    sift_up(events.heap_t, events.heap_k, n, time, event_key(kind, job, run))
+    events.count[C_HEAP] = n + 1
+
+
+@njit
+def pop_event(events):
+    """The earliest event (time, kind, job, run), taken off the heap."""
+    time = events.heap_t[0]
+    kind, job, run = event_parts(events.heap_k[0])
+    sift_down(events.heap_t, events.heap_k, events.count[C_HEAP])
+    events.count[C_HEAP] -= 1
+    return time, kind, job, run
+
+
+@njit
+def push_requeued(queues, b, elig, job):
+    """Push (eligible, job) on requeue heap `b`; every heap's row doubles when one is full."""
+    n = queues.rq_n[b]
+    if n == queues.rq_t.shape[1]:
+        grown_t = np.empty((queues.rq_t.shape[0], 2 * n))
+        grown_j = np.empty((queues.rq_t.shape[0], 2 * n), np.int64)
+        for r in range(queues.rq_t.shape[0]):
+            for i in range(queues.rq_n[r]):
+                grown_t[r, i] = queues.rq_t[r, i]
+                grown_j[r, i] = queues.rq_j[r, i]
+        queues.rq_t = grown_t
+        queues.rq_j = grown_j
+    sift_up(queues.rq_t[b], queues.rq_j[b], n, elig, job)
+    queues.rq_n[b] = n + 1
+
+
+@njit
+def _pop_requeued(queues, b):
+    sift_down(queues.rq_t[b], queues.rq_j[b], queues.rq_n[b])
+    queues.rq_n[b] -= 1
+
+
+@njit
+def event_key(kind, job, run):
+    """(kind, job, run) as one int that sorts as the tuple does."""
+    return (kind << (_JOB_BITS + _RUN_BITS)) | (job << _RUN_BITS) | run
+
+
+@njit
+def event_parts(key):
+    run = key & ((1 << _RUN_BITS) - 1)
+    job = (key >> _RUN_BITS) & ((1 << _JOB_BITS) - 1)
+    return key >> (_JOB_BITS + _RUN_BITS), job, run
+
+
+# --- priority ------------------------------------------------------------------------------
+@njit
+def priority(cfg, jobs, job, t):
+    """Slurm's multifactor priority (QOS + age, age in PriorityCalcPeriod steps), an integer
+    as Slurm keeps it: equal ones fall back to job id (submit order)."""
+    period = cfg.period
+    now = math.floor(t / period) * period if period > 1 else t
+    age = now - jobs.eligible[job]
+    if age < 0.0:
+        age = 0.0
+    age = age / cfg.max_age
+    if age > 1.0:
+        age = 1.0
+    return math.floor(cfg.qos_term[jobs.qos[job]] + cfg.weight_age * age)
+
+
+@njit
+def before(prio_a, job_a, prio_b, job_b):
+    """Job a comes before job b (higher priority, then lower job id)."""
+    return prio_a > prio_b or (prio_a == prio_b and job_a < job_b)
+
+
+# --- the sources of one partition: FIFO of QOS q (src = q), requeue heap (src = -1 - q) ----
+@njit
+def _live_requeued(jobs, t_elig, job, q):
+    return jobs.state[job] == PENDING and jobs.where[job] == -1 - q and jobs.eligible[job] == t_elig
+
+
+@njit
+def source_head(jobs, queues, nq, p, src):
+    """The live head of one FIFO or requeue heap, dropping stale entries; -1 if none."""
+    if src >= 0:
+        b = p * nq + src
+        head, tail = queues.fifo_head[b], queues.fifo_tail[b]
+        while head < tail:
+            j = queues.fifo[head]
+            if jobs.state[j] == PENDING and jobs.where[j] == src:
+                break
+            head += 1
+        queues.fifo_head[b] = head
+        return queues.fifo[head] if head < tail else -1
+    q = -1 - src
+    b = p * nq + q
+    while queues.rq_n[b] > 0:
+        elig, job = queues.rq_t[b, 0], queues.rq_j[b, 0]
+        if _live_requeued(jobs, elig, job, q):
+            return job
+        _pop_requeued(queues, b)
+    return -1
+
+
+@njit
+def pop_source(queues, nq, p, src):
+    """Take the head of a source (it just started)."""
+    if src >= 0:
+        queues.fifo_head[p * nq + src] += 1
+    else:
+        _pop_requeued(queues, p * nq - 1 - src)
+
+
+# --- up to `limit` pending jobs in priority order, without removing them (backfill) -------
+@njit
+def start_order(cfg, jobs, queues, nq, p, t):
+    """The cursors of a priority-order walk of partition `p` at `t`: per source, position,
+    end and head (job, priority); the requeued jobs' sorted copy."""
+    ns = 2 * nq
+    pos = np.zeros(ns, np.int64)
+    stop = np.zeros(ns, np.int64)
+    head = np.full(ns, -1, np.int64)
+    prio = np.zeros(ns, np.int64)
+    total = 0
+    for q in range(nq):
+        total += queues.rq_n[p * nq + q]
+    copy_t = np.empty(total)
+    copy_j = np.empty(total, np.int64)
+    k = 0
+    for q in range(nq):
+        b = p * nq + q
+        pos[2 * q] = queues.fifo_head[b]
+        stop[2 * q] = queues.fifo_tail[b]
+        # the live requeued jobs of QOS q, by (eligible, job)
+        lo = k
+        for i in range(queues.rq_n[b]):
+            elig, job = queues.rq_t[b, i], queues.rq_j[b, i]
+            if _live_requeued(jobs, elig, job, q):
+                j = k
+                while j > lo and _less(elig, job, copy_t[j - 1], copy_j[j - 1]):
+                    copy_t[j] = copy_t[j - 1]
+                    copy_j[j] = copy_j[j - 1]
+                    j -= 1
+                copy_t[j] = elig
+                copy_j[j] = job
+                k += 1
+        pos[2 * q + 1] = lo
+        stop[2 * q + 1] = k
+    for s in range(ns):
+        advance(cfg, jobs, queues, copy_j, pos, stop, head, prio, s, t)
+    return pos, stop, head, prio, copy_j
+
+
+@njit
+def advance(cfg, jobs, queues, copy_j, pos, stop, head, prio, s, t):
+    """Move source `s` to its next pending job (FIFO: whose live entry it holds)."""
+    q = s >> 1
+    head[s] = -1
+    while pos[s] < stop[s]:
+        if s & 1:
+            j = copy_j[pos[s]]
+            pos[s] += 1
+            if jobs.state[j] == PENDING:
+                head[s] = j
+                prio[s] = priority(cfg, jobs, j, t)
+                return
+        else:
+            j = queues.fifo[pos[s]]
+            pos[s] += 1
+            if jobs.where[j] == q and jobs.state[j] == PENDING:
+                head[s] = j
+                prio[s] = priority(cfg, jobs, j, t)
+                return
+
+
+@njit
+def best_source(head, prio):
+    """The source whose head comes first; -1 when all are empty."""
+    best = -1
+    for s in range(len(head)):
+        if head[s] >= 0 and (best < 0 or before(prio[s], head[s], prio[best], head[best])):
+            best = s
+    return best
