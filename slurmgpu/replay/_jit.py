@@ -15,9 +15,12 @@ files keep their size and time stamp).
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import hashlib
 import os
-from collections.abc import Callable
+import tempfile
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -99,6 +102,24 @@ if numba is not None:
 
         def preprocess_fields(self, fields):
             return tuple((name, _types.unliteral(t)) for name, t in fields)
+
+
+@contextlib.contextmanager
+def compile_lock() -> Iterator[None]:
+    """Held while a process compiles or loads the engine, so that processes starting at once
+    on a cold cache (pytest-xdist workers, a sweep's tasks) compile it once: the first one
+    compiles and saves, the others wait and load it from the cache. Per host and user."""
+    path = Path(tempfile.gettempdir()) / f"slurmgpu-replay-{os.getuid()}-{SOURCE_DIGEST:x}.lock"
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+    except OSError:  # no writable temp dir: compile unlocked
+        yield
+        return
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)
 
 
 def cached(make: Callable[[int], Callable]) -> Callable:

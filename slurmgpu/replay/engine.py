@@ -12,12 +12,13 @@ benchmarks/README.md has the speed.
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 
 import numpy as np
 
-from slurmgpu.replay.cluster import ClusterModel
-from slurmgpu.replay.jobs import ReplayTrace
+from slurmgpu.replay.cluster import ClusterModel, from_capacity
+from slurmgpu.replay.jobs import ReplayJob, ReplayTrace
 from slurmgpu.replay.state import (
     C_PREEMPTIONS,
     C_RUNS,
@@ -138,6 +139,28 @@ def engine_warnings() -> tuple[str, ...]:
     )
 
 
+_WARM = False
+
+
+def warm_up() -> float:
+    """Compile the engine, or load it from numba's cache, now (once per process; a forked
+    process inherits it): the CPU seconds it took. `replay` calls it; a caller that forks
+    workers calls it first so that each does not do it again."""
+    global _WARM
+    if _WARM:
+        return 0.0
+    from slurmgpu.replay import _jit
+    from slurmgpu.replay.loop import advance
+    from slurmgpu.replay.state import build
+
+    began = time.process_time()
+    trace = ReplayTrace.from_jobs([ReplayJob("1", "p", "q", "t", 0.0, 60.0, 120.0, 1.0)])
+    with _jit.compile_lock():  # a one-job replay: the same argument types as every replay's
+        advance(build(trace, from_capacity({"p": 8}), SchedConfig()))
+    _WARM = True
+    return time.process_time() - began
+
+
 def _spread(submit: np.ndarray) -> np.ndarray:
     """(`state.spread`, under its old name)"""
     return spread(submit)
@@ -148,6 +171,7 @@ def replay(trace: ReplayTrace, model: ClusterModel, config: SchedConfig | None =
     from slurmgpu.replay.loop import advance
     from slurmgpu.replay.state import build
 
+    warm_up()
     _, state = advance(build(trace, model, config or SchedConfig()))
     return outcome(state)
 
