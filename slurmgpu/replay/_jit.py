@@ -29,15 +29,16 @@ from typing import Any
 ENGINE_MODULES = ("_jit", "state", "profile", "nodes", "queues", "runs", "preempt", "backfill",
                   "loop")  # fmt: skip
 
-try:
-    if os.environ.get("NUMBA_DISABLE_JIT", "0") not in ("", "0"):
-        raise ImportError("NUMBA_DISABLE_JIT")
-    import numba
-except Exception as exc:  # missing, or broken (an llvmlite that does not load): plain Python
-    numba = None
-    WHY_NOT = f"{type(exc).__name__}: {exc}" if not isinstance(exc, ImportError) else str(exc)
-else:
-    WHY_NOT = ""
+# numba's own switch: the engine as plain Python on purpose (tests, debugging): no warning
+DISABLED = os.environ.get("NUMBA_DISABLE_JIT", "0") not in ("", "0")
+WHY_NOT = ""  # why numba did not import, when it did not
+numba: Any = None
+if not DISABLED:
+    try:
+        import numba
+    except Exception as exc:  # missing, or broken (an llvmlite that does not load)
+        numba = None
+        WHY_NOT = str(exc) if isinstance(exc, ImportError) else f"{type(exc).__name__}: {exc}"
 
 COMPILED = numba is not None
 
@@ -47,6 +48,14 @@ def njit(fn: Callable) -> Callable:
     if numba is None:
         return fn
     return numba.njit(fn)
+
+
+def inline(fn: Callable) -> Callable:
+    """`njit` for a small function called in the engine's inner loops: numba inlines it into
+    each caller (no call, and the array reference counts of the call are optimised away)."""
+    if numba is None:
+        return fn
+    return numba.njit(inline="always")(fn)
 
 
 def _digest() -> int:

@@ -24,7 +24,7 @@ import numpy as np
 
 from slurmgpu.replay import nodes as nd
 from slurmgpu.replay import profile as pf
-from slurmgpu.replay._jit import njit
+from slurmgpu.replay._jit import inline, njit
 from slurmgpu.replay.jobs import WHOLE
 from slurmgpu.replay.queues import advance, best_source, start_order
 from slurmgpu.replay.runs import has_free, shortest_limit, slice_choice, try_start
@@ -34,7 +34,7 @@ INF = math.inf
 _OWED_HEAD, _OWED_TAIL, _RESERVED, _NEWS = range(4)
 
 
-@njit
+@inline
 def fits_some(parts, p, free):
     """Whether some pending whole-GPU job asks for at most `free` GPUs."""
     for s in range(parts.size_hist.shape[1]):
@@ -43,35 +43,37 @@ def fits_some(parts, p, free):
     return False
 
 
-@njit
+@inline
 def _fail(parts, p, failed, flags, s, g, lim):
     """A job of `g` GPUs (size index s) and limit `lim` cannot start: nor can any later job
     of at least as many GPUs and as long a limit."""
+    seen, sizes = parts.seen, parts.sizes
     for k in range(len(failed)):
-        if (parts.seen[p, k] or k == s) and parts.sizes[k] >= g and lim < failed[k]:
+        if (seen[p, k] or k == s) and sizes[k] >= g and lim < failed[k]:
             failed[k] = lim
             flags[_NEWS] = 1
 
 
-@njit
-def _nothing_fits(parts, shortest, failed, flags, times, avail, m, t):
+@inline
+def _nothing_fits(parts, shortest, failed, flags, prof, meta, t):
     """No pending job of any GPU count can start: its count's shortest limit failed, or it
     does not fit the profile so far (nothing later in the pass can start)."""
     flags[_NEWS] = 0
+    sizes = parts.sizes
     for s in range(len(shortest)):
         lim = shortest[s]
         if lim == INF or lim >= failed[s]:
             continue
-        if pf.free_for(times, avail, m, t + lim) >= parts.sizes[s]:
+        if pf.free_for(prof, meta, t + lim) >= sizes[s]:
             return False
     return True
 
 
 @njit
-def _pay(cfg, jobs, nodes, parts, p, t, horizon, owed, flags, times, avail, m, g, lim):
+def _pay(cfg, jobs, nodes, parts, p, t, horizon, owed, flags, prof, meta, g, lim):
     """Make the owed reservations of a pass, in test order, up to bf_max_reservations (past
     it, blocked jobs get none). Given a job's `g` GPUs and `lim`, stop as soon as they leave
-    it no room (False); the rest stay owed. `(ok, times, avail, m)`."""
+    it no room (False); the rest stay owed. `(ok, prof)`."""
     per = parts.max_cap[p] if parts.max_cap[p] else 1
     while flags[_OWED_HEAD] < flags[_OWED_TAIL]:
         if flags[_RESERVED] >= cfg.bf_max_res:
@@ -82,14 +84,13 @@ def _pay(cfg, jobs, nodes, parts, p, t, horizon, owed, flags, times, avail, m, g
         bg = jobs.gpus[b]
         after = nd.node_earliest(jobs, nodes, parts, p, bg, t) if bg > 1 else t
         whole = float(-(-int(bg) // per) * per)  # the GPUs of the whole nodes it takes
-        times, avail, m, start = pf.reserve(times, avail, m, bg, jobs.limit[b], horizon, whole,
-                                            after)  # fmt: skip
+        prof, start = pf.reserve(prof, meta, bg, jobs.limit[b], horizon, whole, after)
         flags[_RESERVED] += 1
         # a reservation from after the job's window leaves the window as it was
         more = flags[_OWED_HEAD] < flags[_OWED_TAIL]
-        if g and more and start <= t + lim and not pf.free_until(times, avail, m, g, t + lim):
-            return False, times, avail, m
-    return True, times, avail, m
+        if g and more and start <= t + lim and not pf.free_until(prof, meta, g, t + lim):
+            return False, prof
+    return True, prof
 
 
 @njit
@@ -99,8 +100,7 @@ def backfill(cfg, jobs, nodes, parts, queues, events, p, t):
         return  # no pending job is small enough for the free GPUs: nothing can start
     lo = parts.end_lo[p]
     hi = lo + parts.end_n[p]
-    times, avail, m = pf.build(t, float(parts.free_whole[p]), parts.end_t[lo:hi],
-                               parts.end_g[lo:hi])  # fmt: skip
+    prof, meta = pf.build(t, float(parts.free_whole[p]), parts.end_t[lo:hi], parts.end_g[lo:hi])
     lazy = parts.pool_hi[p] == parts.pool_lo[p] and parts.sh_total[p] == 0
     horizon = t + cfg.bf_window
     nsz = parts.size_hist.shape[1]
@@ -116,6 +116,9 @@ def backfill(cfg, jobs, nodes, parts, queues, events, p, t):
     flags = np.zeros(4, np.int64)
     nq = queues.fifo_head.shape[0] // parts.exists.shape[0]
     pos, stop, head, prio, copy_j = start_order(cfg, jobs, queues, nq, p, t)
+    # the jobs' columns, once (each load of a struct's field costs a reference count)
+    state, eligible, gpus, kind = jobs.state, jobs.eligible, jobs.gpus, jobs.kind
+    limit, size = jobs.limit, jobs.size
     prev = -1
     for _ in range(cfg.bf_max_job_test):
         if prev >= 0:
@@ -125,59 +128,58 @@ def backfill(cfg, jobs, nodes, parts, queues, events, p, t):
             break
         prev = src
         job = head[src]
-        if jobs.state[job] != PENDING or jobs.eligible[job] > t:
+        if state[job] != PENDING or eligible[job] > t:
             continue
-        g = jobs.gpus[job]
-        if jobs.kind[job] != WHOLE or (
+        g = gpus[job]
+        if kind[job] != WHOLE or (
             g == 1 and not lazy and slice_choice(cfg, jobs, parts, job, True)[0] != A_NONE
         ):
             # slices and shards: start now if free (no reservation model for pools; a
             # partition without them has no slice for a 1-GPU job either)
             try_start(cfg, jobs, nodes, parts, events, job, t)
             continue
-        lim = jobs.limit[job]
-        s = jobs.size[job]
+        lim = limit[job]
+        s = size[job]
         if lazy:  # hopeless: no start is possible for it at this point
             hopeless = lim >= failed[s]
-            if not hopeless and (g > avail[0] or not nd.can_place(parts, p, int(g))):
+            if not hopeless and (g > prof[pf.AVAIL, 0] or not nd.can_place(parts, p, int(g))):
                 _fail(parts, p, failed, flags, s, g, 0.0)  # not free now, or on no node
                 hopeless = True
-            if not hopeless and not pf.free_until(times, avail, m, g, t + lim):
+            if not hopeless and not pf.free_until(prof, meta, g, t + lim):
                 _fail(parts, p, failed, flags, s, g, lim)
                 hopeless = True
             if hopeless:
                 owed[flags[_OWED_TAIL]] = job  # cannot start: its reservation can wait
                 flags[_OWED_TAIL] += 1
-                if flags[_NEWS] and _nothing_fits(parts, shortest, failed, flags, times, avail,
-                                                  m, t):  # fmt: skip
+                if flags[_NEWS] and _nothing_fits(parts, shortest, failed, flags, prof, meta, t):
                     break
                 continue
-        if g > avail[0]:
+        if g > prof[pf.AVAIL, 0]:
             owed[flags[_OWED_TAIL]] = job
             flags[_OWED_TAIL] += 1
             continue
-        ok, times, avail, m = _pay(cfg, jobs, nodes, parts, p, t, horizon, owed, flags, times,
-                                   avail, m, g if lazy else 0.0, lim)  # fmt: skip
+        ok, prof = _pay(cfg, jobs, nodes, parts, p, t, horizon, owed, flags, prof, meta,
+                        g if lazy else 0.0, lim)  # fmt: skip
         if not ok:
             _fail(parts, p, failed, flags, s, g, lim)  # the reservations before it: no room
             owed[flags[_OWED_TAIL]] = job
             flags[_OWED_TAIL] += 1
             continue
-        if pf.free_until(times, avail, m, g, t + lim) and try_start(
+        if pf.free_until(prof, meta, g, t + lim) and try_start(
             cfg, jobs, nodes, parts, events, job, t
         ):
-            times, avail, m = pf.hold(times, avail, m, 0, g, t + lim)
+            prof = pf.hold(prof, meta, 0, g, t + lim)
         else:
             _fail(parts, p, failed, flags, s, g, lim)
             owed[flags[_OWED_TAIL]] = job
             flags[_OWED_TAIL] += 1
             if not lazy:
-                ok, times, avail, m = _pay(cfg, jobs, nodes, parts, p, t, horizon, owed, flags,
-                                           times, avail, m, 0.0, 0.0)  # fmt: skip
+                ok, prof = _pay(cfg, jobs, nodes, parts, p, t, horizon, owed, flags, prof,
+                                meta, 0.0, 0.0)  # fmt: skip
         if lazy:
-            if _nothing_fits(parts, shortest, failed, flags, times, avail, m, t):
+            if _nothing_fits(parts, shortest, failed, flags, prof, meta, t):
                 break
         elif not (parts.pool_pending[p] and has_free(parts, p)) and (
-            avail[0] <= 0 or pf.free_for(times, avail, m, t + parts.min_limit[p]) < smallest
+            prof[pf.AVAIL, 0] <= 0 or pf.free_for(prof, meta, t + parts.min_limit[p]) < smallest
         ):
             break

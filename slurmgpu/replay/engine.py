@@ -127,10 +127,11 @@ class ReplayOutcome:
 
 def engine_warnings() -> tuple[str, ...]:
     """What a caller should tell the user about the engine itself: one line when it runs as
-    plain Python (no numba), none when compiled."""
+    plain Python because numba did not import; none when compiled, or when the compile is
+    turned off on purpose (`NUMBA_DISABLE_JIT=1`)."""
     from slurmgpu.replay import _jit
 
-    if _jit.COMPILED:
+    if _jit.COMPILED or _jit.DISABLED:
         return ()
     why = f" ({_jit.WHY_NOT})" if _jit.WHY_NOT else ""
     return (

@@ -21,7 +21,7 @@ import math
 import numpy as np
 
 from slurmgpu.replay import nodes as nd
-from slurmgpu.replay._jit import as_struct, cached, njit
+from slurmgpu.replay._jit import as_struct, cached, inline, njit
 from slurmgpu.replay.backfill import backfill
 from slurmgpu.replay.jobs import MIG, WHOLE
 from slurmgpu.replay.preempt import may_preempt, preempt_for
@@ -78,7 +78,7 @@ from slurmgpu.replay.state import (
 INF = math.inf
 
 
-@njit
+@inline
 def next_tick(t, period, phase):
     """The first time phase + k * period strictly after t (robust to float rounding)."""
     nxt = (math.floor((t - phase) / period) + 1) * period + phase
@@ -202,7 +202,7 @@ def _main_pass(cfg, jobs, nodes, parts, queues, events, p, t):
             prio[best] = priority(cfg, jobs, head[best], t)
 
 
-@njit
+@inline
 def _any_pending(parts):
     return parts.pending.sum() > 0  # (counts are never below 0)
 

@@ -14,12 +14,12 @@ from __future__ import annotations
 
 import math
 
-from slurmgpu.replay._jit import njit
+from slurmgpu.replay._jit import inline, njit
 
 INF = math.inf
 
 
-@njit
+@inline
 def touch(nodes, parts, node):
     """A node's jobs, free GPUs or their expected ends changed: what was worked out from it
     is stale."""
@@ -49,7 +49,7 @@ def set_free(nodes, parts, node, value):
     nodes.free[node] = value
 
 
-@njit
+@inline
 def can_place(parts, p, gpus):
     """Whether `place` would find nodes now, without choosing them."""
     if gpus > parts.free_whole[p]:
@@ -88,7 +88,7 @@ def place(nodes, parts, p, gpus, out):
     return got
 
 
-@njit
+@inline
 def node_gpus(gpus, per, k, count):
     """The GPUs of the k-th of a job's `count` nodes (whole nodes, the rest on the last)."""
     if count == 1:
@@ -130,7 +130,7 @@ def give(jobs, nodes, parts, job):
 
 
 # --- running jobs and their expected ends ------------------------------------------------
-@njit
+@inline
 def add_running(jobs, parts, p, job):
     k = parts.run_lo[p] + parts.run_n[p]
     if k >= parts.run_lo[p + 1]:
@@ -140,7 +140,7 @@ def add_running(jobs, parts, p, job):
     parts.run_n[p] += 1
 
 
-@njit
+@inline
 def drop_running(jobs, parts, p, job):
     k = jobs.rpos[job]
     last = parts.run_lo[p] + parts.run_n[p] - 1
@@ -151,7 +151,7 @@ def drop_running(jobs, parts, p, job):
     parts.run_n[p] -= 1
 
 
-@njit
+@inline
 def _end_index(parts, p, end, job):
     """Where (end, job) goes among the partition's sorted expected ends (bisect_left)."""
     lo = parts.end_lo[p]
@@ -206,20 +206,21 @@ def _on_one_node(jobs, nodes, node, g):
     free = nodes.free[node]
     if free >= g:
         return -INF
-    slots = nodes.slot_job.shape[1]
+    slot_job, slot_gpus, expected = nodes.slot_job, nodes.slot_gpus, jobs.expected_end
+    slots = slot_job.shape[1]
     last = -INF
     while True:  # the next expected end after `last`, with every job ending then
         at = INF
         for s in range(slots):
-            v = nodes.slot_job[node, s]
-            if v >= 0 and last < jobs.expected_end[v] < at:
-                at = jobs.expected_end[v]
+            v = slot_job[node, s]
+            if v >= 0 and last < expected[v] < at:
+                at = expected[v]
         if at == INF:
             return INF
         for s in range(slots):
-            v = nodes.slot_job[node, s]
-            if v >= 0 and jobs.expected_end[v] == at:
-                free += nodes.slot_gpus[node, s]
+            v = slot_job[node, s]
+            if v >= 0 and expected[v] == at:
+                free += slot_gpus[node, s]
         if free >= g:
             return at
         last = at
@@ -270,11 +271,12 @@ def node_earliest(jobs, nodes, parts, p, g, t):
             best = parts.emin_val[p, gi - 1]
         else:
             best = INF
+            e_val, e_ver, ver = nodes.e_val, nodes.e_ver, nodes.ver
             for node in range(parts.node_lo[p], parts.node_hi[p]):
-                if nodes.e_ver[gi - 1, node] != nodes.ver[node]:
-                    nodes.e_val[gi - 1, node] = _on_one_node(jobs, nodes, node, gi)
-                    nodes.e_ver[gi - 1, node] = nodes.ver[node]
-                e = nodes.e_val[gi - 1, node]
+                if e_ver[gi - 1, node] != ver[node]:
+                    e_val[gi - 1, node] = _on_one_node(jobs, nodes, node, gi)
+                    e_ver[gi - 1, node] = ver[node]
+                e = e_val[gi - 1, node]
                 if e < best:
                     best = e
             parts.emin_val[p, gi - 1] = best

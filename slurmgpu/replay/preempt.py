@@ -12,7 +12,7 @@ from __future__ import annotations
 import numpy as np
 
 from slurmgpu.replay import nodes as nd
-from slurmgpu.replay._jit import njit
+from slurmgpu.replay._jit import inline, njit
 from slurmgpu.replay.jobs import MIG, WHOLE
 from slurmgpu.replay.queues import push_event
 from slurmgpu.replay.runs import kill
@@ -28,13 +28,13 @@ from slurmgpu.replay.state import (
 )
 
 
-@njit
+@inline
 def may_preempt(cfg, jobs, job):
     """The job's QOS may preempt some QOS."""
     return cfg.preempts[jobs.qos[job]].any()
 
 
-@njit
+@inline
 def _preemptable(cfg, jobs, job, victim):
     qv = jobs.qos[victim]
     return (

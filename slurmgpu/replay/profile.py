@@ -1,11 +1,15 @@
 """Backfill's plan of one partition: free whole GPUs over time, `avail[i]` from `times[i]` on.
 
-Why this shape: a pass builds it from the running jobs' expected ends (sorted), then makes
-tens of reservations on it, each a search from some step and a hold over a window; so the
-profile is two float buffers with room to grow and a length `m` (a new step shifts one tail,
-no copy), passed and returned as `(times, avail, m)` because a full buffer is replaced by
-one twice its size. Every function is compiled (`_jit.njit`) and runs as Python without
-numba; `tests/unit/replay/test_profile_fit.py` holds them to a plain recomputation.
+Why this shape: a pass builds it from the running jobs' expected ends (sorted), then asks
+"are g GPUs free from now until t" for every job it walks (hundreds in a deep queue) and
+makes tens of reservations, each a search from some step and a hold over a window. So the
+plan is one buffer `prof` of three rows with room to grow (`TIMES`, `AVAIL`, and `LOW`, the
+least of `AVAIL` up to each step) and `meta` = [steps used, steps whose `LOW` is valid]:
+the question is a binary search and one look at `LOW`, kept valid lazily (a change at step i
+only invalidates `LOW` from i on); a new step shifts one tail, no copy; a full buffer is
+replaced by one twice its size, so the functions that may add a step return `prof`. Every
+function is compiled (`_jit.njit`) and runs as Python without numba;
+`tests/unit/replay/test_profile_fit.py` holds them to a plain recomputation.
 """
 
 from __future__ import annotations
@@ -14,20 +18,21 @@ import math
 
 import numpy as np
 
-from slurmgpu.replay._jit import njit
+from slurmgpu.replay._jit import inline, njit
 
 INF = math.inf
+TIMES, AVAIL, LOW = range(3)
+M, VALID = range(2)
 
 
 @njit
 def build(t, free, ends, gpus):
-    """The profile at `t` with `free` GPUs free now and `gpus[k]` more from `ends[k]` on (the
+    """The plan at `t` with `free` GPUs free now and `gpus[k]` more from `ends[k]` on (the
     running jobs' expected ends, sorted; an end before t + 1 counts at t + 1): one step per
-    distinct time."""
+    distinct time. `(prof, meta)`."""
     n = len(ends)
-    room = n + 65
-    times = np.empty(room)
-    avail = np.empty(room)
+    prof = np.empty((3, n + 65))
+    times, avail = prof[TIMES], prof[AVAIL]
     times[0] = t
     avail[0] = free
     m = 1
@@ -43,101 +48,116 @@ def build(t, free, ends, gpus):
         times[m] = e
         avail[m] = free + total
         m += 1
-    return times, avail, m
+    meta = np.zeros(2, np.int64)
+    meta[M] = m
+    return prof, meta
 
 
-@njit
-def search(times, m, at, right):
-    """The index where `at` goes in `times[:m]` (numpy's searchsorted, left or right)."""
+@inline
+def search(prof, m, at, right):
+    """The index where `at` goes in the first `m` times (numpy's searchsorted, left or
+    right). (Rows are read as `prof[ROW, i]`, never as views: a view costs a reference
+    count.)"""
     lo, hi = 0, m
     while lo < hi:
         mid = (lo + hi) >> 1
-        if times[mid] < at or (right and times[mid] == at):
+        if prof[TIMES, mid] < at or (right and prof[TIMES, mid] == at):
             lo = mid + 1
         else:
             hi = mid
     return lo
 
 
-@njit
-def free_until(times, avail, m, g, until):
-    """`g` GPUs free from now until `until` (every step at or before it)."""
-    for i in range(m):
-        if times[i] > until:
-            break
-        if avail[i] < g:
-            return False
-    return True
-
-
-@njit
-def free_for(times, avail, m, until):
+@inline
+def free_for(prof, meta, until):
     """The GPUs free from now until `until` (the least of every step at or before it)."""
-    least = avail[0]
-    for i in range(1, m):
-        if times[i] > until:
-            break
-        if avail[i] < least:
-            least = avail[i]
-    return least
+    k = search(prof, meta[M], until, True) - 1
+    if k < 0:
+        return INF
+    i = meta[VALID]
+    if i <= k:
+        least = prof[LOW, i - 1] if i > 0 else INF
+        for j in range(i, k + 1):
+            if prof[AVAIL, j] < least:
+                least = prof[AVAIL, j]
+            prof[LOW, j] = least
+        meta[VALID] = k + 1
+    return prof[LOW, k]
+
+
+@inline
+def free_until(prof, meta, g, until):
+    """`g` GPUs free from now until `until` (every step at or before it)."""
+    return free_for(prof, meta, until) >= g
+
+
+@inline
+def _changed(meta, i):
+    """The steps from i on changed: their least-so-far is to be worked out again."""
+    if i < meta[VALID]:
+        meta[VALID] = i
 
 
 @njit
-def step(times, avail, m, at):
-    """Make `at` a step (its GPUs as just before it): `(times, avail, m, index)`."""
-    k = search(times, m, at, False)
-    if k < m and times[k] == at:
-        return times, avail, m, k
-    if m == len(times):  # full: twice the room
-        grown_t = np.empty(2 * m)
-        grown_a = np.empty(2 * m)
-        for j in range(m):  # (a loop: numba's slice assignment costs compile time)
-            grown_t[j] = times[j]
-            grown_a[j] = avail[j]
-        times, avail = grown_t, grown_a
+def step(prof, meta, at):
+    """Make `at` a step (its GPUs as just before it): `(prof, index)`."""
+    m = meta[M]
+    k = search(prof, m, at, False)
+    if k < m and prof[TIMES, k] == at:
+        return prof, k
+    if m == prof.shape[1]:  # full: twice the room
+        grown = np.empty((3, 2 * m))
+        for r in range(3):  # (a loop: numba's slice assignment costs compile time)
+            for j in range(m):
+                grown[r, j] = prof[r, j]
+        prof = grown
     for j in range(m, k, -1):
-        times[j] = times[j - 1]
-        avail[j] = avail[j - 1]
-    times[k] = at
+        prof[TIMES, j] = prof[TIMES, j - 1]
+        prof[AVAIL, j] = prof[AVAIL, j - 1]
+    prof[TIMES, k] = at
     if k > 0:
-        avail[k] = avail[k - 1]
-    return times, avail, m + 1, k
+        prof[AVAIL, k] = prof[AVAIL, k - 1]
+    meta[M] = m + 1
+    _changed(meta, k)
+    return prof, k
 
 
 @njit
-def hold(times, avail, m, i, g, until):
-    """Take `g` GPUs from step `i` until `until`: `(times, avail, m)`."""
-    times, avail, m, k = step(times, avail, m, until)
+def hold(prof, meta, i, g, until):
+    """Take `g` GPUs from step `i` until `until`: `prof`."""
+    prof, k = step(prof, meta, until)
     for j in range(i, k):
-        avail[j] -= g
-    return times, avail, m
+        prof[AVAIL, j] -= g
+    _changed(meta, i)
+    return prof
 
 
 @njit
-def earliest(times, avail, m, g, lim, first):
+def earliest(prof, meta, g, lim, first):
     """The first step from `first` on where `g` GPUs stay free for `lim` (every step up to its
     time + lim); -1 if none. Only the start of a run of steps with `g` free can be it (a later
     step of the run has less of the run left), and it is when the run's end (the first step
     short of `g`; none: the end of the plan) comes after its time + lim."""
+    m = meta[M]
     i = first
     while i < m:
-        if avail[i] < g:
+        if prof[AVAIL, i] < g:
             i += 1
             continue
         e = i + 1
-        while e < m and avail[e] >= g:
+        while e < m and prof[AVAIL, e] >= g:
             e += 1
-        if e == m or times[e] > times[i] + lim:
+        if e == m or prof[TIMES, e] > prof[TIMES, i] + lim:
             return i
         i = e + 1
     return -1
 
 
 @njit
-def reserve(times, avail, m, g, lim, horizon, node_gpus, after):
+def reserve(prof, meta, g, lim, horizon, node_gpus, after):
     """Reserve for a job of `g` GPUs and `lim` seconds at the earliest step from `after` on
     where `g` are free that long; nothing when that is past `horizon` (bf_window):
-    `(times, avail, m, start)` (start INF: none).
+    `(prof, start)` (start INF: none).
 
     Slurm's backfill plans whole nodes: a pending job's reservation takes the node(s) it
     would start on out of every later job's plan for its window, whatever GPUs of them it
@@ -146,16 +166,17 @@ def reserve(times, avail, m, g, lim, horizon, node_gpus, after):
     whole nodes' GPUs) at each step of the window; not before `after` (when particular nodes
     hold the job: `nodes.node_earliest`)."""
     if after > horizon:
-        return times, avail, m, INF
+        return prof, INF
     first = 0
-    if after > times[0]:
-        times, avail, m, first = step(times, avail, m, after)
-    i = earliest(times, avail, m, g, lim, first)
-    if i < 0 or times[i] > horizon:
-        return times, avail, m, INF
-    start = times[i]
-    times, avail, m, k = step(times, avail, m, start + lim)
+    if after > prof[TIMES, 0]:
+        prof, first = step(prof, meta, after)
+    i = earliest(prof, meta, g, lim, first)
+    if i < 0 or prof[TIMES, i] > horizon:
+        return prof, INF
+    start = prof[TIMES, i]
+    prof, k = step(prof, meta, start + lim)
     take = node_gpus if node_gpus > g else g
     for j in range(i, k):
-        avail[j] -= avail[j] if avail[j] < take else take
-    return times, avail, m, start
+        prof[AVAIL, j] -= prof[AVAIL, j] if prof[AVAIL, j] < take else take
+    _changed(meta, i)
+    return prof, start

@@ -17,7 +17,7 @@ import math
 
 import numpy as np
 
-from slurmgpu.replay._jit import njit
+from slurmgpu.replay._jit import inline, njit
 from slurmgpu.replay.state import C_HEAP, PENDING
 
 INF = math.inf
@@ -25,12 +25,12 @@ _JOB_BITS, _RUN_BITS = 32, 26
 
 
 # --- heaps of (time, key) pairs in two arrays ---------------------------------------------
-@njit
+@inline
 def _less(ta, ka, tb, kb):
     return ta < tb or (ta == tb and ka < kb)
 
 
-@njit
+@inline
 def sift_up(ht, hk, n, time, key):
     """Put (time, key) into the heap `ht[:n], hk[:n]` (room for one more)."""
     i = n
@@ -45,7 +45,7 @@ def sift_up(ht, hk, n, time, key):
     hk[i] = key
 
 
-@njit
+@inline
 def sift_down(ht, hk, n):
     """Drop the least entry of the heap `ht[:n], hk[:n]` (read it first: `ht[0], hk[0]`)."""
     n -= 1
@@ -117,13 +117,13 @@ def _pop_requeued(queues, b):
     queues.rq_n[b] -= 1
 
 
-@njit
+@inline
 def event_key(kind, job, run):
     """(kind, job, run) as one int that sorts as the tuple does."""
     return (kind << (_JOB_BITS + _RUN_BITS)) | (job << _RUN_BITS) | run
 
 
-@njit
+@inline
 def event_parts(key):
     run = key & ((1 << _RUN_BITS) - 1)
     job = (key >> _RUN_BITS) & ((1 << _JOB_BITS) - 1)
@@ -131,7 +131,7 @@ def event_parts(key):
 
 
 # --- priority ------------------------------------------------------------------------------
-@njit
+@inline
 def priority(cfg, jobs, job, t):
     """Slurm's multifactor priority (QOS + age, age in PriorityCalcPeriod steps), an integer
     as Slurm keeps it: equal ones fall back to job id (submit order)."""
@@ -146,14 +146,14 @@ def priority(cfg, jobs, job, t):
     return math.floor(cfg.qos_term[jobs.qos[job]] + cfg.weight_age * age)
 
 
-@njit
+@inline
 def before(prio_a, job_a, prio_b, job_b):
     """Job a comes before job b (higher priority, then lower job id)."""
     return prio_a > prio_b or (prio_a == prio_b and job_a < job_b)
 
 
 # --- the sources of one partition: FIFO of QOS q (src = q), requeue heap (src = -1 - q) ----
-@njit
+@inline
 def _live_requeued(jobs, t_elig, job, q):
     return jobs.state[job] == PENDING and jobs.where[job] == -1 - q and jobs.eligible[job] == t_elig
 
@@ -164,13 +164,14 @@ def source_head(jobs, queues, nq, p, src):
     if src >= 0:
         b = p * nq + src
         head, tail = queues.fifo_head[b], queues.fifo_tail[b]
+        fifo, state, where = queues.fifo, jobs.state, jobs.where  # (a struct field per load)
         while head < tail:
-            j = queues.fifo[head]
-            if jobs.state[j] == PENDING and jobs.where[j] == src:
+            j = fifo[head]
+            if state[j] == PENDING and where[j] == src:
                 break
             head += 1
         queues.fifo_head[b] = head
-        return queues.fifo[head] if head < tail else -1
+        return fifo[head] if head < tail else -1
     q = -1 - src
     b = p * nq + q
     while queues.rq_n[b] > 0:
@@ -181,7 +182,7 @@ def source_head(jobs, queues, nq, p, src):
     return -1
 
 
-@njit
+@inline
 def pop_source(queues, nq, p, src):
     """Take the head of a source (it just started)."""
     if src >= 0:
@@ -230,29 +231,34 @@ def start_order(cfg, jobs, queues, nq, p, t):
     return pos, stop, head, prio, copy_j
 
 
-@njit
+@inline
 def advance(cfg, jobs, queues, copy_j, pos, stop, head, prio, s, t):
     """Move source `s` to its next pending job (FIFO: whose live entry it holds)."""
     q = s >> 1
     head[s] = -1
-    while pos[s] < stop[s]:
-        if s & 1:
-            j = copy_j[pos[s]]
-            pos[s] += 1
-            if jobs.state[j] == PENDING:
+    at, end = pos[s], stop[s]
+    state = jobs.state  # (each load of a struct's field costs a reference count)
+    if s & 1:
+        while at < end:
+            j = copy_j[at]
+            at += 1
+            if state[j] == PENDING:
                 head[s] = j
-                prio[s] = priority(cfg, jobs, j, t)
-                return
-        else:
-            j = queues.fifo[pos[s]]
-            pos[s] += 1
-            if jobs.where[j] == q and jobs.state[j] == PENDING:
+                break
+    else:
+        fifo, where = queues.fifo, jobs.where
+        while at < end:
+            j = fifo[at]
+            at += 1
+            if where[j] == q and state[j] == PENDING:
                 head[s] = j
-                prio[s] = priority(cfg, jobs, j, t)
-                return
+                break
+    pos[s] = at
+    if head[s] >= 0:
+        prio[s] = priority(cfg, jobs, head[s], t)
 
 
-@njit
+@inline
 def best_source(head, prio):
     """The source whose head comes first; -1 when all are empty."""
     best = -1

@@ -13,7 +13,7 @@ import math
 import numpy as np
 
 from slurmgpu.replay import nodes as nd
-from slurmgpu.replay._jit import njit
+from slurmgpu.replay._jit import inline, njit
 from slurmgpu.replay.jobs import MIG, SHARD, WHOLE
 from slurmgpu.replay.queues import push_event
 from slurmgpu.replay.state import (
@@ -40,7 +40,7 @@ from slurmgpu.replay.state import (
 INF = math.inf
 
 
-@njit
+@inline
 def count_reason(events, reason):
     """One more job that did not run for `reason` (the reasons keep their first-seen order)."""
     if events.reason_seq[reason] < 0:
@@ -49,7 +49,7 @@ def count_reason(events, reason):
     events.reasons[reason] += 1
 
 
-@njit
+@inline
 def flag(parts, events, p):
     """Something changed in partition p: its main pass is due, and a backfill pass may help."""
     parts.dirty[p] = True
@@ -57,7 +57,7 @@ def flag(parts, events, p):
     events.count[C_DIRTY_ANY] = 1
 
 
-@njit
+@inline
 def queued(jobs, parts, job, delta):
     """A job enters (+1) or leaves (-1) its partition's pending counts."""
     p = jobs.part[job]
@@ -76,7 +76,7 @@ def queued(jobs, parts, job, delta):
         parts.lim_min[b] = k
 
 
-@njit
+@inline
 def shortest_limit(parts, p, s):
     """The shortest time limit of a pending whole-GPU job of size index s (INF: none)."""
     b = p * parts.size_hist.shape[1] + s
@@ -87,7 +87,7 @@ def shortest_limit(parts, p, s):
     return parts.lim_vals[k] if k < hi else INF
 
 
-@njit
+@inline
 def has_free(parts, p):
     if parts.free_whole[p] > 0 or parts.sh_free[p] > 0:
         return True

@@ -4,6 +4,7 @@ module."""
 
 import ast
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -35,8 +36,9 @@ print(json.dumps({"compiled": _jit.COMPILED, "warnings": engine_warnings(),
 
 
 def test_without_numba_the_same_schedule_as_compiled():
+    env = {k: v for k, v in os.environ.items() if k != "NUMBA_DISABLE_JIT"}
     proc = subprocess.run([sys.executable, "-c", WITHOUT_NUMBA], capture_output=True,
-                          text=True, check=True, cwd=ROOT)  # fmt: skip
+                          text=True, check=True, cwd=ROOT, env=env)  # fmt: skip
     plain = json.loads(proc.stdout)
     assert plain["compiled"] is False
     assert len(plain["warnings"]) == 1 and "without its compiled engine" in plain["warnings"][0]
@@ -50,6 +52,7 @@ def test_without_numba_the_same_schedule_as_compiled():
 
 def test_replay_says_once_that_it_runs_without_the_compiled_engine(monkeypatch):
     monkeypatch.setattr(_jit, "COMPILED", False)
+    monkeypatch.setattr(_jit, "DISABLED", False)
     monkeypatch.setattr(_jit, "WHY_NOT", "No module named 'numba'")
     res = CliRunner().invoke(main, [*BASE, "--format", "json"])
     assert res.exit_code == 0, res.output
@@ -66,7 +69,7 @@ def test_cache_key_digest_covers_every_compiled_module():
         tree = ast.parse(path.read_text(encoding="utf-8"))
         names = {alias.name for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)
                  and node.module == "slurmgpu.replay._jit" for alias in node.names}  # fmt: skip
-        if names & {"njit", "cached", "as_struct"} or path.stem == "_jit":
+        if names & {"njit", "inline", "cached", "as_struct"} or path.stem == "_jit":
             compiled.add(path.stem)
     # (state.py holds the layout the compiled functions read)
     assert compiled | {"state"} == set(_jit.ENGINE_MODULES)

@@ -10,26 +10,28 @@ from slurmgpu.replay.engine import INF
 
 
 class Profile:
-    """The profile's three values (times, avail, length) with the functions on them."""
+    """The profile's buffer and lengths with the functions on them."""
 
     def __init__(self, t, free, ends, gpus):
-        self.buf = pf.build(t, free, ends, gpus)
+        self.prof, self.meta = pf.build(t, free, ends, gpus)
 
     @property
     def times(self):
-        return self.buf[0][: self.buf[2]]
+        return self.prof[pf.TIMES, : self.meta[pf.M]]
 
     @property
     def avail(self):
-        return self.buf[1][: self.buf[2]]
+        return self.prof[pf.AVAIL, : self.meta[pf.M]]
 
     def reserve(self, g, lim, horizon, node_gpus, after):
-        times, avail, m, start = pf.reserve(*self.buf, g, lim, horizon, node_gpus, after)
-        self.buf = times, avail, m
+        self.prof, start = pf.reserve(self.prof, self.meta, g, lim, horizon, node_gpus, after)
         return start
 
     def earliest(self, g, lim, first):
-        return pf.earliest(*self.buf, g, lim, first)
+        return pf.earliest(self.prof, self.meta, g, lim, first)
+
+    def free_for(self, until):
+        return pf.free_for(self.prof, self.meta, until)
 
 
 def plain_earliest(times, avail, g, lim, first):
@@ -114,3 +116,25 @@ def test_build_has_one_step_per_distinct_end(seed):
     steps = sorted(set(at.tolist()))
     assert prof.times.tolist() == [t, *steps]
     assert prof.avail.tolist() == [free] + [free + gpus[at <= s].sum() for s in steps]
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_free_for_is_the_least_up_to_its_time_between_changes(seed):
+    """The kept least-so-far (`LOW`) against a plain minimum, while reservations, holds and
+    new steps change the profile between questions."""
+    rng = np.random.default_rng(500 + seed)
+    prof = random_profile(rng, int(rng.integers(1, 50)))
+    for _ in range(60):
+        times, avail = prof.times.tolist(), prof.avail.tolist()
+        until = float(rng.choice(times)) + float(rng.integers(-1, 2)) * 5.0
+        assert prof.free_for(until) == min(
+            (a for s, a in zip(times, avail, strict=True) if s <= until), default=INF
+        )
+        g = float(rng.integers(1, 9))
+        assert pf.free_until(prof.prof, prof.meta, g, until) == (prof.free_for(until) >= g)
+        what = rng.integers(0, 3)
+        if what == 0:
+            prof.reserve(g, 30.0 * int(rng.integers(1, 40)), INF, 8.0, float(rng.choice(times)))
+        elif what == 1:
+            i = int(rng.integers(0, len(times)))
+            prof.prof = pf.hold(prof.prof, prof.meta, i, 1.0, times[i] + 100.0)
