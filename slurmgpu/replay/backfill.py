@@ -93,16 +93,10 @@ def _pay(cfg, jobs, nodes, parts, p, t, horizon, owed, flags, prof, meta, g, lim
     return True, prof
 
 
-@njit
-def backfill(cfg, jobs, nodes, parts, queues, events, p, t):
-    """One backfill pass of partition `p` at `t`."""
-    if not parts.pool_pending[p] and not fits_some(parts, p, parts.free_whole[p]):
-        return  # no pending job is small enough for the free GPUs: nothing can start
-    lo = parts.end_lo[p]
-    hi = lo + parts.end_n[p]
-    prof, meta = pf.build(t, float(parts.free_whole[p]), parts.end_t[lo:hi], parts.end_g[lo:hi])
-    lazy = parts.pool_hi[p] == parts.pool_lo[p] and parts.sh_total[p] == 0
-    horizon = t + cfg.bf_window
+@inline
+def _pass_start(parts, p, lazy):
+    """Per size index, the shortest limit pending (lazy passes only; INF: none) and the
+    smallest GPU count pending, as the pass starts."""
     nsz = parts.size_hist.shape[1]
     shortest = np.full(nsz, INF)
     smallest = INF
@@ -111,7 +105,20 @@ def backfill(cfg, jobs, nodes, parts, queues, events, p, t):
             shortest[s] = shortest_limit(parts, p, s)
         if parts.size_hist[p, s] > 0 and parts.sizes[s] < smallest:
             smallest = parts.sizes[s]
-    failed = np.full(nsz, INF)
+    return shortest, smallest
+
+
+@njit
+def backfill(cfg, jobs, nodes, parts, queues, events, p, t):
+    """One backfill pass of partition `p` at `t`."""
+    if not parts.pool_pending[p] and not fits_some(parts, p, parts.free_whole[p]):
+        return  # no pending job is small enough for the free GPUs: nothing can start
+    lo, hi = parts.end_lo[p], parts.end_lo[p] + parts.end_n[p]
+    prof, meta = pf.build(t, float(parts.free_whole[p]), parts.end_t[lo:hi], parts.end_g[lo:hi])
+    lazy = parts.pool_hi[p] == parts.pool_lo[p] and parts.sh_total[p] == 0
+    horizon = t + cfg.bf_window
+    shortest, smallest = _pass_start(parts, p, lazy)
+    failed = np.full(len(shortest), INF)
     owed = np.empty(max(cfg.bf_max_job_test, 0) + 1, np.int64)
     flags = np.zeros(4, np.int64)
     nq = queues.fifo_head.shape[0] // parts.exists.shape[0]
@@ -130,7 +137,7 @@ def backfill(cfg, jobs, nodes, parts, queues, events, p, t):
         job = head[src]
         if state[job] != PENDING or eligible[job] > t:
             continue
-        g = gpus[job]
+        g, lim, s = gpus[job], limit[job], size[job]
         if kind[job] != WHOLE or (
             g == 1 and not lazy and slice_choice(cfg, jobs, parts, job, True)[0] != A_NONE
         ):
@@ -138,8 +145,6 @@ def backfill(cfg, jobs, nodes, parts, queues, events, p, t):
             # partition without them has no slice for a 1-GPU job either)
             try_start(cfg, jobs, nodes, parts, events, job, t)
             continue
-        lim = limit[job]
-        s = size[job]
         if lazy:  # hopeless: no start is possible for it at this point
             hopeless = lim >= failed[s]
             if not hopeless and (g > prof[pf.AVAIL, 0] or not nd.can_place(parts, p, int(g))):

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import math
 from collections import namedtuple
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -167,239 +168,225 @@ def _pools(pm) -> list[list]:
     return [[prof, *v] for prof, v in pools.items()]
 
 
-def build(trace: ReplayTrace, model: ClusterModel, config):
-    """(Config, Jobs, Nodes, Parts, Queues, Events) for one replay of `trace` on `model`."""
-    cfg = build_config(trace, model, config)
-    n = len(trace)
-    nparts = len(trace.partitions)
-    nq = max(len(trace.qos_names), 1)
-    models = []
-    for name in trace.partitions:
-        try:
-            models.append(model.partition(name))
-        except UsageError:  # a partition the model lacks: its jobs cannot run
-            models.append(None)
+@dataclass
+class _Layout:
+    """The partitions as the model has them, flattened: nodes, MIG pools, shards."""
 
-    part = trace.partition.astype(np.int64)
-    kind = trace.kind.astype(np.int64)
-    gpus = trace.gpus.astype(float)
-    limit = trace.timelimit_s.astype(float)
-    whole = kind == WHOLE
+    exists: np.ndarray
+    node_lo: np.ndarray
+    node_hi: np.ndarray
+    cap: np.ndarray
+    node_part: np.ndarray
+    max_cap: np.ndarray
+    full_n: np.ndarray
+    pool_lo: np.ndarray
+    pool_hi: np.ndarray
+    pools: list[list]  # [profile, free, total, memory MiB, share]
+    job_pool: np.ndarray  # per job: its MIG profile's pool in its partition (-1: none)
+    sh_total: np.ndarray
+    sh_per: np.ndarray
+    gpu_mem: np.ndarray
+    zero: np.ndarray  # per partition: jobs asking for no GPU (a slot each, no GPU)
 
-    # --- nodes, pools, shards
-    node_lo = np.zeros(nparts, np.int64)
-    node_hi = np.zeros(nparts, np.int64)
+
+def _layout(trace: ReplayTrace, model: ClusterModel) -> _Layout:
+    nparts, n = len(trace.partitions), len(trace)
+    part, kind = trace.partition.astype(np.int64), trace.kind.astype(np.int64)
+    ints = lambda: np.zeros(nparts, np.int64)  # noqa: E731
+    out = _Layout(
+        exists=np.zeros(nparts, np.bool_), node_lo=ints(), node_hi=ints(),
+        cap=np.zeros(0, np.int64), node_part=np.zeros(0, np.int64), max_cap=ints(),
+        full_n=ints(), pool_lo=ints(), pool_hi=ints(), pools=[],
+        job_pool=np.full(n, -1, np.int64), sh_total=ints(), sh_per=ints(),
+        gpu_mem=np.full(nparts, np.nan),
+        zero=np.bincount(part[trace.gpus.astype(np.int64) < 1], minlength=nparts)[:nparts],
+    )  # fmt: skip
     caps: list[int] = []
     node_part: list[int] = []
-    pool_rows: list[list] = []
-    pool_lo = np.zeros(nparts, np.int64)
-    pool_hi = np.zeros(nparts, np.int64)
-    job_pool = np.full(n, -1, np.int64)
-    max_cap = np.zeros(nparts, np.int64)
-    full_n = np.zeros(nparts, np.int64)
-    sh_total = np.zeros(nparts, np.int64)
-    sh_per = np.zeros(nparts, np.int64)
-    gpu_mem = np.full(nparts, np.nan)
-    exists = np.zeros(nparts, np.bool_)
-    for k, pm in enumerate(models):
-        node_lo[k] = len(caps)
-        pool_lo[k] = len(pool_rows)
+    for k, name in enumerate(trace.partitions):
+        out.node_lo[k], out.pool_lo[k] = len(caps), len(out.pools)
+        try:
+            pm = model.partition(name)
+        except UsageError:  # a partition the model lacks: its jobs cannot run
+            pm = None
         if pm is not None:
-            exists[k] = True
+            out.exists[k] = True
             caps += [int(c) for c in pm.nodes]
             node_part += [k] * len(pm.nodes)
-            max_cap[k] = max(pm.nodes, default=0)
-            full_n[k] = sum(1 for c in pm.nodes if c == max_cap[k]) if max_cap[k] else 0
+            out.max_cap[k] = max(pm.nodes, default=0)
+            full = sum(1 for c in pm.nodes if c == out.max_cap[k])
+            out.full_n[k] = full if out.max_cap[k] else 0
             rows = _pools(pm)
             mine = np.flatnonzero((part == k) & (kind == MIG))
             names = [trace.profiles[p] if p >= 0 else "" for p in trace.mig_profile[mine]]
-            where = {row[0]: len(pool_rows) + i for i, row in enumerate(rows)}
-            job_pool[mine] = [where.get(name, -1) for name in names]
-            pool_rows += rows
-            sh_total[k] = sum(p.gpus * p.per_gpu for p in pm.shards)
-            sh_per[k] = max((p.per_gpu for p in pm.shards), default=0)
-            gpu_mem[k] = pm.gpu_memory_mib or np.nan
-        node_hi[k] = len(caps)
-        pool_hi[k] = len(pool_rows)
-    cap = np.array(caps, dtype=np.int64)
-    nnodes = len(cap)
-    gmax = int(max(max_cap.max(initial=0), 1))
-    # a job asking for no GPU takes none of a node's (whole jobs: a slot each)
-    zero = np.bincount(part[gpus.astype(np.int64) < 1], minlength=nparts)[:nparts]
-    slots = gmax + int(zero.max(initial=0))
-    bucket = np.zeros((nparts, gmax + 1), np.int64)
-    for k in range(nparts):
-        for c in cap[node_lo[k] : node_hi[k]]:
-            bucket[k, c] += 1
-    idle_full = full_n.copy()
-    full = np.zeros(nnodes, np.bool_)
-    for k in range(nparts):
-        full[node_lo[k] : node_hi[k]] = cap[node_lo[k] : node_hi[k]] == max_cap[k]
-    idle_lo = np.concatenate([[0], np.cumsum(full_n)]).astype(np.int64)
-    nodes = Nodes(
-        cap=cap,
-        free=cap.copy(),
-        part=np.array(node_part, dtype=np.int64),
-        slot_job=np.full((max(nnodes, 1), slots), -1, np.int64),
-        slot_gpus=np.zeros((max(nnodes, 1), slots), np.int64),
-        ver=np.zeros(max(nnodes, 1), np.int64),
-        e_val=np.zeros((gmax, max(nnodes, 1))),
-        e_ver=np.full((gmax, max(nnodes, 1)), -1, np.int64),
-        idle_of=np.where(full, -INF, np.nan) if nnodes else np.zeros(1),
-        idle_stale=np.zeros(max(nnodes, 1), np.bool_),
+            where = {row[0]: len(out.pools) + i for i, row in enumerate(rows)}
+            out.job_pool[mine] = [where.get(name, -1) for name in names]
+            out.pools += rows
+            out.sh_total[k] = sum(p.gpus * p.per_gpu for p in pm.shards)
+            out.sh_per[k] = max((p.per_gpu for p in pm.shards), default=0)
+            out.gpu_mem[k] = pm.gpu_memory_mib or np.nan
+        out.node_hi[k], out.pool_hi[k] = len(caps), len(out.pools)
+    out.cap = np.array(caps, dtype=np.int64)
+    out.node_part = np.array(node_part, dtype=np.int64)
+    return out
+
+
+def _nodes(lay: _Layout) -> Nodes:
+    nnodes, gmax = max(len(lay.cap), 1), int(max(lay.max_cap.max(initial=0), 1))
+    full = np.zeros(len(lay.cap), np.bool_)
+    for k in range(len(lay.exists)):
+        lo, hi = lay.node_lo[k], lay.node_hi[k]
+        full[lo:hi] = lay.cap[lo:hi] == lay.max_cap[k]
+    slots = gmax + int(lay.zero.max(initial=0))  # a job takes at least a GPU, or a slot
+    return Nodes(
+        cap=lay.cap,
+        free=lay.cap.copy(),
+        part=lay.node_part,
+        slot_job=np.full((nnodes, slots), -1, np.int64),
+        slot_gpus=np.zeros((nnodes, slots), np.int64),
+        ver=np.zeros(nnodes, np.int64),
+        e_val=np.zeros((gmax, nnodes)),
+        e_ver=np.full((gmax, nnodes), -1, np.int64),
+        idle_of=np.where(full, -INF, np.nan) if len(lay.cap) else np.zeros(1),
+        idle_stale=np.zeros(nnodes, np.bool_),
     )
 
-    # --- pending whole jobs by GPU count, and by count and time limit (a sorted table)
+
+def _limit_table(trace: ReplayTrace) -> tuple[np.ndarray, ...]:
+    """The whole-GPU jobs' sizes (sorted GPU counts), each job's size index, and per
+    (partition, size) the sorted distinct time limits: (sizes, size, lim, lim_lo, lim_vals)
+    with `lim` a job's index into `lim_vals` and `lim_lo` each table's start."""
+    n, nparts = len(trace), len(trace.partitions)
+    gpus, whole = trace.gpus.astype(float), trace.kind == WHOLE
     sizes = np.unique(gpus[whole]) if whole.any() else np.zeros(0)
     nsz = max(len(sizes), 1)
     size = np.full(n, -1, np.int64)
     size[whole] = np.searchsorted(sizes, gpus[whole])
     lim = np.full(n, -1, np.int64)
-    group = part * nsz + np.maximum(size, 0)
     lim_lo = np.zeros(nparts * nsz + 1, np.int64)
     lim_vals = np.zeros(0)
     if whole.any():
         w = np.flatnonzero(whole)
-        keys = np.stack([group[w].astype(float), limit[w]])
-        uniq, inverse = np.unique(keys, axis=1, return_inverse=True)
+        group = trace.partition.astype(np.int64)[w] * nsz + size[w]
+        uniq, inverse = np.unique(np.stack([group.astype(float), trace.timelimit_s[w]]),
+                                  axis=1, return_inverse=True)  # fmt: skip
         lim[w] = inverse.reshape(-1)
         lim_vals = uniq[1].copy()
         lim_lo[1:] = np.cumsum(np.bincount(uniq[0].astype(np.int64), minlength=nparts * nsz))
+    return sizes, size, lim, lim_lo, lim_vals
+
+
+def _parts(trace: ReplayTrace, lay: _Layout, table: tuple[np.ndarray, ...]) -> Parts:
+    nparts = len(trace.partitions)
+    sizes, _, _, lim_lo, lim_vals = table
+    nsz, gmax = max(len(sizes), 1), int(max(lay.max_cap.max(initial=0), 1))
+    bucket = np.zeros((nparts, gmax + 1), np.int64)
     min_limit = np.zeros(nparts)
     for k in range(nparts):
-        mine = limit[part == k]
-        if exists[k] and len(mine):
+        for c in lay.cap[lay.node_lo[k] : lay.node_hi[k]]:
+            bucket[k, c] += 1
+        mine = trace.timelimit_s[trace.partition == k]
+        if lay.exists[k] and len(mine):
             min_limit[k] = float(mine.min())
-
-    # --- running jobs and their expected ends, per partition
-    pool_total = np.array([r[2] for r in pool_rows], dtype=np.int64)
-    whole_gpus = np.array([cap[node_lo[k] : node_hi[k]].sum() for k in range(nparts)])
-    room = whole_gpus + sh_total + zero
-    room = room + np.array([pool_total[pool_lo[k] : pool_hi[k]].sum() for k in range(nparts)])
-    run_lo = np.concatenate([[0], np.cumsum(room + 1)]).astype(np.int64)
-    end_lo = np.concatenate([[0], np.cumsum(whole_gpus + zero + 1)]).astype(np.int64)
-    parts = Parts(
-        exists=exists,
-        node_lo=node_lo,
-        node_hi=node_hi,
-        max_cap=max_cap,
-        full_n=full_n,
-        free_whole=whole_gpus.astype(np.int64),
-        bucket=bucket,
-        idle_full=idle_full,
-        ver=np.zeros(nparts, np.int64),
-        pool_lo=pool_lo,
-        pool_hi=pool_hi,
-        pool_free=pool_total.copy(),
-        pool_total=pool_total,
-        pool_mem=np.array([r[3] for r in pool_rows], dtype=float),
-        pool_share=np.array([r[4] for r in pool_rows], dtype=float),
-        sh_free=sh_total.copy(),
-        sh_total=sh_total,
-        sh_per=sh_per,
-        gpu_mem=gpu_mem,
-        min_limit=min_limit,
-        pending=np.zeros(nparts, np.int64),
-        pool_pending=np.zeros(nparts, np.int64),
-        dirty=np.zeros(nparts, np.bool_),
-        changed=np.zeros(nparts, np.bool_),
+    pool_total = np.array([r[2] for r in lay.pools], dtype=np.int64)
+    whole_gpus = np.array([lay.cap[lay.node_lo[k] : lay.node_hi[k]].sum() for k in range(nparts)])
+    pooled = np.array([pool_total[lay.pool_lo[k] : lay.pool_hi[k]].sum() for k in range(nparts)])
+    # room for every job that can run at once: it takes a GPU, an instance or a shard
+    run_lo = np.concatenate([[0], np.cumsum(whole_gpus + lay.sh_total + pooled + lay.zero + 1)])
+    end_lo = np.concatenate([[0], np.cumsum(whole_gpus + lay.zero + 1)]).astype(np.int64)
+    idle_lo = np.concatenate([[0], np.cumsum(lay.full_n)]).astype(np.int64)
+    return Parts(
+        exists=lay.exists, node_lo=lay.node_lo, node_hi=lay.node_hi, max_cap=lay.max_cap,
+        full_n=lay.full_n, free_whole=whole_gpus.astype(np.int64), bucket=bucket,
+        idle_full=lay.full_n.copy(), ver=np.zeros(nparts, np.int64),
+        pool_lo=lay.pool_lo, pool_hi=lay.pool_hi, pool_free=pool_total.copy(),
+        pool_total=pool_total, pool_mem=np.array([r[3] for r in lay.pools], dtype=float),
+        pool_share=np.array([r[4] for r in lay.pools], dtype=float),
+        sh_free=lay.sh_total.copy(), sh_total=lay.sh_total, sh_per=lay.sh_per,
+        gpu_mem=lay.gpu_mem, min_limit=min_limit,
+        pending=np.zeros(nparts, np.int64), pool_pending=np.zeros(nparts, np.int64),
+        dirty=np.zeros(nparts, np.bool_), changed=np.zeros(nparts, np.bool_),
         kick_at=np.full(nparts, INF),
         sizes=sizes if len(sizes) else np.zeros(1),
-        size_hist=np.zeros((nparts, nsz), np.int64),
-        seen=np.zeros((nparts, nsz), np.bool_),
-        lim_lo=lim_lo,
-        lim_vals=lim_vals,
-        lim_count=np.zeros(len(lim_vals), np.int64),
+        size_hist=np.zeros((nparts, nsz), np.int64), seen=np.zeros((nparts, nsz), np.bool_),
+        lim_lo=lim_lo, lim_vals=lim_vals, lim_count=np.zeros(len(lim_vals), np.int64),
         lim_min=lim_lo[1:].copy(),  # none pending: past the end of its table
-        run_lo=run_lo,
-        run_n=np.zeros(nparts, np.int64),
-        run_jobs=np.zeros(run_lo[-1], np.int64),
-        end_lo=end_lo,
-        end_n=np.zeros(nparts, np.int64),
-        end_t=np.zeros(end_lo[-1]),
-        end_j=np.zeros(end_lo[-1], np.int64),
-        end_g=np.zeros(end_lo[-1]),
-        idle_lo=idle_lo,
-        idle_vals=np.full(max(int(idle_lo[-1]), 1), -INF),
-        stale_n=np.zeros(nparts, np.int64),
-        stale=np.zeros(max(int(idle_lo[-1]), 1), np.int64),
-        emin_val=np.zeros((nparts, gmax)),
-        emin_ver=np.full((nparts, gmax), -1, np.int64),
-    )
+        run_lo=run_lo.astype(np.int64), run_n=np.zeros(nparts, np.int64),
+        run_jobs=np.zeros(int(run_lo[-1]), np.int64),
+        end_lo=end_lo, end_n=np.zeros(nparts, np.int64), end_t=np.zeros(end_lo[-1]),
+        end_j=np.zeros(end_lo[-1], np.int64), end_g=np.zeros(end_lo[-1]),
+        idle_lo=idle_lo, idle_vals=np.full(max(int(idle_lo[-1]), 1), -INF),
+        stale_n=np.zeros(nparts, np.int64), stale=np.zeros(max(int(idle_lo[-1]), 1), np.int64),
+        emin_val=np.zeros((nparts, gmax)), emin_ver=np.full((nparts, gmax), -1, np.int64),
+    )  # fmt: skip
 
-    # --- the nodes of each job's allocation (a fixed slice per job: one node, or as many
-    # whole nodes as it takes)
-    per = max_cap[part] if n else np.zeros(0, np.int64)
-    need = np.where(
-        whole & (gpus.astype(np.int64) > per) & (per > 0),
-        -(-gpus.astype(np.int64) // np.maximum(per, 1)),
-        1,
-    )
-    noff = np.concatenate([[0], np.cumsum(need)]).astype(np.int64)
 
-    # --- FIFOs: the jobs of each (partition, QOS) in job order
-    qos = trace.qos.astype(np.int64)
-    order = np.argsort(part * nq + qos, kind="stable")
-    counts = np.bincount(part * nq + qos, minlength=nparts * nq) if n else np.zeros(nparts * nq)
-    fifo_lo = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
+def _queues(trace: ReplayTrace) -> tuple[Queues, np.ndarray]:
+    """The FIFOs (the jobs of each (partition, QOS) in job order) and each job's place."""
+    n, nparts, nq = len(trace), len(trace.partitions), max(len(trace.qos_names), 1)
+    key = trace.partition.astype(np.int64) * nq + trace.qos.astype(np.int64)
+    order = np.argsort(key, kind="stable")
+    fifo_lo = np.concatenate([[0], np.cumsum(np.bincount(key, minlength=nparts * nq))])
     fpos = np.empty(n, np.int64)
     fpos[order] = np.arange(n)
+    heaps = max(nparts * nq, 1)
     queues = Queues(
         fifo=order.astype(np.int64),
-        fifo_head=fifo_lo[:-1].copy(),
-        fifo_tail=fifo_lo[:-1].copy(),
-        rq_t=np.empty((max(nparts * nq, 1), 4)),
-        rq_j=np.empty((max(nparts * nq, 1), 4), np.int64),
-        rq_n=np.zeros(max(nparts * nq, 1), np.int64),
+        fifo_head=fifo_lo[:-1].astype(np.int64),
+        fifo_tail=fifo_lo[:-1].astype(np.int64),
+        rq_t=np.empty((heaps, 4)),
+        rq_j=np.empty((heaps, 4), np.int64),
+        rq_n=np.zeros(heaps, np.int64),
     )
+    return queues, fpos
 
+
+def _jobs(trace, config, lay: _Layout, table: tuple[np.ndarray, ...], fpos) -> Jobs:
+    n = len(trace)
+    part, gpus = trace.partition.astype(np.int64), trace.gpus.astype(float)
+    whole = trace.kind == WHOLE
+    # the nodes of each job's allocation: a fixed slice per job, one node or as many whole
+    # nodes as it takes
+    per = lay.max_cap[part] if n else np.zeros(0, np.int64)
+    many = whole & (gpus.astype(np.int64) > per) & (per > 0)
+    need = np.where(many, -(-gpus.astype(np.int64) // np.maximum(per, 1)), 1)
+    noff = np.concatenate([[0], np.cumsum(need)]).astype(np.int64)
     submit = spread(trace.submit_s) if config.spread_submits else trace.submit_s.astype(float)
-    cancel = (
-        np.where(np.isfinite(trace.cancel_s), trace.cancel_s, INF).astype(float)
-        if trace.cancel_s is not None
-        else np.full(n, INF)
-    )
-    jobs = Jobs(
-        submit=submit.astype(float),
-        duration=trace.duration_s.astype(float),
-        limit=limit,
-        gpus=gpus,
-        kind=kind,
-        part=part,
-        qos=qos,
-        need=trace.need_mib.astype(float),
-        cancel=cancel,
-        pool=job_pool,
-        size=size,
-        lim=lim,
-        fpos=fpos,
-        noff=noff,
-        state=np.full(n, FUTURE, np.int64),
-        eligible=submit.astype(float),
-        start=np.full(n, INF),
-        end=np.full(n, INF),
-        run_start=np.zeros(n),
-        run_id=np.zeros(n, np.int64),
-        akind=np.zeros(n, np.int64),
-        apool=np.full(n, -1, np.int64),
-        acount=np.zeros(n, np.int64),
-        anodes=np.zeros(max(int(noff[-1]), 1), np.int64),
-        on_slice=np.zeros(n, np.bool_),
-        awaiting=np.zeros(n, np.int64),
-        victim_of=np.full(n, -1, np.int64),
-        expected_end=np.full(n, INF),
-        where=np.full(n, NO_QUEUE, np.int64),
+    cancel = trace.cancel_s if trace.cancel_s is not None else np.full(n, INF)
+    return Jobs(
+        submit=submit.astype(float), duration=trace.duration_s.astype(float),
+        limit=trace.timelimit_s.astype(float), gpus=gpus, kind=trace.kind.astype(np.int64),
+        part=part, qos=trace.qos.astype(np.int64), need=trace.need_mib.astype(float),
+        cancel=np.where(np.isfinite(cancel), cancel, INF).astype(float),
+        pool=lay.job_pool, size=table[1], lim=table[2], fpos=fpos, noff=noff,
+        state=np.full(n, FUTURE, np.int64), eligible=submit.astype(float),
+        start=np.full(n, INF), end=np.full(n, INF), run_start=np.zeros(n),
+        run_id=np.zeros(n, np.int64), akind=np.zeros(n, np.int64),
+        apool=np.full(n, -1, np.int64), acount=np.zeros(n, np.int64),
+        anodes=np.zeros(max(int(noff[-1]), 1), np.int64), on_slice=np.zeros(n, np.bool_),
+        awaiting=np.zeros(n, np.int64), victim_of=np.full(n, -1, np.int64),
+        expected_end=np.full(n, INF), where=np.full(n, NO_QUEUE, np.int64),
         rpos=np.full(n, -1, np.int64),
-    )
-    runs_room = n + 1024
-    events = Events(
+    )  # fmt: skip
+
+
+def _events(n: int) -> Events:
+    return Events(
         heap_t=np.empty(1024),
         heap_k=np.empty(1024, np.int64),
-        runs_f=np.empty((3, runs_room)),
-        runs_i=np.empty((3, runs_room), np.int64),
+        runs_f=np.empty((3, n + 1024)),
+        runs_i=np.empty((3, n + 1024), np.int64),
         count=np.zeros(7, np.int64),
         times=np.full(3, INF),
         reasons=np.zeros(len(REASONS), np.int64),
         reason_seq=np.full(len(REASONS), -1, np.int64),
     )
-    return cfg, jobs, nodes, parts, queues, events
+
+
+def build(trace: ReplayTrace, model: ClusterModel, config) -> tuple:
+    """(Config, Jobs, Nodes, Parts, Queues, Events) for one replay of `trace` on `model`."""
+    lay = _layout(trace, model)
+    table = _limit_table(trace)
+    queues, fpos = _queues(trace)
+    return (build_config(trace, model, config), _jobs(trace, config, lay, table, fpos),
+            _nodes(lay), _parts(trace, lay, table), queues, _events(len(trace)))  # fmt: skip
