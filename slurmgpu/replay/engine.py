@@ -66,6 +66,15 @@ class SchedConfig:
     # 22.05 with batch_sched_delay=0: every "sched: Allocate" line of a 200-job burst falls
     # on a 1 s tick whose phase drifts slowly). 0 runs it at each event instead.
     sched_tick_s: float = 1.0
+    # ...but a job's end runs the main scheduler at once: its nodes' EPILOG_COMPLETE RPC
+    # (`_slurm_rpc_epilog_complete` in 22.05's proc_req.c) calls `schedule()`, whose agent
+    # thread (`_sched_agent`, job_scheduler.c) runs `_schedule()` as soon as
+    # `sched_min_interval` (2 us) has passed: the freed GPUs go to the pending jobs within
+    # milliseconds, not at the next tick (seen: most backlog starts of the multi-node
+    # recordings fall in the second a job ended on that node). SchedulerParameters=defer
+    # turns this off (the end only flags the tick, as a submit does). The pass covers every
+    # partition that changed (a submit since the last pass included), as schedule() does.
+    sched_on_end: bool = True
     # where in the second the main scheduler's tick and the backfill pass fall. Unknowable
     # from sacct (1 s resolution); the two differ so that neither always goes first (seen:
     # the main tick early in the second, backfill drifting through it, bf_interval after the
@@ -344,6 +353,7 @@ class Replay:
         self.preemptions = 0
         self.unrunnable: dict[str, int] = {}
         self.dirty_any = False  # some partition's main pass is due
+        self.end_pass = False  # a job ended: the main pass runs now (epilog complete)
 
     # ----------------------------------------------------------------------- main loop
     def run(self) -> ReplayOutcome:
@@ -367,8 +377,10 @@ class Replay:
             while nxt < n and submit[nxt] <= t:
                 self._submit(nxt)
                 nxt += 1
-            if tick <= 0 or t >= next_main:
-                next_main = INF
+            if tick <= 0 or t >= next_main or self.end_pass:
+                if t >= next_main:
+                    next_main = INF
+                self.end_pass = False
                 self.dirty_any = False
                 for part in parts:
                     if part.dirty:
@@ -427,8 +439,10 @@ class Replay:
             self._stop(job, end, preempted=False)
             self.state[job] = DONE
             self.end[job] = end
-        else:  # the grace time is over: the victim is killed
+            self.end_pass = self.cfg.sched_on_end
+        else:  # the grace time is over: the victim is killed (its epilog runs the pass too)
             self._kill(job, t)
+            self.end_pass = self.cfg.sched_on_end
 
     def _kill(self, job: int, t: float) -> None:
         """A preempted job's run ends: cancelled or requeued, as its QOS's PreemptMode says."""

@@ -1,5 +1,6 @@
 """The scheduler on hand-sized cases whose Slurm outcome can be worked out on paper."""
 
+import dataclasses
 import math
 
 from slurmgpu.model.changes import parse_change
@@ -220,8 +221,9 @@ def test_age_lifts_an_old_low_qos_job_over_a_new_one():
 
 def test_main_scheduler_runs_on_its_tick_and_backfill_on_its_phase():
     # slurmctld's main scheduler runs on a 1 s tick (phase 0 here), backfill every
-    # bf_interval at its own phase (0.5); a burst's submits in one second are spread over it
-    cfg = SchedConfig(bf_interval_s=1, release_delay_s=0.05)
+    # bf_interval at its own phase (0.5); a burst's submits in one second are spread over it.
+    # With `defer` a job's end only flags the tick too (the next test: without it)
+    cfg = SchedConfig(bf_interval_s=1, release_delay_s=0.05, sched_on_end=False)
     jobs = [job(1, 0, 10, 8, "p2"), job(2, 0, 10, 8, "p1"), job(3, 0, 10, 8, "p0")]
     trace, out = run(jobs, config=cfg)
     # spread over second 0 (at 0, 1/3, 2/3): the backfill pass at 0.5 sees jobs 1 and 2
@@ -232,6 +234,30 @@ def test_main_scheduler_runs_on_its_tick_and_backfill_on_its_phase():
     # without spreading, the pass at 0.5 sees the whole burst: p0 first
     trace, out = run(jobs, config=SchedConfig(bf_interval_s=1, spread_submits=False))
     assert starts(trace, out)["3"] == 0.5
+
+
+def test_a_job_end_runs_the_main_scheduler_at_once():
+    # slurmctld 22.05: the end's EPILOG_COMPLETE RPC calls schedule() (proc_req.c
+    # _slurm_rpc_epilog_complete), which runs the main scheduler within milliseconds, not
+    # at the next 1 s tick: the freed GPUs go to the next job when they return (end + the
+    # release delay); a submit only flags the tick
+    cfg = SchedConfig(bf_interval_s=1, release_delay_s=0.05)
+    assert cfg.sched_on_end
+    jobs = [job(1, 0, 10, 8, "p2"), job(2, 0, 10, 8, "p1"), job(3, 0, 10, 8, "p0")]
+    trace, out = run(jobs, config=cfg)
+    # job 2 starts at backfill's 0.5 (as above); its GPUs return at 10.55, and the pass that
+    # the end runs starts job 3 (p0) there; job 3's GPUs return at 20.6: job 1 starts then
+    assert starts(trace, out) == {"2": 0.5, "3": 10.55, "1": 20.6}
+    # the pass also takes what was submitted since the last one (schedule() walks every
+    # partition's queue): job 5, submitted at 12.2 into the other partition's idle node,
+    # starts at job 4's end (12.3), before the tick at 13
+    jobs = [job(4, 0, 11.75, 8, "p1"), job(5, 12.2, 10, 8, "p1", part="other")]
+    cfg = SchedConfig(bf_interval_s=30, release_delay_s=0.05, spread_submits=False)
+    trace, out = run(jobs, config=cfg, other=8)
+    assert starts(trace, out) == {"4": 0.5, "5": 12.3}
+    # with `defer`, the tick at 13 takes it
+    trace, out = run(jobs, config=dataclasses.replace(cfg, sched_on_end=False), other=8)
+    assert starts(trace, out)["5"] == 13
 
 
 def test_backfill_reserves_whole_nodes():
