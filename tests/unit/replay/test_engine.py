@@ -164,6 +164,20 @@ def test_a_requeued_job_waits_for_its_begin_time():
     assert list(out.state) == [DONE] * 3
 
 
+def test_a_requeued_job_queues_by_its_requeue_time():
+    # slurmctld sets a requeued job's submit time to the requeue (job_mgr.c
+    # _job_requeue_op) and orders equal priorities by submit time (job_scheduler.c
+    # sort_job_queue2): job 1 (p2, preempted at 100, eligible at 105) goes behind job 2 (p2,
+    # submitted at 50) but ahead of job 4 (p2, submitted after the requeue)
+    cfg = SchedConfig(bf_interval_s=10, requeue_delay_s=5, **EXACT)
+    jobs = [job(1, 0, 1000, 8, "p2"), job(2, 50, 100, 8, "p2"), job(3, 100, 10, 8, "p0"),
+            job(4, 101, 10, 8, "p2")]  # fmt: skip
+    trace, out = run(jobs, config=cfg, changes=["tier:p2:grace_s=0"])
+    assert killed(trace, out) == ["1"]
+    runs = {(trace.job_id[j], s) for j, s in zip(out.runs.job, out.runs.start, strict=True)}
+    assert runs == {("1", 0), ("3", 100), ("2", 110), ("1", 210), ("4", 1210)}
+
+
 def test_multi_node_job_takes_whole_idle_nodes():
     jobs = [job(1, 0, 100, 4), job(2, 1, 100, 16)]
     trace, out = run(jobs, gpus=24)
