@@ -842,16 +842,22 @@ class Replay:
     def _whole_victims(self, part: _Part, job: int, g: int) -> list[int] | None:
         """The running jobs a whole-GPU `job` preempts, chosen as slurmctld 22.05 does (seen on
         the multi-node test cluster, docs/replay.md "Fidelity"): the preemptable jobs in
-        order, lowest QOS priority first and then the **oldest** (lowest job id: running
-        jobs' priorities are alike and the job list is in id order), are taken out one at a
-        time until `job` fits (one node with `g` GPUs free, or enough whole idle nodes for a
-        multi-node job); the victims are those taken out that ran on the nodes it gets. None
-        when even all of them would not make room."""
+        order, lowest QOS priority first, then the fewest nodes, then the **oldest** (lowest
+        job id), are taken out one at a time until `job` fits (one node with `g` GPUs free,
+        or enough whole idle nodes for a multi-node job); the victims are those taken out
+        that ran on the nodes it gets. None when even all of them would not make room.
+
+        The order is slurmctld's (preempt.c `slurm_find_preemptable_jobs` sorts the
+        candidates by `_sort_by_prio`: preempt/qos's `_gen_job_prio` is the QOS priority
+        << 16 plus the job's node count, ascending; equal ones keep the job list's order,
+        job ids); cons_tres then drops candidates in that order until the job fits and
+        keeps those on the nodes it picked."""
         per = part.max_cap
         running = (v for v in part.running if self.alloc[v][0] == "n")
+        alloc, qos_priority, qos_of = self.alloc, self.qos_priority, self.qos_of
         cands = sorted(
             (v for v in running if self._preemptable(part, job, v)),
-            key=lambda v: (self.qos_priority[self.qos_of[v]], v),
+            key=lambda v: (qos_priority[qos_of[v]], len(alloc[v][1]), v),
         )
         free = list(part.free)
         taken: list[int] = []

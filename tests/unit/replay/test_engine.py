@@ -132,6 +132,16 @@ def test_the_oldest_victim_goes_first_even_when_a_smaller_one_would_do():
     assert killed(trace, out) == ["1"]
 
 
+def test_a_one_node_victim_goes_before_an_older_multi_node_one():
+    # slurmctld orders preemption candidates by QOS priority, then node count, then job id
+    # (preempt.c _sort_by_prio with preempt/qos's _gen_job_prio); seen on the grid trace: an
+    # 8-GPU fp0 job preempted a 1-node fp2 job, not the older 2-node fp2 job beside it
+    jobs = [job(1, 0, 900, 16, "p2"), job(2, 1, 900, 8, "p2"), job(3, 50, 10, 8, "p0")]
+    trace, out = run(jobs, gpus=24, changes=["tier:p2:grace_s=0"])
+    assert killed(trace, out) == ["2"]
+    assert starts(trace, out)["3"] == 50
+
+
 def test_a_multi_node_job_preempts_on_whole_nodes():
     jobs = [job(1, 0, 900, 8, "p2"), job(2, 0, 900, 4, "p2"), job(3, 0, 900, 4, "p1"),
             job(4, 50, 10, 16, "p0")]  # fmt: skip
