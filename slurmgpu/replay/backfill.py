@@ -125,12 +125,12 @@ def backfill(cfg, jobs, nodes, parts, queues, events, p, t):
     pos, stop, head, prio, copy_j = start_order(cfg, jobs, queues, nq, p, t)
     # the jobs' columns, once (each load of a struct's field costs a reference count)
     state, eligible, gpus, kind = jobs.state, jobs.eligible, jobs.gpus, jobs.kind
-    limit, size = jobs.limit, jobs.size
+    limit, size, rank = jobs.limit, jobs.size, jobs.rank
     prev = -1
     for _ in range(cfg.bf_max_job_test):
         if prev >= 0:
             advance(cfg, jobs, queues, copy_j, pos, stop, head, prio, prev, t)
-        src = best_source(head, prio)
+        src = best_source(head, prio, rank)
         if src < 0:
             break
         prev = src

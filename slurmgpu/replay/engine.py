@@ -80,6 +80,15 @@ class SchedConfig:
     # 22.05 with batch_sched_delay=0: every "sched: Allocate" line of a 200-job burst falls
     # on a 1 s tick whose phase drifts slowly). 0 runs it at each event instead.
     sched_tick_s: float = 1.0
+    # ...but a job's end runs the main scheduler at once: its nodes' EPILOG_COMPLETE RPC
+    # (`_slurm_rpc_epilog_complete` in 22.05's proc_req.c) calls `schedule()`, whose agent
+    # thread (`_sched_agent`, job_scheduler.c) runs `_schedule()` as soon as
+    # `sched_min_interval` (2 us) has passed: the freed GPUs go to the pending jobs within
+    # milliseconds, not at the next tick (seen: most backlog starts of the multi-node
+    # recordings fall in the second a job ended on that node). SchedulerParameters=defer
+    # turns this off (the end only flags the tick, as a submit does). The pass covers every
+    # partition that changed (a submit since the last pass included), as schedule() does.
+    sched_on_end: bool = True
     # where in the second the main scheduler's tick and the backfill pass fall. Unknowable
     # from sacct (1 s resolution); the two differ so that neither always goes first (seen:
     # the main tick early in the second, backfill drifting through it, bf_interval after the

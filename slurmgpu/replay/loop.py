@@ -26,7 +26,7 @@ from slurmgpu.replay.backfill import backfill
 from slurmgpu.replay.jobs import MIG, WHOLE
 from slurmgpu.replay.preempt import may_preempt, preempt_for
 from slurmgpu.replay.queues import (
-    before,
+    best_source,
     pop_event,
     pop_source,
     priority,
@@ -48,6 +48,7 @@ from slurmgpu.replay.runs import (
 )
 from slurmgpu.replay.state import (
     C_DIRTY_ANY,
+    C_END_PASS,
     C_HEAP,
     C_NEXT,
     C_PASSES,
@@ -149,7 +150,7 @@ def _event(cfg, jobs, nodes, parts, queues, events, kind, job, run, t):
     if kind == E_ELIGIBLE:
         nq = queues.fifo_head.shape[0] // parts.exists.shape[0]
         q = jobs.qos[job]
-        push_requeued(queues, p * nq + q, jobs.eligible[job], job)
+        push_requeued(queues, p * nq + q, jobs.rank[job], job, jobs.eligible[job])
         jobs.where[job] = -1 - q
         queued(jobs, parts, job, 1)
         flag(parts, events, p)
@@ -162,8 +163,10 @@ def _event(cfg, jobs, nodes, parts, queues, events, kind, job, run, t):
         stop(jobs, nodes, parts, events, job, end, False)
         jobs.state[job] = DONE
         jobs.end[job] = end
-    else:  # the grace time is over: the victim is killed
+    else:  # the grace time is over: the victim is killed (its epilog runs the pass too)
         kill(cfg, jobs, nodes, parts, events, job, t)
+    if cfg.sched_on_end:
+        events.count[C_END_PASS] = 1
 
 
 @njit
@@ -182,10 +185,7 @@ def _main_pass(cfg, jobs, nodes, parts, queues, events, p, t):
         if head[s] >= 0:
             prio[s] = priority(cfg, jobs, head[s], t)
     while True:
-        best = -1
-        for s in range(ns):
-            if head[s] >= 0 and (best < 0 or before(prio[s], head[s], prio[best], head[best])):
-                best = s
+        best = best_source(head, prio, jobs.rank)
         if best < 0:
             return
         job = head[best]
@@ -200,6 +200,14 @@ def _main_pass(cfg, jobs, nodes, parts, queues, events, p, t):
         head[best] = source_head(jobs, queues, nq, p, best - nq)
         if head[best] >= 0:
             prio[best] = priority(cfg, jobs, head[best], t)
+
+
+@inline
+def _main_due(cfg, events, t):
+    """Whether the main scheduler runs at `t`: on its tick (a submit, an end or a requeue
+    flags it for the next one), at every event when there is no tick, and at once after a
+    job's end or kill (`sched_on_end`: slurmctld's epilog-complete RPC calls schedule())."""
+    return cfg.tick <= 0 or t >= events.times[T_NEXT_MAIN] or events.count[C_END_PASS] != 0
 
 
 @inline
@@ -233,8 +241,10 @@ def _run(cfg, jobs, nodes, parts, queues, events, steps):
         while count[C_NEXT] < n and submit[count[C_NEXT]] <= t:
             _submit(cfg, jobs, parts, queues, events, count[C_NEXT])
             count[C_NEXT] += 1
-        if tick <= 0 or t >= times[T_NEXT_MAIN]:
-            times[T_NEXT_MAIN] = INF
+        if _main_due(cfg, events, t):  # every partition flagged since the last pass
+            if t >= times[T_NEXT_MAIN]:
+                times[T_NEXT_MAIN] = INF
+            count[C_END_PASS] = 0
             count[C_DIRTY_ANY] = 0
             for p in range(nparts):
                 if parts.exists[p] and parts.dirty[p]:
@@ -266,7 +276,7 @@ def _entry(digest):
             steps = 0
         q, e = _QUEUES(queues), _EVENTS(events)
         done = _run(_CONFIG(cfg), _JOBS(jobs), _NODES(nodes), _PARTS(parts), q, e, steps)
-        return done, e.heap_t, e.heap_k, e.runs_f, e.runs_i, q.rq_t, q.rq_j
+        return done, e.heap_t, e.heap_k, e.runs_f, e.runs_i, q.rq_r, q.rq_j, q.rq_e
 
     return run
 
@@ -301,7 +311,7 @@ def advance(state: tuple, steps: int = 0) -> tuple[bool, tuple]:
     """Run the replay of `state` (`state.build`'s tuple) for `steps` loop turns (0: to its
     end): whether it ended, and the state to go on from."""
     cfg, jobs, nodes, parts, queues, events = state
-    done, heap_t, heap_k, runs_f, runs_i, rq_t, rq_j = run(*state, steps)
-    queues = queues._replace(rq_t=rq_t, rq_j=rq_j)
+    done, heap_t, heap_k, runs_f, runs_i, rq_r, rq_j, rq_e = run(*state, steps)
+    queues = queues._replace(rq_r=rq_r, rq_j=rq_j, rq_e=rq_e)
     events = events._replace(heap_t=heap_t, heap_k=heap_k, runs_f=runs_f, runs_i=runs_i)
     return bool(done), (cfg, jobs, nodes, parts, queues, events)

@@ -89,25 +89,32 @@ def _lexsorted(jobs_, first, second):
 def whole_victims(cfg, jobs, nodes, parts, job, g):
     """The running jobs a whole-GPU `job` preempts, chosen as slurmctld 22.05 does (seen on
     the multi-node test cluster, docs/replay.md "Fidelity"): the preemptable jobs in order,
-    lowest QOS priority first and then the **oldest** (lowest job id: running jobs'
-    priorities are alike and the job list is in id order), are taken out one at a time until
-    `job` fits (one node with `g` GPUs free, or enough whole idle nodes for a multi-node
-    job); the victims are those taken out that ran on the nodes it gets. Empty when even all
-    of them would not make room."""
+    lowest QOS priority first, then the fewest nodes, then the **oldest** (lowest job id),
+    are taken out one at a time until `job` fits (one node with `g` GPUs free, or enough
+    whole idle nodes for a multi-node job); the victims are those taken out that ran on the
+    nodes it gets. Empty when even all of them would not make room.
+
+    The order is slurmctld's (preempt.c `slurm_find_preemptable_jobs` sorts the candidates
+    by `_sort_by_prio`: preempt/qos's `_gen_job_prio` is the QOS priority << 16 plus the
+    job's node count, ascending; equal ones keep the job list's order, job ids); cons_tres
+    then drops candidates in that order until the job fits and keeps those on the nodes it
+    picked."""
     p = jobs.part[job]
     per = parts.max_cap[p]
     lo, hi = parts.node_lo[p], parts.node_hi[p]
     r0 = parts.run_lo[p]
     cands = np.empty(parts.run_n[p], np.int64)
     first = np.empty(parts.run_n[p], np.int64)
+    second = np.empty(parts.run_n[p])
     k = 0
     for i in range(parts.run_n[p]):
         v = parts.run_jobs[r0 + i]
         if jobs.akind[v] == A_NODES and _preemptable(cfg, jobs, job, v):
             cands[k] = v
             first[k] = cfg.qos_priority[jobs.qos[v]]
+            second[k] = jobs.acount[v]  # the nodes it holds
             k += 1
-    cands = _lexsorted(cands[:k], first[:k], np.zeros(k))
+    cands = _lexsorted(cands[:k], first[:k], second[:k])
     free = nodes.free[lo:hi].copy()
     need = -(-g // per) if g > per > 0 else 1
     idle = 0

@@ -94,27 +94,63 @@ def pop_event(events):
     return time, kind, job, run
 
 
+@inline
+def _before_requeued(ra, ja, ea, rb, jb, eb):
+    """(rank, job, eligible) a before b."""
+    return ra < rb or (ra == rb and (ja < jb or (ja == jb and ea < eb)))
+
+
 @njit
-def push_requeued(queues, b, elig, job):
-    """Push (eligible, job) on requeue heap `b`; every heap's row doubles when one is full."""
+def push_requeued(queues, b, rank, job, elig):
+    """Push (requeue second, job, eligible) on requeue heap `b`; every heap's row doubles
+    when one is full."""
     n = queues.rq_n[b]
-    if n == queues.rq_t.shape[1]:
-        grown_t = np.empty((queues.rq_t.shape[0], 2 * n))
-        grown_j = np.empty((queues.rq_t.shape[0], 2 * n), np.int64)
-        for r in range(queues.rq_t.shape[0]):
+    if n == queues.rq_r.shape[1]:
+        rows = queues.rq_r.shape[0]
+        grown_r = np.empty((rows, 2 * n), np.int64)
+        grown_j = np.empty((rows, 2 * n), np.int64)
+        grown_e = np.empty((rows, 2 * n))
+        for r in range(rows):
             for i in range(queues.rq_n[r]):
-                grown_t[r, i] = queues.rq_t[r, i]
+                grown_r[r, i] = queues.rq_r[r, i]
                 grown_j[r, i] = queues.rq_j[r, i]
-        queues.rq_t = grown_t
+                grown_e[r, i] = queues.rq_e[r, i]
+        queues.rq_r = grown_r
         queues.rq_j = grown_j
-    sift_up(queues.rq_t[b], queues.rq_j[b], n, elig, job)
+        queues.rq_e = grown_e
+    hr, hj, he = queues.rq_r, queues.rq_j, queues.rq_e
+    i = n
+    while i > 0:
+        up = (i - 1) >> 1
+        if not _before_requeued(rank, job, elig, hr[b, up], hj[b, up], he[b, up]):
+            break
+        hr[b, i], hj[b, i], he[b, i] = hr[b, up], hj[b, up], he[b, up]
+        i = up
+    hr[b, i], hj[b, i], he[b, i] = rank, job, elig
     queues.rq_n[b] = n + 1
 
 
 @njit
 def _pop_requeued(queues, b):
-    sift_down(queues.rq_t[b], queues.rq_j[b], queues.rq_n[b])
-    queues.rq_n[b] -= 1
+    hr, hj, he = queues.rq_r, queues.rq_j, queues.rq_e
+    n = queues.rq_n[b] - 1
+    queues.rq_n[b] = n
+    if n == 0:
+        return
+    rank, job, elig = hr[b, n], hj[b, n], he[b, n]
+    i = 0
+    while True:
+        c = 2 * i + 1
+        if c >= n:
+            break
+        if c + 1 < n and _before_requeued(hr[b, c + 1], hj[b, c + 1], he[b, c + 1],
+                                          hr[b, c], hj[b, c], he[b, c]):  # fmt: skip
+            c += 1
+        if not _before_requeued(hr[b, c], hj[b, c], he[b, c], rank, job, elig):
+            break
+        hr[b, i], hj[b, i], he[b, i] = hr[b, c], hj[b, c], he[b, c]
+        i = c
+    hr[b, i], hj[b, i], he[b, i] = rank, job, elig
 
 
 @inline
@@ -147,9 +183,13 @@ def priority(cfg, jobs, job, t):
 
 
 @inline
-def before(prio_a, job_a, prio_b, job_b):
-    """Job a comes before job b (higher priority, then lower job id)."""
-    return prio_a > prio_b or (prio_a == prio_b and job_a < job_b)
+def before(prio_a, rank_a, job_a, prio_b, rank_b, job_b):
+    """Job a comes before job b: higher priority, then the earlier submit second (`rank`: a
+    requeued job's is its requeue, as slurmctld's `sort_job_queue2` orders them), then the
+    lower job id."""
+    return prio_a > prio_b or (
+        prio_a == prio_b and (rank_a < rank_b or (rank_a == rank_b and job_a < job_b))
+    )
 
 
 # --- the sources of one partition: FIFO of QOS q (src = q), requeue heap (src = -1 - q) ----
@@ -175,7 +215,7 @@ def source_head(jobs, queues, nq, p, src):
     q = -1 - src
     b = p * nq + q
     while queues.rq_n[b] > 0:
-        elig, job = queues.rq_t[b, 0], queues.rq_j[b, 0]
+        elig, job = queues.rq_e[b, 0], queues.rq_j[b, 0]
         if _live_requeued(jobs, elig, job, q):
             return job
         _pop_requeued(queues, b)
@@ -204,25 +244,25 @@ def start_order(cfg, jobs, queues, nq, p, t):
     total = 0
     for q in range(nq):
         total += queues.rq_n[p * nq + q]
-    copy_t = np.empty(total)
+    copy_r = np.empty(total, np.int64)
     copy_j = np.empty(total, np.int64)
+    copy_e = np.empty(total)
     k = 0
     for q in range(nq):
         b = p * nq + q
         pos[2 * q] = queues.fifo_head[b]
         stop[2 * q] = queues.fifo_tail[b]
-        # the live requeued jobs of QOS q, by (eligible, job)
+        # the live requeued jobs of QOS q, by (requeue second, job, eligible)
         lo = k
         for i in range(queues.rq_n[b]):
-            elig, job = queues.rq_t[b, i], queues.rq_j[b, i]
+            rank, job, elig = queues.rq_r[b, i], queues.rq_j[b, i], queues.rq_e[b, i]
             if _live_requeued(jobs, elig, job, q):
                 j = k
-                while j > lo and _less(elig, job, copy_t[j - 1], copy_j[j - 1]):
-                    copy_t[j] = copy_t[j - 1]
-                    copy_j[j] = copy_j[j - 1]
+                while j > lo and _before_requeued(rank, job, elig, copy_r[j - 1],
+                                                  copy_j[j - 1], copy_e[j - 1]):  # fmt: skip
+                    copy_r[j], copy_j[j], copy_e[j] = copy_r[j - 1], copy_j[j - 1], copy_e[j - 1]
                     j -= 1
-                copy_t[j] = elig
-                copy_j[j] = job
+                copy_r[j], copy_j[j], copy_e[j] = rank, job, elig
                 k += 1
         pos[2 * q + 1] = lo
         stop[2 * q + 1] = k
@@ -259,10 +299,14 @@ def advance(cfg, jobs, queues, copy_j, pos, stop, head, prio, s, t):
 
 
 @inline
-def best_source(head, prio):
-    """The source whose head comes first; -1 when all are empty."""
+def best_source(head, prio, rank):
+    """The source whose head comes first (`rank`: the jobs' submit seconds); -1 when all
+    are empty."""
     best = -1
     for s in range(len(head)):
-        if head[s] >= 0 and (best < 0 or before(prio[s], head[s], prio[best], head[best])):
+        if head[s] < 0:
+            continue
+        if best < 0 or before(prio[s], rank[head[s]], head[s], prio[best], rank[head[best]],
+                              head[best]):  # fmt: skip
             best = s
     return best

@@ -222,10 +222,14 @@ def stop(jobs, nodes, parts, events, job, t, preempted):
 def requeue(cfg, jobs, events, job, t):
     """A preempted job back in the queue (PreemptMode=REQUEUE): pending, but eligible only
     `requeue_delay_s` later (slurmctld's BeginTime: AuthInfo cred_expire + 1 s, seen on
-    22.05), when its eligibility event puts it in its QOS's requeue heap. Until then its old
-    FIFO entry is stale (`where` names no queue): no pass may start it early."""
+    22.05), when its eligibility event puts it in its QOS's requeue heap. Its submit time
+    becomes the requeue's second (`Jobs.rank`; job_mgr.c `_job_requeue_op` sets `submit_time
+    = now`), so among equal priorities it queues behind the jobs submitted before it was
+    preempted (seen in all five multi-node recordings). Until then its old FIFO entry is
+    stale (`where` names no queue): no pass may start it early."""
     jobs.state[job] = PENDING
     jobs.eligible[job] = t + cfg.requeue_delay
+    jobs.rank[job] = math.floor(t)
     jobs.where[job] = NO_QUEUE
     jobs.run_id[job] += 1
     push_event(events, jobs.eligible[job], E_ELIGIBLE, job, jobs.run_id[job])

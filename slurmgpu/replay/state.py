@@ -14,7 +14,8 @@ objects, so each record kind is a struct of arrays in a named tuple:
   limits with counts and a pointer to the shortest), the running jobs, and their expected
   ends sorted (`end_*`, backfill's profile is built from them);
 - `Queues`: per (partition, QOS) a FIFO that is a fixed slice of one array of job ids in job
-  (= submit) order, with head and tail, and a heap of requeued jobs (a row of two arrays);
+  (= submit) order, with head and tail, and a heap of requeued jobs (a row of three arrays:
+  requeue second, job, eligibility);
 - `Events`: the event heap, the run log and the loop's own counters;
 - `Config`: the scheduler settings and the QOS table, as numbers.
 
@@ -59,19 +60,19 @@ REASONS = (
 )
 R_NO_PARTITION, R_TOO_BIG, R_NO_PROFILE, R_NO_SHARDS, R_PREEMPT_CANCEL, R_CANCELLED = range(6)
 # Events.count / Events.times slots
-C_NEXT, C_PREEMPTIONS, C_DIRTY_ANY, C_REASON_SEQ, C_HEAP, C_RUNS, C_PASSES = range(7)
+C_NEXT, C_PREEMPTIONS, C_DIRTY_ANY, C_REASON_SEQ, C_HEAP, C_RUNS, C_PASSES, C_END_PASS = range(8)
 T_NEXT_BF, T_NEXT_MAIN, T_NOW = range(3)
 
 Config = namedtuple(
     "Config",
     "weight_qos weight_age max_age period bf_interval bf_max_job_test bf_window bf_max_res "
     "backfill requeue_delay tick tick_phase bf_phase submit_delay release_delay headroom "
-    "qos_term qos_priority preempts grace mode",
+    "sched_on_end qos_term qos_priority preempts grace mode",
 )
 Jobs = namedtuple(
     "Jobs",
     "submit duration limit gpus kind part qos need cancel pool size lim fpos noff "
-    "state eligible start end run_start run_id akind apool acount anodes on_slice awaiting "
+    "state eligible rank start end run_start run_id akind apool acount anodes on_slice awaiting "
     "victim_of expected_end where rpos",
 )
 Nodes = namedtuple("Nodes", "cap free part slot_job slot_gpus ver e_val e_ver idle_of idle_stale")
@@ -86,7 +87,7 @@ Parts = namedtuple(
     "idle_lo idle_vals stale_n stale "
     "emin_val emin_ver",
 )
-Queues = namedtuple("Queues", "fifo fifo_head fifo_tail rq_t rq_j rq_n")
+Queues = namedtuple("Queues", "fifo fifo_head fifo_tail rq_r rq_j rq_e rq_n")
 Events = namedtuple("Events", "heap_t heap_k runs_f runs_i count times reasons reason_seq")
 
 
@@ -136,6 +137,7 @@ def build_config(trace: ReplayTrace, model: ClusterModel, config) -> Config:
         submit_delay=float(config.submit_sched_delay_s),
         release_delay=float(config.release_delay_s),
         headroom=float(config.slice_headroom),
+        sched_on_end=bool(config.sched_on_end),
         qos_term=np.array(
             [
                 config.priority_weight_qos * q.priority / max_prio if max_prio > 0 else 0.0
@@ -334,8 +336,9 @@ def _queues(trace: ReplayTrace) -> tuple[Queues, np.ndarray]:
         fifo=order.astype(np.int64),
         fifo_head=fifo_lo[:-1].astype(np.int64),
         fifo_tail=fifo_lo[:-1].astype(np.int64),
-        rq_t=np.empty((heaps, 4)),
+        rq_r=np.empty((heaps, 4), np.int64),
         rq_j=np.empty((heaps, 4), np.int64),
+        rq_e=np.empty((heaps, 4)),
         rq_n=np.zeros(heaps, np.int64),
     )
     return queues, fpos
@@ -360,6 +363,8 @@ def _jobs(trace, config, lay: _Layout, table: tuple[np.ndarray, ...], fpos) -> J
         cancel=np.where(np.isfinite(cancel), cancel, INF).astype(float),
         pool=lay.job_pool, size=table[1], lim=table[2], fpos=fpos, noff=noff,
         state=np.full(n, FUTURE, np.int64), eligible=submit.astype(float),
+        # equal priorities go by submit second, then job id (a requeue sets it anew)
+        rank=np.floor(trace.submit_s).astype(np.int64),
         start=np.full(n, INF), end=np.full(n, INF), run_start=np.zeros(n),
         run_id=np.zeros(n, np.int64), akind=np.zeros(n, np.int64),
         apool=np.full(n, -1, np.int64), acount=np.zeros(n, np.int64),
@@ -376,7 +381,7 @@ def _events(n: int) -> Events:
         heap_k=np.empty(1024, np.int64),
         runs_f=np.empty((3, n + 1024)),
         runs_i=np.empty((3, n + 1024), np.int64),
-        count=np.zeros(7, np.int64),
+        count=np.zeros(8, np.int64),
         times=np.full(3, INF),
         reasons=np.zeros(len(REASONS), np.int64),
         reason_seq=np.full(len(REASONS), -1, np.int64),

@@ -117,7 +117,10 @@ def test_replay_of_the_first_design_preempts_and_requeues_as_recorded(path):
     assert np.isfinite(out.start_s).all()
     assert trace.recorded_preemptions.sum() >= 20 and out.preemptions >= 20
     f = by_partition(trace, trace.recorded_start_s, out.start_s)
-    assert f["all"].same_order_fraction >= 0.74, f
+    # 69-70 % since a job's end runs the main pass at once and a requeued job queues by its
+    # requeue time (77 % before: burst's mean wait -28 % instead of -17 %, big's -30 %
+    # instead of +22 %)
+    assert f["all"].same_order_fraction >= 0.68, f
 
 
 def test_slurmctld_agrees_with_itself_better_on_the_test_s_trace():
@@ -139,19 +142,19 @@ def test_slurmctld_s_own_big_mean_wait_varies_twofold():
 
 @pytest.mark.parametrize("path", [*CURRENT, TEST_RUN], ids=lambda p: p.stem)
 def test_replay_of_the_test_s_trace(path):
-    """What the replay reaches (docs/replay.md "Fidelity on the multi-node cluster"): 80-81.5 %
-    of the jobs in order (78.5 % on the test's run); `burst`'s mean wait +14-17 % (its
-    backlog drains slower than slurmctld's, which starts 242 of 320 backlog jobs in the
-    second a job ended on that node), `big`'s -30 % to +41 % (slurmctld's own varies
-    twofold). Not the issue's 90 % / 10 %."""
+    """What the replay reaches (docs/replay.md "Fidelity on the multi-node cluster"): 75-82 %
+    of the jobs in order; `burst`'s mean wait -5 to -7 % since a job's end runs the main
+    pass at once and a requeued job queues by its requeue time (+14-17 % before: slurmctld
+    starts 242 of 320 backlog jobs in the second a job ended on that node), `big`'s -58 %
+    to -17 % (slurmctld's own varies twofold). Not the issue's 90 % / 10 %."""
     trace = load_trace([path])
     out = replay(trace, model(), config())
     assert np.isfinite(out.start_s).all()
     assert out.preemptions >= 10 and trace.recorded_preemptions.sum() >= 10
     f = by_partition(trace, trace.recorded_start_s, out.start_s)
     assert f["all"].jobs == 520
-    assert f["all"].same_order_fraction >= 0.78, f
-    assert f["burst"].same_order_fraction >= 0.85, f
-    assert 0.05 <= (f["burst"].replayed_mean_wait_s / f["burst"].recorded_mean_wait_s - 1) <= 0.2
+    assert f["all"].same_order_fraction >= 0.75, f
+    assert f["burst"].same_order_fraction >= 0.84, f
+    assert f["burst"].mean_wait_error <= 0.10, f
     ratio = f["big"].replayed_mean_wait_s / f["big"].recorded_mean_wait_s
-    assert 0.5 <= ratio <= 2.0, f
+    assert 0.4 <= ratio <= 2.0, f
