@@ -122,14 +122,14 @@ def backfill(cfg, jobs, nodes, parts, queues, events, p, t):
     owed = np.empty(max(cfg.bf_max_job_test, 0) + 1, np.int64)
     flags = np.zeros(4, np.int64)
     nq = queues.fifo_head.shape[0] // parts.exists.shape[0]
-    pos, stop, head, prio, copy_j = start_order(cfg, jobs, queues, nq, p, t)
+    pos, stop, head, prio, aux = start_order(cfg, jobs, queues, nq, p, t)
     # the jobs' columns, once (each load of a struct's field costs a reference count)
     state, eligible, gpus, kind = jobs.state, jobs.eligible, jobs.gpus, jobs.kind
     limit, size, rank = jobs.limit, jobs.size, jobs.rank
     prev = -1
     for _ in range(cfg.bf_max_job_test):
         if prev >= 0:
-            advance(cfg, jobs, queues, copy_j, pos, stop, head, prio, prev, t)
+            advance(cfg, jobs, queues, aux, pos, stop, head, prio, prev, p * nq, t)
         src = best_source(head, prio, rank)
         if src < 0:
             break

@@ -232,10 +232,58 @@ def pop_source(queues, nq, p, src):
 
 
 # --- up to `limit` pending jobs in priority order, without removing them (backfill) -------
+@inline
+def _entry_before(queues, b, i, k):
+    """Entry i of requeue heap b comes before entry k (rank, job, eligible)."""
+    return _before_requeued(queues.rq_r[b, i], queues.rq_j[b, i], queues.rq_e[b, i],
+                            queues.rq_r[b, k], queues.rq_j[b, k], queues.rq_e[b, k])  # fmt: skip
+
+
+@njit
+def _aux_push(queues, b, aux, lo, n, idx):
+    """Push entry index `idx` of requeue heap b on the walk's own heap `aux[lo:lo + n]`."""
+    i = n
+    while i > 0:
+        up = (i - 1) >> 1
+        if not _entry_before(queues, b, idx, aux[lo + up]):
+            break
+        aux[lo + i] = aux[lo + up]
+        i = up
+    aux[lo + i] = idx
+    return n + 1
+
+
+@njit
+def _aux_pop(queues, b, aux, lo, n):
+    """Drop the least of `aux[lo:lo + n]`."""
+    n -= 1
+    last = aux[lo + n]
+    i = 0
+    while True:
+        c = 2 * i + 1
+        if c >= n:
+            break
+        if c + 1 < n and _entry_before(queues, b, aux[lo + c + 1], aux[lo + c]):
+            c += 1
+        if not _entry_before(queues, b, aux[lo + c], last):
+            break
+        aux[lo + i] = aux[lo + c]
+        i = c
+    if n > 0:
+        aux[lo + i] = last
+    return n
+
+
 @njit
 def start_order(cfg, jobs, queues, nq, p, t):
-    """The cursors of a priority-order walk of partition `p` at `t`: per source, position,
-    end and head (job, priority); the requeued jobs' sorted copy."""
+    """The cursors of a priority-order walk of partition `p` at `t`: per source, position
+    and end (a FIFO: its slice; requeued jobs: where its walk heap starts in `aux` and its
+    size) and head (job, priority).
+
+    The requeued jobs of a QOS are walked in the order of their heap's entries without
+    sorting them: the walk keeps its own small heap of the entries next in order (the root
+    first, then each taken entry's two children), so a pass that looks at k of them costs
+    O(k log k), whatever the heap holds (a deep queue's requeued jobs can be thousands)."""
     ns = 2 * nq
     pos = np.zeros(ns, np.int64)
     stop = np.zeros(ns, np.int64)
@@ -244,48 +292,45 @@ def start_order(cfg, jobs, queues, nq, p, t):
     total = 0
     for q in range(nq):
         total += queues.rq_n[p * nq + q]
-    copy_r = np.empty(total, np.int64)
-    copy_j = np.empty(total, np.int64)
-    copy_e = np.empty(total)
-    k = 0
+    aux = np.empty(total, np.int64)
+    lo = 0
     for q in range(nq):
         b = p * nq + q
         pos[2 * q] = queues.fifo_head[b]
         stop[2 * q] = queues.fifo_tail[b]
-        # the live requeued jobs of QOS q, by (requeue second, job, eligible)
-        lo = k
-        for i in range(queues.rq_n[b]):
-            rank, job, elig = queues.rq_r[b, i], queues.rq_j[b, i], queues.rq_e[b, i]
-            if _live_requeued(jobs, elig, job, q):
-                j = k
-                while j > lo and _before_requeued(rank, job, elig, copy_r[j - 1],
-                                                  copy_j[j - 1], copy_e[j - 1]):  # fmt: skip
-                    copy_r[j], copy_j[j], copy_e[j] = copy_r[j - 1], copy_j[j - 1], copy_e[j - 1]
-                    j -= 1
-                copy_r[j], copy_j[j], copy_e[j] = rank, job, elig
-                k += 1
         pos[2 * q + 1] = lo
-        stop[2 * q + 1] = k
+        if queues.rq_n[b] > 0:
+            aux[lo] = 0  # the heap's root
+            stop[2 * q + 1] = 1
+        lo += queues.rq_n[b]
     for s in range(ns):
-        advance(cfg, jobs, queues, copy_j, pos, stop, head, prio, s, t)
-    return pos, stop, head, prio, copy_j
+        advance(cfg, jobs, queues, aux, pos, stop, head, prio, s, p * nq, t)
+    return pos, stop, head, prio, aux
 
 
 @inline
-def advance(cfg, jobs, queues, copy_j, pos, stop, head, prio, s, t):
-    """Move source `s` to its next pending job (FIFO: whose live entry it holds)."""
+def advance(cfg, jobs, queues, aux, pos, stop, head, prio, s, base, t):
+    """Move source `s` to its next pending job (FIFO: whose live entry it holds; requeued:
+    a live entry). `base`: the partition's first queue index (partition x QOS count)."""
     q = s >> 1
     head[s] = -1
-    at, end = pos[s], stop[s]
     state = jobs.state  # (each load of a struct's field costs a reference count)
     if s & 1:
-        while at < end:
-            j = copy_j[at]
-            at += 1
-            if state[j] == PENDING:
-                head[s] = j
+        b = base + q
+        n, lo, size = stop[s], pos[s], queues.rq_n[b]
+        while n > 0:
+            i = aux[lo]
+            n = _aux_pop(queues, b, aux, lo, n)
+            for c in (2 * i + 1, 2 * i + 2):
+                if c < size:
+                    n = _aux_push(queues, b, aux, lo, n, c)
+            job = queues.rq_j[b, i]
+            if _live_requeued(jobs, queues.rq_e[b, i], job, q):
+                head[s] = job
                 break
+        stop[s] = n
     else:
+        at, end = pos[s], stop[s]
         fifo, where = queues.fifo, jobs.where
         while at < end:
             j = fifo[at]
@@ -293,7 +338,7 @@ def advance(cfg, jobs, queues, copy_j, pos, stop, head, prio, s, t):
             if where[j] == q and state[j] == PENDING:
                 head[s] = j
                 break
-    pos[s] = at
+        pos[s] = at
     if head[s] >= 0:
         prio[s] = priority(cfg, jobs, head[s], t)
 
