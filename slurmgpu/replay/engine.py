@@ -165,8 +165,9 @@ def warm_up() -> float:
 
     began = time.process_time()
     trace = ReplayTrace.from_jobs([ReplayJob("1", "p", "q", "t", 0.0, 60.0, 120.0, 1.0)])
-    with _jit.compile_lock():  # a one-job replay: the same argument types as every replay's
-        advance(build(trace, from_capacity({"p": 8}), SchedConfig()))
+    if _jit.COMPILED:
+        with _jit.compile_lock():  # a one-job replay: the argument types of every replay
+            advance(build(trace, from_capacity({"p": 8}), SchedConfig()))
     _WARM = True
     return time.process_time() - began
 
