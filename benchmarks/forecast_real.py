@@ -1,0 +1,296 @@
+"""Forecast accuracy on real per-minute GPU demand series (docs/forecast.md, "How good is it").
+
+The data is not in this repository: it is the public Alibaba cluster traces
+(https://github.com/alibaba/clusterdata, CC-BY 4.0), read from the paths given:
+
+- `--openb cluster-trace-gpu-v2023/csv/openb_pod_list_default.csv`: GPU pods of a cluster
+  (creation, scheduled and deletion times in seconds, num_gpu, gpu_milli = share of a GPU,
+  qos). One series per qos class with at least 100 pods (LS, BE, Burstable), from the first
+  whole day of the trace's dense part (the file lists only the pods that survived into its
+  last ~34 days before that, so earlier demand is not the cluster's).
+- `--dlrm cluster-trace-gpu-v2025/disaggregated_DLRM_trace.csv`: instances of a
+  disaggregated recommendation-model serving cluster (role HN holds one GPU each, CN none;
+  a blank creation time: created before the trace, a blank deletion time: alive at its
+  end). One series for all HN instances (`HN`) and one per app among the `--top-apps` with
+  the most instances created during the trace (an app whose instances all predate it is a
+  constant).
+
+Demand at an instant = GPUs held by running pods (scheduled .. deletion) + GPUs requested by
+pending ones (creation .. scheduled, or .. deletion for a pod never scheduled), averaged
+exactly over each minute (`demand.bucket_average`). The traces' clocks start at 0
+(anonymized): they are placed at an arbitrary Monday 00:00 UTC (`T0`), so the day of the
+week and the hour of the day are the trace's own offsets, not the site's calendar.
+
+    python benchmarks/forecast_real.py build --openb PATH --dlrm PATH [--out DIR]
+    python benchmarks/forecast_real.py eval DIR/openb.csv [--first-cut-day 21] [--label L]
+    python benchmarks/forecast_real.py --table benchmarks/out/forecast_real-openb.json
+
+`build` writes `DIR/openb.csv` and `DIR/dlrm.csv` (default benchmarks/out/, gitignored:
+derived data is never committed). `eval` runs the real `slurmgpu forecast --demand-file CSV
+--freq 1m --horizon 1d --train-until CUT --format json` (a subprocess) at each cut point: one
+per day from `--first-cut-day` days after the series' start to its last whole day, every
+cut's history being everything before it. The held-out day after a cut is seen by neither
+the fit nor the pick. It scores the forecast the command printed (the picked model) on that
+day, and, for the table, every candidate model fitted on the same history (the library's
+`_runs`, what the command refits after its pick).
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import os
+import subprocess
+import sys
+from datetime import UTC, datetime
+
+import numpy as np
+
+from slurmgpu.forecast import models
+from slurmgpu.forecast.demand import bucket_average
+from slurmgpu.forecast.demand_file import demand_file_series
+from slurmgpu.forecast.pipeline import _runs, smape_pct, under_rate
+
+MIN = 60.0
+DAY = 86400.0
+T0 = {"openb": 1672617600.0, "dlrm": 1735516800.0}  # 2023-01-02, 2024-12-30: Mondays, UTC
+OPENB_MIN_PODS = 100
+
+
+def _float(text: str) -> float:
+    return float(text) if text.strip() else float("nan")
+
+
+def _read(path: str) -> list[dict[str, str]]:
+    with open(path, newline="", encoding="utf-8") as fh:
+        return list(csv.DictReader(fh))
+
+
+def openb_intervals(path: str) -> tuple[dict[str, tuple], float, float]:
+    """Per qos: (run start, run end, pending start, pending end, gpus); the dense part's
+    first whole day and the trace's end (seconds of the trace's clock)."""
+    rows = _read(path)
+    create = np.array([_float(r["creation_time"]) for r in rows])
+    sched = np.array([_float(r["scheduled_time"]) for r in rows])
+    delete = np.array([_float(r["deletion_time"]) for r in rows])
+    gpus = np.array([_float(r["num_gpu"]) * _float(r["gpu_milli"]) / 1000.0 for r in rows])
+    qos = np.array([r["qos"] for r in rows], dtype=object)
+    end = float(np.nanmax(delete))
+    # the dense part: the first day on which at least 0.5% of the pods were created, then
+    # its next midnight (the trace starts inside that day)
+    per_day = np.bincount((create // DAY).astype(int))
+    start = (int(np.argmax(per_day >= 0.005 * len(rows))) + 1) * DAY
+    out = {}
+    for q in sorted(set(qos.tolist())):
+        m = qos == q
+        if m.sum() < OPENB_MIN_PODS:
+            continue
+        ran = ~np.isnan(sched[m])
+        pend_end = np.where(ran, sched[m], delete[m])
+        out[q] = (np.where(ran, sched[m], np.inf), delete[m], create[m], pend_end, gpus[m])
+    return out, start, end
+
+
+def dlrm_intervals(path: str, top_apps: int) -> tuple[dict[str, tuple], float, float]:
+    """HN (GPU) instances: all of them as `HN`, and the `top_apps` apps with the most
+    instances created during the trace (the ones whose demand moves), each its own series."""
+    rows = [r for r in _read(path) if _float(r["gpu_request"]) > 0]
+    create = np.array([_float(r["creation_time"]) for r in rows])
+    sched = np.array([_float(r["scheduled_time"]) for r in rows])
+    delete = np.array([_float(r["deletion_time"]) for r in rows])
+    gpus = np.array([_float(r["gpu_request"]) for r in rows])
+    app = np.array([r["app_name"] for r in rows], dtype=object)
+    end = float(np.nanmax(np.concatenate([create, sched, delete])))
+    before = np.isnan(create)  # alive when the trace began
+    run_start = np.where(before, -1.0, np.where(np.isnan(sched), np.inf, sched))
+    run_end = np.where(np.isnan(delete), end + DAY, delete)
+    pend_start = np.where(before, 0.0, create)
+    pend_end = np.where(before, 0.0, np.where(np.isnan(sched), run_end, sched))
+    keys = {"HN": np.ones(len(rows), dtype=bool)}
+    born = {a: int((~before & (app == a)).sum()) for a in set(app.tolist())}
+    for a in sorted(born, key=lambda a: (-born[a], a))[:top_apps]:
+        keys[a] = app == a
+    out = {
+        k: (run_start[m], run_end[m], pend_start[m], pend_end[m], gpus[m]) for k, m in keys.items()
+    }
+    return out, 0.0, end
+
+
+def write_demand(path: str, series: dict[str, tuple], start: float, end: float, t0: float) -> int:
+    """Minute averages from `start` to the last whole minute before `end`, as a
+    time,partition,gpus CSV (epoch seconds, `t0` + the trace's clock)."""
+    edges = np.arange(start, np.floor(end / MIN) * MIN + 0.5, MIN)
+    rows = 0
+    os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
+    with open(path, "w", newline="") as fh:
+        w = csv.writer(fh)
+        w.writerow(["time", "partition", "gpus"])
+        for name, (rs, re_, ps, pe, g) in series.items():
+            y = bucket_average(rs, re_, g, edges) + bucket_average(ps, pe, g, edges)
+            for t, v in zip(edges[:-1], y, strict=True):
+                w.writerow([int(t0 + t), name, f"{v:.4f}"])
+            rows += len(y)
+    return rows
+
+
+def build(args) -> None:
+    if args.openb:
+        series, start, end = openb_intervals(args.openb)
+        n = write_demand(os.path.join(args.out, "openb.csv"), series, start, end, T0["openb"])
+        print(f"openb: {sorted(series)}, {n} rows, days {start / DAY:.2f}..{end / DAY:.2f}")
+    if args.dlrm:
+        series, start, end = dlrm_intervals(args.dlrm, args.top_apps)
+        n = write_demand(os.path.join(args.out, "dlrm.csv"), series, start, end, T0["dlrm"])
+        print(f"dlrm: {sorted(series)}, {n} rows, days {start / DAY:.2f}..{end / DAY:.2f}")
+
+
+def _iso(t_s: float) -> str:
+    return datetime.fromtimestamp(t_s, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def run_forecast(csv_path: str, until_s: float, horizon: str, freq: str) -> dict:
+    """The real command's JSON document for the history before `until_s`."""
+    cmd = [sys.executable, "-m", "slurmgpu", "forecast", "--demand-file", csv_path,
+           "--train-until", _iso(until_s), "--horizon", horizon, "--freq", freq,
+           "--format", "json"]  # fmt: skip
+    done = subprocess.run(cmd, capture_output=True, text=True, check=False)
+    if done.returncode:
+        raise SystemExit(f"forecast failed at {_iso(until_s)}: {done.stderr.strip()}")
+    return json.loads(done.stdout)
+
+
+def evaluate(args) -> list[dict]:
+    """One row per (partition, cut): the command's pick and each model's held-out scores."""
+    freq_s, steps = 60, 1440
+    whole = demand_file_series(args.csv, freq_s).series
+    t_s = ((whole.times - np.datetime64(0, "s")) / np.timedelta64(1, "s")).astype(float)
+    first = t_s[0]
+    n_days = int((t_s[-1] + freq_s - first) // DAY)
+    cuts = [first + d * DAY for d in range(args.first_cut_day, n_days)]
+    if args.cuts:
+        cuts = cuts[: args.cuts]
+    label = args.label or os.path.splitext(os.path.basename(args.csv))[0]
+    table = []
+    for cut in cuts:
+        doc = run_forecast(args.csv, cut, "1d", "1m")
+        i = round((cut - first) / freq_s)
+        for entry in doc["by_partition"]:
+            part = entry["partition"]
+            y = whole.demand(part)
+            actual = y[i : i + steps]
+            got = np.array([p["gpus"] for p in entry["points"]])
+            hist = slice(0, i)
+            preds = _runs(models.CANDIDATES, y[hist], whole.pending[part][hist], t_s[hist],
+                          freq_s, steps)  # fmt: skip
+            test = {m: smape_pct(actual, p) for m, p in preds.items() if not isinstance(p, str)}
+            under = {m: under_rate(actual, p) for m, p in preds.items() if not isinstance(p, str)}
+            picked = entry["model"]
+            back = doc["backtest"]["by_partition"]
+            back_smape = next(b for b in back if b["partition"] == part)["models"]
+            row = {
+                "source": label, "partition": part, "cut": _iso(cut), "picked": picked,
+                "picked_smape": smape_pct(actual, got), "picked_under": under_rate(actual, got),
+                "test_smape": test, "test_under": under,
+                "backtest_smape": {m: v["smape_pct"] for m, v in back_smape.items()},
+                "mean_gpus": float(actual.mean()),
+            }  # fmt: skip
+            table.append(row)
+            cells = "  ".join(f"{test.get(m, float('nan')):6.2f}" for m in models.CANDIDATES)
+            print(f"{label:<6} {part:<10} {row['cut'][:10]}  {cells}  picked {picked} "
+                  f"{row['picked_smape']:6.2f}", flush=True)  # fmt: skip
+    return table
+
+
+def gain(row: dict, model: str | None = None) -> float:
+    """1 - sMAPE(model) / sMAPE(seasonal-naive) on the held-out day (0 when both are 0)."""
+    naive = row["test_smape"][models.NAIVE]
+    got = row["picked_smape"] if model is None else row["test_smape"][model]
+    return 0.0 if naive == 0 else 1.0 - got / naive
+
+
+def summarize(table: list[dict]) -> str:
+    lines = []
+    for m in models.CANDIDATES[1:]:
+        gains = [gain(r, m) for r in table if m in r["test_smape"]]
+        lines.append(f"{m}: mean held-out sMAPE gain over seasonal-naive "
+                     f"{100 * np.mean(gains):.1f}% ({len(gains)} series-days)")  # fmt: skip
+    won = [r for r in table if r["picked"] != models.NAIVE]
+    gains = [gain(r) for r in won]
+    worse = sum(g < 0 for g in gains)
+    lines.append(
+        f"picked a learned model on {len(won)}/{len(table)}; held-out gain there mean "
+        f"{100 * np.mean(gains) if gains else 0:.1f}%, worse than naive on {worse}"
+        + (f" (worst {100 * min(gains):+.1f}%)" if gains else "")
+    )
+    under = {m: np.mean([r["test_under"][m] for r in table]) for m in models.CANDIDATES}
+    lines.append("held-out under-forecast rate: " + ", ".join(
+        f"{m} {v:.2f}" for m, v in under.items()) + f", picked "
+        f"{np.mean([r['picked_under'] for r in table]):.2f}")  # fmt: skip
+    return "\n".join(lines)
+
+
+def markdown(table: list[dict]) -> str:
+    """Per series (source, partition): held-out sMAPE per model (mean over the cuts), the
+    picks, and the picked model's gain over seasonal-naive (mean where picked, worst)."""
+    names = models.CANDIDATES
+    short = {models.NAIVE: "naive", models.BOOSTED: "trees"}
+    head = ("| series | days | mean GPUs | " + " | ".join(short.get(m, m) for m in names)
+            + " | picked learned | picked sMAPE | gain where picked (worst) |")  # fmt: skip
+    lines = [head, "|---|---:|---:|" + "---:|" * len(names) + "---|---:|---:|"]
+    keys = dict.fromkeys((r["source"], r["partition"]) for r in table)
+    for src, part in keys:
+        rows = [r for r in table if (r["source"], r["partition"]) == (src, part)]
+        means = [np.mean([r["test_smape"].get(m, np.nan) for r in rows]) for m in names]
+        won = [r for r in rows if r["picked"] != models.NAIVE]
+        kinds = sorted({short.get(r["picked"], r["picked"]) for r in won})
+        g = [gain(r) for r in won]
+        gtxt = f"{100 * np.mean(g):+.0f}% ({100 * min(g):+.0f}%)" if g else "-"
+        picked = np.mean([r["picked_smape"] for r in rows])
+        lines.append(
+            f"| {src} {part} | {len(rows)} | {np.mean([r['mean_gpus'] for r in rows]):.1f} | "
+            + " | ".join(f"{v:.2f}%" for v in means)
+            + f" | {len(won)} of {len(rows)}{' (' + ', '.join(kinds) + ')' if kinds else ''}"
+            f" | {picked:.2f}% | {gtxt} |"
+        )
+    return "\n".join(lines) + "\n"
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--table", metavar="JSON", help="print a saved run's markdown table")
+    sub = ap.add_subparsers(dest="cmd")
+    b = sub.add_parser("build", help="demand CSVs from the trace files")
+    b.add_argument("--openb", help="cluster-trace-gpu-v2023 openb_pod_list_default.csv")
+    b.add_argument("--dlrm", help="cluster-trace-gpu-v2025 disaggregated_DLRM_trace.csv")
+    b.add_argument("--top-apps", type=int, default=8)
+    b.add_argument("--out", default="benchmarks/out")
+    e = sub.add_parser("eval", help="the forecast at each cut point, scored on the day after")
+    e.add_argument("csv")
+    e.add_argument("--first-cut-day", type=int, default=21)
+    e.add_argument("--cuts", type=int, help="only the first N cut points")
+    e.add_argument("--label")
+    e.add_argument("--json", help="where to write the rows (default benchmarks/out/...)")
+    args = ap.parse_args()
+    if args.table:
+        with open(args.table) as fh:
+            table = json.load(fh)
+        print(markdown(table), end="")
+        print(summarize(table))
+        return
+    if args.cmd == "build":
+        build(args)
+    elif args.cmd == "eval":
+        table = evaluate(args)
+        print(summarize(table))
+        label = args.label or os.path.splitext(os.path.basename(args.csv))[0]
+        out = args.json or f"benchmarks/out/forecast_real-{label}.json"
+        os.makedirs(os.path.dirname(out) or ".", exist_ok=True)
+        with open(out, "w") as fh:
+            json.dump(table, fh, indent=1)
+    else:
+        ap.print_help()
+
+
+if __name__ == "__main__":
+    main()
