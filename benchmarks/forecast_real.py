@@ -1,7 +1,18 @@
 """Forecast accuracy on real per-minute GPU demand series (docs/forecast.md, "How good is it").
 
-The data is not in this repository: it is the public Alibaba cluster traces
-(https://github.com/alibaba/clusterdata, CC-BY 4.0), read from the paths given:
+The data is not in this repository; it is read from the paths given:
+
+- `--helios-dir DIR`: SenseTime Helios, cluster Earth, May 2020, per minute, one file per
+  virtual cluster (a Slurm partition): `DIR/earth-<vc>-sequence.csv`, copies of
+  "analysis/2_cluster characterization/Earth_vcs/<vc>/cluster_sequence_vc.csv" of
+  https://github.com/S-Lab-System-Group/HeliosArtifact (columns time, running_gpu_num,
+  pending_gpu_num, ...). Demand = running_gpu_num + pending_gpu_num, one series per VC.
+- `--philly FILE`: Microsoft Philly, 2017-10-03 .. 2017-12-15, active nodes per minute
+  ("framework/CES Service/data/philly_node_sequence.csv" of the same repository; columns
+  time, active, total). One series, `philly`, in nodes (not GPUs): a real demand-like
+  per-minute series of a GPU cluster, not a partition's GPUs.
+
+and the public Alibaba cluster traces (https://github.com/alibaba/clusterdata, CC-BY 4.0):
 
 - `--openb cluster-trace-gpu-v2023/csv/openb_pod_list_default.csv`: GPU pods of a cluster
   (creation, scheduled and deletion times in seconds, num_gpu, gpu_milli = share of a GPU,
@@ -21,24 +32,30 @@ exactly over each minute (`demand.bucket_average`). The traces' clocks start at 
 (anonymized): they are placed at an arbitrary Monday 00:00 UTC (`T0`), so the day of the
 week and the hour of the day are the trace's own offsets, not the site's calendar.
 
-    python benchmarks/forecast_real.py build --openb PATH --dlrm PATH [--out DIR]
+    python benchmarks/forecast_real.py build [--helios-dir D] [--philly F] [--openb F]
+                                             [--dlrm F] [--out DIR]
     python benchmarks/forecast_real.py eval DIR/openb.csv [--first-cut-day 21] [--label L]
     python benchmarks/forecast_real.py --table benchmarks/out/forecast_real-openb.json
 
-`build` writes `DIR/openb.csv` and `DIR/dlrm.csv` (default benchmarks/out/, gitignored:
-derived data is never committed). `eval` runs the real `slurmgpu forecast --demand-file CSV
---freq 1m --horizon 1d --train-until CUT --format json` (a subprocess) at each cut point: one
-per day from `--first-cut-day` days after the series' start to its last whole day, every
-cut's history being everything before it. The held-out day after a cut is seen by neither
-the fit nor the pick. It scores the forecast the command printed (the picked model) on that
-day, and, for the table, every candidate model fitted on the same history (the library's
-`_runs`, what the command refits after its pick).
+`build` writes `DIR/helios.csv`, `DIR/philly.csv`, `DIR/openb.csv` and `DIR/dlrm.csv`
+(default benchmarks/out/, gitignored: derived data is never committed). Helios and Philly
+times are the files' own (the site's local time, read as UTC).
+
+`eval` runs the real `slurmgpu forecast --demand-file CSV --freq F --horizon 1d
+--train-until CUT --format json` (a subprocess; `--freq 1m` by default, `1h` is autopilot's)
+at each cut point: one per day from `--first-cut-day` days after the series' start to its
+last whole day, every cut's history being everything before it. The held-out day after a
+cut is seen by neither the fit nor the pick. It scores the forecast the command printed (the
+picked model) on that day, and, for the table, every candidate model fitted on the same
+history (the library's `_runs`, what the command refits after its pick). `--only` keeps
+some partitions (the tune/report split of docs/forecast.md).
 """
 
 from __future__ import annotations
 
 import argparse
 import csv
+import glob
 import json
 import os
 import subprocess
@@ -50,10 +67,11 @@ import numpy as np
 from slurmgpu.forecast import models
 from slurmgpu.forecast.demand import bucket_average
 from slurmgpu.forecast.demand_file import demand_file_series
-from slurmgpu.forecast.pipeline import _runs, smape_pct, under_rate
+from slurmgpu.forecast.pipeline import _runs, parse_freq, smape_pct, under_rate
 
 MIN = 60.0
 DAY = 86400.0
+DAY_S = 86400
 T0 = {"openb": 1672617600.0, "dlrm": 1735516800.0}  # 2023-01-02, 2024-12-30: Mondays, UTC
 OPENB_MIN_PODS = 100
 
@@ -134,7 +152,42 @@ def write_demand(path: str, series: dict[str, tuple], start: float, end: float, 
     return rows
 
 
+def _sequence(path: str, columns: tuple[str, ...]) -> tuple[list[str], np.ndarray]:
+    """(times, the sum of `columns` per row) of a per-minute sequence file."""
+    rows = _read(path)
+    times = [r["time"] for r in rows]
+    return times, np.array([sum(_float(r[c]) for c in columns) for r in rows])
+
+
+def write_sequences(path: str, series: dict[str, tuple[list[str], np.ndarray]]) -> int:
+    """time,partition,gpus rows from per-minute sequences (`time` as the file has it, UTC)."""
+    rows = 0
+    os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
+    with open(path, "w", newline="") as fh:
+        w = csv.writer(fh)
+        w.writerow(["time", "partition", "gpus"])
+        for name, (times, values) in series.items():
+            for t, v in zip(times, values, strict=True):
+                w.writerow([t.replace(" ", "T") + "Z", name, f"{v:g}"])
+            rows += len(times)
+    return rows
+
+
 def build(args) -> None:
+    if args.helios_dir:
+        files = sorted(glob.glob(os.path.join(args.helios_dir, "earth-*-sequence.csv")))
+        series = {
+            os.path.basename(f)[len("earth-") : -len("-sequence.csv")]: _sequence(
+                f, ("running_gpu_num", "pending_gpu_num")
+            )
+            for f in files
+        }
+        n = write_sequences(os.path.join(args.out, "helios.csv"), series)
+        print(f"helios: {sorted(series)}, {n} rows")
+    if args.philly:
+        series = {"philly": _sequence(args.philly, ("active",))}
+        n = write_sequences(os.path.join(args.out, "philly.csv"), series)
+        print(f"philly: {n} rows")
     if args.openb:
         series, start, end = openb_intervals(args.openb)
         n = write_demand(os.path.join(args.out, "openb.csv"), series, start, end, T0["openb"])
@@ -162,8 +215,10 @@ def run_forecast(csv_path: str, until_s: float, horizon: str, freq: str) -> dict
 
 def evaluate(args) -> list[dict]:
     """One row per (partition, cut): the command's pick and each model's held-out scores."""
-    freq_s, steps = 60, 1440
+    freq_s = parse_freq(args.freq)
+    steps = DAY_S // freq_s
     whole = demand_file_series(args.csv, freq_s).series
+    only = set(args.only.split(",")) if args.only else None
     t_s = ((whole.times - np.datetime64(0, "s")) / np.timedelta64(1, "s")).astype(float)
     first = t_s[0]
     n_days = int((t_s[-1] + freq_s - first) // DAY)
@@ -173,10 +228,12 @@ def evaluate(args) -> list[dict]:
     label = args.label or os.path.splitext(os.path.basename(args.csv))[0]
     table = []
     for cut in cuts:
-        doc = run_forecast(args.csv, cut, "1d", "1m")
+        doc = run_forecast(args.csv, cut, "1d", args.freq)
         i = round((cut - first) / freq_s)
         for entry in doc["by_partition"]:
             part = entry["partition"]
+            if only is not None and part not in only:
+                continue
             y = whole.demand(part)
             actual = y[i : i + steps]
             got = np.array([p["gpus"] for p in entry["points"]])
@@ -189,7 +246,8 @@ def evaluate(args) -> list[dict]:
             back = doc["backtest"]["by_partition"]
             back_smape = next(b for b in back if b["partition"] == part)["models"]
             row = {
-                "source": label, "partition": part, "cut": _iso(cut), "picked": picked,
+                "source": label, "freq": args.freq, "partition": part, "cut": _iso(cut),
+                "picked": picked,
                 "picked_smape": smape_pct(actual, got), "picked_under": under_rate(actual, got),
                 "test_smape": test, "test_under": under,
                 "backtest_smape": {m: v["smape_pct"] for m, v in back_smape.items()},
@@ -238,17 +296,22 @@ def markdown(table: list[dict]) -> str:
     head = ("| series | days | mean GPUs | " + " | ".join(short.get(m, m) for m in names)
             + " | picked learned | picked sMAPE | gain where picked (worst) |")  # fmt: skip
     lines = [head, "|---|---:|---:|" + "---:|" * len(names) + "---|---:|---:|"]
-    keys = dict.fromkeys((r["source"], r["partition"]) for r in table)
-    for src, part in keys:
-        rows = [r for r in table if (r["source"], r["partition"]) == (src, part)]
+    keys = dict.fromkeys((r["source"], r.get("freq", "1m"), r["partition"]) for r in table)
+    for src, freq, part in keys:
+        rows = [
+            r
+            for r in table
+            if (r["source"], r.get("freq", "1m"), r["partition"]) == (src, freq, part)
+        ]
         means = [np.mean([r["test_smape"].get(m, np.nan) for r in rows]) for m in names]
         won = [r for r in rows if r["picked"] != models.NAIVE]
         kinds = sorted({short.get(r["picked"], r["picked"]) for r in won})
         g = [gain(r) for r in won]
         gtxt = f"{100 * np.mean(g):+.0f}% ({100 * min(g):+.0f}%)" if g else "-"
         picked = np.mean([r["picked_smape"] for r in rows])
+        level = np.mean([r["mean_gpus"] for r in rows])
         lines.append(
-            f"| {src} {part} | {len(rows)} | {np.mean([r['mean_gpus'] for r in rows]):.1f} | "
+            f"| {src} {part} {freq} | {len(rows)} | {level:.1f} | "
             + " | ".join(f"{v:.2f}%" for v in means)
             + f" | {len(won)} of {len(rows)}{' (' + ', '.join(kinds) + ')' if kinds else ''}"
             f" | {picked:.2f}% | {gtxt} |"
@@ -261,6 +324,8 @@ def main() -> None:
     ap.add_argument("--table", metavar="JSON", help="print a saved run's markdown table")
     sub = ap.add_subparsers(dest="cmd")
     b = sub.add_parser("build", help="demand CSVs from the trace files")
+    b.add_argument("--helios-dir", help="HeliosArtifact Earth_vcs sequences: earth-VC-sequence.csv")
+    b.add_argument("--philly", help="HeliosArtifact philly_node_sequence.csv")
     b.add_argument("--openb", help="cluster-trace-gpu-v2023 openb_pod_list_default.csv")
     b.add_argument("--dlrm", help="cluster-trace-gpu-v2025 disaggregated_DLRM_trace.csv")
     b.add_argument("--top-apps", type=int, default=8)
@@ -269,6 +334,8 @@ def main() -> None:
     e.add_argument("csv")
     e.add_argument("--first-cut-day", type=int, default=21)
     e.add_argument("--cuts", type=int, help="only the first N cut points")
+    e.add_argument("--freq", default="1m", help="the forecast's bucket (1m, 1h)")
+    e.add_argument("--only", help="comma-separated partitions (default: all)")
     e.add_argument("--label")
     e.add_argument("--json", help="where to write the rows (default benchmarks/out/...)")
     args = ap.parse_args()
@@ -284,7 +351,7 @@ def main() -> None:
         table = evaluate(args)
         print(summarize(table))
         label = args.label or os.path.splitext(os.path.basename(args.csv))[0]
-        out = args.json or f"benchmarks/out/forecast_real-{label}.json"
+        out = args.json or f"benchmarks/out/forecast_real-{label}-{args.freq}.json"
         os.makedirs(os.path.dirname(out) or ".", exist_ok=True)
         with open(out, "w") as fh:
             json.dump(table, fh, indent=1)
