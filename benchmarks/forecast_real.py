@@ -43,12 +43,13 @@ times are the files' own (the site's local time, read as UTC).
 
 `eval` runs the real `slurmgpu forecast --demand-file CSV --freq F --horizon 1d
 --train-until CUT --format json` (a subprocess; `--freq 1m` by default, `1h` is autopilot's)
-at each cut point: one per day from `--first-cut-day` days after the series' start to its
-last whole day, every cut's history being everything before it. The held-out day after a
-cut is seen by neither the fit nor the pick. It scores the forecast the command printed (the
-picked model) on that day, and, for the table, every candidate model fitted on the same
-history (the library's `_runs`, what the command refits after its pick). `--only` keeps
-some partitions (the tune/report split of docs/forecast.md).
+at each cut point: one per day (or every `--every` days) from `--first-cut-day` days after
+the series' start to its last whole day, every cut's history being everything before it.
+The held-out day after a cut is seen by neither the fit nor the pick. It scores the
+forecast the command printed (the picked model) on that day, and, for the table, every
+candidate model fitted on the same history (the library's `_runs`, what the command refits
+after its pick). `--only` keeps some partitions (the tune/report split of
+docs/forecast.md).
 """
 
 from __future__ import annotations
@@ -222,7 +223,7 @@ def evaluate(args) -> list[dict]:
     t_s = ((whole.times - np.datetime64(0, "s")) / np.timedelta64(1, "s")).astype(float)
     first = t_s[0]
     n_days = int((t_s[-1] + freq_s - first) // DAY)
-    cuts = [first + d * DAY for d in range(args.first_cut_day, n_days)]
+    cuts = [first + d * DAY for d in range(args.first_cut_day, n_days, args.every)]
     if args.cuts:
         cuts = cuts[: args.cuts]
     label = args.label or os.path.splitext(os.path.basename(args.csv))[0]
@@ -267,21 +268,55 @@ def gain(row: dict, model: str | None = None) -> float:
     return 0.0 if naive == 0 else 1.0 - got / naive
 
 
+def _names(table: list[dict]) -> list[str]:
+    """The models the rows were scored with, in the candidates' order (an older run's may
+    lack some)."""
+    seen = {m for r in table for m in r["test_smape"]}
+    return [m for m in models.CANDIDATES if m in seen] + sorted(seen - set(models.CANDIDATES))
+
+
+def partition_gains(table: list[dict]) -> dict[tuple, float]:
+    """Per series (source, freq, partition) with a learned pick on some days: 1 - its mean
+    held-out sMAPE on those days / seasonal-naive's on the same days."""
+    days: dict[tuple, list[dict]] = {}
+    for r in table:
+        if r["picked"] != models.NAIVE:
+            days.setdefault((r["source"], r.get("freq", "1m"), r["partition"]), []).append(r)
+    out = {}
+    for key, rows in days.items():
+        naive = np.mean([r["test_smape"][models.NAIVE] for r in rows])
+        got = np.mean([r["picked_smape"] for r in rows])
+        out[key] = 0.0 if naive == 0 else 1.0 - got / naive
+    return out
+
+
 def summarize(table: list[dict]) -> str:
     lines = []
-    for m in models.CANDIDATES[1:]:
-        gains = [gain(r, m) for r in table if m in r["test_smape"]]
-        lines.append(f"{m}: mean held-out sMAPE gain over seasonal-naive "
-                     f"{100 * np.mean(gains):.1f}% ({len(gains)} series-days)")  # fmt: skip
+    names = _names(table)
+    naive = np.mean([r["test_smape"][models.NAIVE] for r in table])
+    for m in names[1:]:
+        rows = [r for r in table if m in r["test_smape"]]
+        better = np.mean([r["test_smape"][m] < r["test_smape"][models.NAIVE] for r in rows])
+        lines.append(f"{m}: held-out sMAPE mean {np.mean([r['test_smape'][m] for r in rows]):.1f}% "
+                     f"(seasonal-naive {naive:.1f}%), better than seasonal-naive on "
+                     f"{100 * better:.0f}% of {len(rows)} series-days")  # fmt: skip
     won = [r for r in table if r["picked"] != models.NAIVE]
     gains = [gain(r) for r in won]
     worse = sum(g < 0 for g in gains)
     lines.append(
-        f"picked a learned model on {len(won)}/{len(table)}; held-out gain there mean "
-        f"{100 * np.mean(gains) if gains else 0:.1f}%, worse than naive on {worse}"
+        f"picked a learned model on {len(won)}/{len(table)} series-days; held-out gain there "
+        f"mean {100 * np.mean(gains) if gains else 0:.1f}%, worse than naive on {worse}"
         + (f" (worst {100 * min(gains):+.1f}%)" if gains else "")
     )
-    under = {m: np.mean([r["test_under"][m] for r in table]) for m in models.CANDIDATES}
+    parts = partition_gains(table)
+    lines.append(
+        f"per partition (its picked days together): picked on {len(parts)} of "
+        f"{len({(r['source'], r.get('freq', '1m'), r['partition']) for r in table})}, gain mean "
+        f"{100 * np.mean(list(parts.values())) if parts else 0:.1f}%, worse than naive on "
+        f"{sum(g < 0 for g in parts.values())}"
+        + (f" (worst {100 * min(parts.values()):+.1f}%)" if parts else "")
+    )
+    under = {m: np.mean([r["test_under"][m] for r in table if m in r["test_under"]]) for m in names}
     lines.append("held-out under-forecast rate: " + ", ".join(
         f"{m} {v:.2f}" for m, v in under.items()) + f", picked "
         f"{np.mean([r['picked_under'] for r in table]):.2f}")  # fmt: skip
@@ -291,11 +326,13 @@ def summarize(table: list[dict]) -> str:
 def markdown(table: list[dict]) -> str:
     """Per series (source, partition): held-out sMAPE per model (mean over the cuts), the
     picks, and the picked model's gain over seasonal-naive (mean where picked, worst)."""
-    names = models.CANDIDATES
+    names = _names(table)
     short = {models.NAIVE: "naive", models.BOOSTED: "trees"}
     head = ("| series | days | mean GPUs | " + " | ".join(short.get(m, m) for m in names)
-            + " | picked learned | picked sMAPE | gain where picked (worst) |")  # fmt: skip
-    lines = [head, "|---|---:|---:|" + "---:|" * len(names) + "---|---:|---:|"]
+            + " | picked learned | picked sMAPE | gain on picked days: mean (worst day) "
+            "| together |")  # fmt: skip
+    lines = [head, "|---|---:|---:|" + "---:|" * len(names) + "---|---:|---:|---:|"]
+    together = partition_gains(table)
     keys = dict.fromkeys((r["source"], r.get("freq", "1m"), r["partition"]) for r in table)
     for src, freq, part in keys:
         rows = [
@@ -314,7 +351,12 @@ def markdown(table: list[dict]) -> str:
             f"| {src} {part} {freq} | {len(rows)} | {level:.1f} | "
             + " | ".join(f"{v:.2f}%" for v in means)
             + f" | {len(won)} of {len(rows)}{' (' + ', '.join(kinds) + ')' if kinds else ''}"
-            f" | {picked:.2f}% | {gtxt} |"
+            f" | {picked:.2f}% | {gtxt} | "
+            + (
+                f"{100 * together[(src, freq, part)]:+.0f}% |"
+                if (src, freq, part) in together
+                else "- |"
+            )
         )
     return "\n".join(lines) + "\n"
 
@@ -334,6 +376,7 @@ def main() -> None:
     e.add_argument("csv")
     e.add_argument("--first-cut-day", type=int, default=21)
     e.add_argument("--cuts", type=int, help="only the first N cut points")
+    e.add_argument("--every", type=int, default=1, help="a cut point every N days (default 1)")
     e.add_argument("--freq", default="1m", help="the forecast's bucket (1m, 1h)")
     e.add_argument("--only", help="comma-separated partitions (default: all)")
     e.add_argument("--label")
