@@ -262,10 +262,13 @@ def evaluate(args) -> list[dict]:
 
 
 def gain(row: dict, model: str | None = None) -> float:
-    """1 - sMAPE(model) / sMAPE(seasonal-naive) on the held-out day (0 when both are 0)."""
+    """1 - sMAPE(model) / sMAPE(seasonal-naive) on the held-out day; where seasonal-naive
+    was exact, 0 for an exact model and -1 otherwise (as the pick's fold gains)."""
     naive = row["test_smape"][models.NAIVE]
     got = row["picked_smape"] if model is None else row["test_smape"][model]
-    return 0.0 if naive == 0 else 1.0 - got / naive
+    if naive == 0:
+        return 0.0 if got == 0 else -1.0
+    return 1.0 - got / naive
 
 
 def _names(table: list[dict]) -> list[str]:

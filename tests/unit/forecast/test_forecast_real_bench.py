@@ -88,6 +88,9 @@ def test_gain_and_partition_gains():
     row = {"test_smape": {"seasonal-naive": 20.0, "ridge": 15.0}, "picked_smape": 10.0}
     assert fr.gain(row) == pytest.approx(0.5)
     assert fr.gain(row, "ridge") == pytest.approx(0.25)
+    exact = {"test_smape": {"seasonal-naive": 0.0}, "picked_smape": 3.0}
+    assert fr.gain(exact) == -1.0  # seasonal-naive was exact: anything else is worse
+    assert fr.gain({**exact, "picked_smape": 0.0}) == 0.0
     table = [
         {"source": "s", "freq": "1m", "partition": "p", "picked": "ridge", "picked_smape": 8.0,
          "test_smape": {"seasonal-naive": 10.0}},
