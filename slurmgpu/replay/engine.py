@@ -66,6 +66,15 @@ class SchedConfig:
     # 22.05 with batch_sched_delay=0: every "sched: Allocate" line of a 200-job burst falls
     # on a 1 s tick whose phase drifts slowly). 0 runs it at each event instead.
     sched_tick_s: float = 1.0
+    # ...but a job's end runs the main scheduler at once: its nodes' EPILOG_COMPLETE RPC
+    # (`_slurm_rpc_epilog_complete` in 22.05's proc_req.c) calls `schedule()`, whose agent
+    # thread (`_sched_agent`, job_scheduler.c) runs `_schedule()` as soon as
+    # `sched_min_interval` (2 us) has passed: the freed GPUs go to the pending jobs within
+    # milliseconds, not at the next tick (seen: most backlog starts of the multi-node
+    # recordings fall in the second a job ended on that node). SchedulerParameters=defer
+    # turns this off (the end only flags the tick, as a submit does). The pass covers every
+    # partition that changed (a submit since the last pass included), as schedule() does.
+    sched_on_end: bool = True
     # where in the second the main scheduler's tick and the backfill pass fall. Unknowable
     # from sacct (1 s resolution); the two differ so that neither always goes first (seen:
     # the main tick early in the second, backfill drifting through it, bf_interval after the
@@ -155,7 +164,8 @@ class _Part:
         self.shards = [shard_total, shard_total, per_gpu]
         self.gpu_memory_mib = model.gpu_memory_mib or float("nan")
         self.queues: list[deque[int]] = [deque() for _ in range(n_qos)]
-        self.requeued: list[list[tuple[float, int]]] = [[] for _ in range(n_qos)]
+        # per QOS, the requeued jobs that are eligible again: (requeue second, job, eligible)
+        self.requeued: list[list[tuple[int, int, float]]] = [[] for _ in range(n_qos)]
         self.running: set[int] = set()
         # whole-GPU jobs by expected end (start + time limit; a victim's kill time), sorted
         # for backfill: keys (end, job) with the ends and GPU counts in parallel lists, so
@@ -327,6 +337,11 @@ class Replay:
         self.profile = [trace.profiles[p] if p >= 0 else "" for p in trace.mig_profile.tolist()]
         self.state = [FUTURE] * n
         self.eligible = list(self.submit)
+        # equal priorities are ordered by submit time (whole seconds), then job id, as
+        # slurmctld's `sort_job_queue2` (job_scheduler.c) orders them; a requeued job's
+        # submit time is its requeue (`_job_requeue_op`, job_mgr.c: `submit_time = now`),
+        # so it queues behind the jobs of its priority submitted before it was preempted
+        self.rank = np.floor(trace.submit_s).astype(np.int64).tolist()
         self.start = [INF] * n
         self.end = [INF] * n
         self.run_start = [0.0] * n
@@ -344,6 +359,7 @@ class Replay:
         self.preemptions = 0
         self.unrunnable: dict[str, int] = {}
         self.dirty_any = False  # some partition's main pass is due
+        self.end_pass = False  # a job ended: the main pass runs now (epilog complete)
 
     # ----------------------------------------------------------------------- main loop
     def run(self) -> ReplayOutcome:
@@ -367,8 +383,10 @@ class Replay:
             while nxt < n and submit[nxt] <= t:
                 self._submit(nxt)
                 nxt += 1
-            if tick <= 0 or t >= next_main:
-                next_main = INF
+            if tick <= 0 or t >= next_main or self.end_pass:
+                if t >= next_main:
+                    next_main = INF
+                self.end_pass = False
                 self.dirty_any = False
                 for part in parts:
                     if part.dirty:
@@ -413,7 +431,7 @@ class Replay:
         if kind == _ELIGIBLE:
             part = self.parts[self.part_of[job]]
             q = self.qos_of[job]
-            heapq.heappush(part.requeued[q], (self.eligible[job], job))
+            heapq.heappush(part.requeued[q], (self.rank[job], job, self.eligible[job]))
             self.where[job] = -1 - q
             self._queued(part, job, +1)
             part.dirty = part.changed = True
@@ -427,8 +445,10 @@ class Replay:
             self._stop(job, end, preempted=False)
             self.state[job] = DONE
             self.end[job] = end
-        else:  # the grace time is over: the victim is killed
+            self.end_pass = self.cfg.sched_on_end
+        else:  # the grace time is over: the victim is killed (its epilog runs the pass too)
             self._kill(job, t)
+            self.end_pass = self.cfg.sched_on_end
 
     def _kill(self, job: int, t: float) -> None:
         """A preempted job's run ends: cancelled or requeued, as its QOS's PreemptMode says."""
@@ -443,12 +463,17 @@ class Replay:
     def _requeue(self, job: int, t: float) -> None:
         """A preempted job back in the queue (PreemptMode=REQUEUE): pending, but eligible only
         `requeue_delay_s` later (slurmctld's BeginTime: AuthInfo cred_expire + 1 s, seen on
-        22.05), when its `_ELIGIBLE` event puts it in its QOS's requeue heap. Until then its
-        old FIFO entry is stale (`where` names no queue): no pass may start it early (one
-        did, before: the main pass took it from its FIFO and a partition's pending count went
-        wrong, leaving a job never started)."""
+        22.05), when its `_ELIGIBLE` event puts it in its QOS's requeue heap. Its submit time
+        becomes the requeue's second (`self.rank`; job_mgr.c `_job_requeue_op` sets
+        `submit_time = now`), so among equal priorities it queues behind the jobs submitted
+        before it was preempted (seen in all five multi-node recordings: a rerun started after
+        an older pending job of its QOS in 99.8 % of such pairs). Until then its old FIFO
+        entry is stale (`where` names no queue): no pass may start it early (one did, before:
+        the main pass took it from its FIFO and a partition's pending count went wrong,
+        leaving a job never started)."""
         self.state[job] = PENDING
         self.eligible[job] = t + self.cfg.requeue_delay_s
+        self.rank[job] = math.floor(t)
         self.where[job] = _NO_QUEUE
         self.run_id[job] += 1
         heapq.heappush(self.heap, (self.eligible[job], _ELIGIBLE, job, self.run_id[job]))
@@ -533,7 +558,8 @@ class Replay:
         period = cfg.priority_calc_period_s
         now = math.floor(t / period) * period if period > 1 else t
         age = min(max(now - self.eligible[job], 0.0) / cfg.priority_max_age_s, 1.0)
-        # Slurm keeps an integer priority: equal ones fall back to job id (submit order)
+        # Slurm keeps an integer priority: equal ones fall back to submit time, then job id
+        # (`self.rank`: the order keys are (-priority, rank, job))
         return math.floor(self.qos_term[self.qos_of[job]] + cfg.priority_weight_age * age)
 
     def _heads(self, part: _Part) -> list[tuple[int, int]]:
@@ -557,8 +583,8 @@ class Replay:
         where = self.where
         return (j for j in dq if where[j] == q)
 
-    def _live_requeued(self, entry: tuple[float, int], q: int) -> bool:
-        elig, job = entry
+    def _live_requeued(self, entry: tuple[int, int, float], q: int) -> bool:
+        _, job, elig = entry
         return (
             self.state[job] == PENDING and self.where[job] == -1 - q and self.eligible[job] == elig
         )
@@ -575,13 +601,13 @@ class Replay:
         for q, dq in enumerate(part.queues):
             iters.append(self._live_fifo(dq, q))
             live = [e for e in part.requeued[q] if self._live_requeued(e, q)]
-            iters.append(iter([j for _, j in sorted(live)]))
-        state, prio = self.state, self._priority_at(t)
-        heads: list[tuple[tuple[float, int], int, int]] = []
+            iters.append(iter([j for _, j, _ in sorted(live)]))
+        state, prio, rank = self.state, self._priority_at(t), self.rank
+        heads: list[tuple[tuple[float, int, int], int, int]] = []
         for k, it in enumerate(iters):
             for job in it:
                 if state[job] == PENDING:
-                    heads.append(((-prio(job), job), k, job))
+                    heads.append(((-prio(job), rank[job], job), k, job))
                     break
         if not heads:
             return
@@ -592,7 +618,7 @@ class Replay:
             yield job
             for nxt in iters[k]:  # its source's next job, or the best other head
                 if state[nxt] == PENDING:
-                    item = heapq.heappushpop(heads, ((-prio(nxt), nxt), k, nxt))
+                    item = heapq.heappushpop(heads, ((-prio(nxt), rank[nxt], nxt), k, nxt))
                     break
             else:
                 if not heads:
@@ -619,7 +645,10 @@ class Replay:
             return
         # the heads of the FIFOs in priority order; after a start only that source's next
         # job is looked at (priorities do not change within a pass)
-        cand = [((-self._priority(job, t), job), src, job) for src, job in self._heads(part)]
+        rank = self.rank
+        cand = [
+            ((-self._priority(job, t), rank[job], job), src, job) for src, job in self._heads(part)
+        ]
         heapq.heapify(cand)
         while cand:
             _, src, job = cand[0]
@@ -635,7 +664,7 @@ class Replay:
             if nxt < 0:
                 heapq.heappop(cand)
             else:
-                heapq.heapreplace(cand, ((-self._priority(nxt, t), nxt), src, nxt))
+                heapq.heapreplace(cand, ((-self._priority(nxt, t), rank[nxt], nxt), src, nxt))
 
     def _source_head(self, part: _Part, src: int) -> int:
         """The live head of one FIFO (src = QOS) or requeue heap (-1 - QOS); -1 if none."""
@@ -813,16 +842,22 @@ class Replay:
     def _whole_victims(self, part: _Part, job: int, g: int) -> list[int] | None:
         """The running jobs a whole-GPU `job` preempts, chosen as slurmctld 22.05 does (seen on
         the multi-node test cluster, docs/replay.md "Fidelity"): the preemptable jobs in
-        order, lowest QOS priority first and then the **oldest** (lowest job id: running
-        jobs' priorities are alike and the job list is in id order), are taken out one at a
-        time until `job` fits (one node with `g` GPUs free, or enough whole idle nodes for a
-        multi-node job); the victims are those taken out that ran on the nodes it gets. None
-        when even all of them would not make room."""
+        order, lowest QOS priority first, then the fewest nodes, then the **oldest** (lowest
+        job id), are taken out one at a time until `job` fits (one node with `g` GPUs free,
+        or enough whole idle nodes for a multi-node job); the victims are those taken out
+        that ran on the nodes it gets. None when even all of them would not make room.
+
+        The order is slurmctld's (preempt.c `slurm_find_preemptable_jobs` sorts the
+        candidates by `_sort_by_prio`: preempt/qos's `_gen_job_prio` is the QOS priority
+        << 16 plus the job's node count, ascending; equal ones keep the job list's order,
+        job ids); cons_tres then drops candidates in that order until the job fits and
+        keeps those on the nodes it picked."""
         per = part.max_cap
         running = (v for v in part.running if self.alloc[v][0] == "n")
+        alloc, qos_priority, qos_of = self.alloc, self.qos_priority, self.qos_of
         cands = sorted(
             (v for v in running if self._preemptable(part, job, v)),
-            key=lambda v: (self.qos_priority[self.qos_of[v]], v),
+            key=lambda v: (qos_priority[qos_of[v]], len(alloc[v][1]), v),
         )
         free = list(part.free)
         taken: list[int] = []

@@ -46,8 +46,8 @@ def parse_slurm_conf(text: str) -> dict[str, str]:
 
 def sched_config(settings: Mapping[str, str], base: SchedConfig | None = None) -> SchedConfig:
     """SchedConfig from slurm.conf keys (PriorityWeightQOS/Age, PriorityMaxAge,
-    PriorityCalcPeriod, SchedulerParameters bf_interval/bf_max_job_test/bf_window, AuthInfo
-    cred_expire)."""
+    PriorityCalcPeriod, SchedulerParameters bf_interval/bf_max_job_test/bf_window/defer,
+    AuthInfo cred_expire)."""
     cfg = base or SchedConfig()
     lower = {k.lower(): v for k, v in settings.items()}
 
@@ -76,6 +76,8 @@ def sched_config(settings: Mapping[str, str], base: SchedConfig | None = None) -
         changes["requeue_delay_s"] = v
     for item in lower.get("schedulerparameters", "").split(","):
         key, _, value = item.strip().partition("=")
+        if key == "defer":  # a job's end no longer runs the main scheduler at once
+            changes["sched_on_end"] = False
         if key in ("bf_interval", "bf_max_job_test", "bf_window") and not value.isdigit():
             raise UsageError(f"SchedulerParameters {item!r}: not a whole number")
         if key == "bf_interval":

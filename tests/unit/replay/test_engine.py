@@ -1,5 +1,6 @@
 """The scheduler on hand-sized cases whose Slurm outcome can be worked out on paper."""
 
+import dataclasses
 import math
 
 from slurmgpu.model.changes import parse_change
@@ -131,6 +132,16 @@ def test_the_oldest_victim_goes_first_even_when_a_smaller_one_would_do():
     assert killed(trace, out) == ["1"]
 
 
+def test_a_one_node_victim_goes_before_an_older_multi_node_one():
+    # slurmctld orders preemption candidates by QOS priority, then node count, then job id
+    # (preempt.c _sort_by_prio with preempt/qos's _gen_job_prio); seen on the grid trace: an
+    # 8-GPU fp0 job preempted a 1-node fp2 job, not the older 2-node fp2 job beside it
+    jobs = [job(1, 0, 900, 16, "p2"), job(2, 1, 900, 8, "p2"), job(3, 50, 10, 8, "p0")]
+    trace, out = run(jobs, gpus=24, changes=["tier:p2:grace_s=0"])
+    assert killed(trace, out) == ["2"]
+    assert starts(trace, out)["3"] == 50
+
+
 def test_a_multi_node_job_preempts_on_whole_nodes():
     jobs = [job(1, 0, 900, 8, "p2"), job(2, 0, 900, 4, "p2"), job(3, 0, 900, 4, "p1"),
             job(4, 50, 10, 16, "p0")]  # fmt: skip
@@ -161,6 +172,20 @@ def test_a_requeued_job_waits_for_its_begin_time():
     first = sorted(s for j, s in zip(runs.job, runs.start, strict=True) if trace.job_id[j] == "1")
     assert first == [0, 280]
     assert list(out.state) == [DONE] * 3
+
+
+def test_a_requeued_job_queues_by_its_requeue_time():
+    # slurmctld sets a requeued job's submit time to the requeue (job_mgr.c
+    # _job_requeue_op) and orders equal priorities by submit time (job_scheduler.c
+    # sort_job_queue2): job 1 (p2, preempted at 100, eligible at 105) goes behind job 2 (p2,
+    # submitted at 50) but ahead of job 4 (p2, submitted after the requeue)
+    cfg = SchedConfig(bf_interval_s=10, requeue_delay_s=5, **EXACT)
+    jobs = [job(1, 0, 1000, 8, "p2"), job(2, 50, 100, 8, "p2"), job(3, 100, 10, 8, "p0"),
+            job(4, 101, 10, 8, "p2")]  # fmt: skip
+    trace, out = run(jobs, config=cfg, changes=["tier:p2:grace_s=0"])
+    assert killed(trace, out) == ["1"]
+    runs = {(trace.job_id[j], s) for j, s in zip(out.runs.job, out.runs.start, strict=True)}
+    assert runs == {("1", 0), ("3", 100), ("2", 110), ("1", 210), ("4", 1210)}
 
 
 def test_multi_node_job_takes_whole_idle_nodes():
@@ -220,8 +245,9 @@ def test_age_lifts_an_old_low_qos_job_over_a_new_one():
 
 def test_main_scheduler_runs_on_its_tick_and_backfill_on_its_phase():
     # slurmctld's main scheduler runs on a 1 s tick (phase 0 here), backfill every
-    # bf_interval at its own phase (0.5); a burst's submits in one second are spread over it
-    cfg = SchedConfig(bf_interval_s=1, release_delay_s=0.05)
+    # bf_interval at its own phase (0.5); a burst's submits in one second are spread over it.
+    # With `defer` a job's end only flags the tick too (the next test: without it)
+    cfg = SchedConfig(bf_interval_s=1, release_delay_s=0.05, sched_on_end=False)
     jobs = [job(1, 0, 10, 8, "p2"), job(2, 0, 10, 8, "p1"), job(3, 0, 10, 8, "p0")]
     trace, out = run(jobs, config=cfg)
     # spread over second 0 (at 0, 1/3, 2/3): the backfill pass at 0.5 sees jobs 1 and 2
@@ -232,6 +258,30 @@ def test_main_scheduler_runs_on_its_tick_and_backfill_on_its_phase():
     # without spreading, the pass at 0.5 sees the whole burst: p0 first
     trace, out = run(jobs, config=SchedConfig(bf_interval_s=1, spread_submits=False))
     assert starts(trace, out)["3"] == 0.5
+
+
+def test_a_job_end_runs_the_main_scheduler_at_once():
+    # slurmctld 22.05: the end's EPILOG_COMPLETE RPC calls schedule() (proc_req.c
+    # _slurm_rpc_epilog_complete), which runs the main scheduler within milliseconds, not
+    # at the next 1 s tick: the freed GPUs go to the next job when they return (end + the
+    # release delay); a submit only flags the tick
+    cfg = SchedConfig(bf_interval_s=1, release_delay_s=0.05)
+    assert cfg.sched_on_end
+    jobs = [job(1, 0, 10, 8, "p2"), job(2, 0, 10, 8, "p1"), job(3, 0, 10, 8, "p0")]
+    trace, out = run(jobs, config=cfg)
+    # job 2 starts at backfill's 0.5 (as above); its GPUs return at 10.55, and the pass that
+    # the end runs starts job 3 (p0) there; job 3's GPUs return at 20.6: job 1 starts then
+    assert starts(trace, out) == {"2": 0.5, "3": 10.55, "1": 20.6}
+    # the pass also takes what was submitted since the last one (schedule() walks every
+    # partition's queue): job 5, submitted at 12.2 into the other partition's idle node,
+    # starts at job 4's end (12.3), before the tick at 13
+    jobs = [job(4, 0, 11.75, 8, "p1"), job(5, 12.2, 10, 8, "p1", part="other")]
+    cfg = SchedConfig(bf_interval_s=30, release_delay_s=0.05, spread_submits=False)
+    trace, out = run(jobs, config=cfg, other=8)
+    assert starts(trace, out) == {"4": 0.5, "5": 12.3}
+    # with `defer`, the tick at 13 takes it
+    trace, out = run(jobs, config=dataclasses.replace(cfg, sched_on_end=False), other=8)
+    assert starts(trace, out)["5"] == 13
 
 
 def test_backfill_reserves_whole_nodes():

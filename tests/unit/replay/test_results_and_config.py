@@ -65,6 +65,9 @@ def test_sched_config_from_slurm_conf_text():
         bf_max_job_test=50,
     )
     assert not sched_config({"SchedulerType": "sched/builtin"}).backfill
+    # SchedulerParameters=defer: a job's end only flags the tick (epilog complete queues it)
+    assert cfg.sched_on_end
+    assert not sched_config({"SchedulerParameters": "bf_interval=1,defer"}).sched_on_end
     with pytest.raises(UsageError, match="bf_interval=x"):
         sched_config({"SchedulerParameters": "bf_interval=x"})
 
