@@ -1,5 +1,6 @@
 """The forecasting models: seasonal-naive (the baseline), a ridge regression and boosted
-trees in numpy (the blend of the three is formed in `pipeline.py`).
+trees in numpy (the level ridge is in `level.py`; the blend of the four is formed in
+`pipeline.py`).
 
 Both forecast `steps` buckets after the end of a history `y` (bucket-averaged demand) and see
 nothing after it. `pending` is the queue's part of the same history (the learned model's queue
@@ -15,9 +16,10 @@ import numpy as np
 NAIVE = "seasonal-naive"
 RIDGE = "ridge"
 BOOSTED = "boosted-trees"
-BLEND = "blend"  # the mean of the three forecasts above
-CANDIDATES = (NAIVE, RIDGE, BOOSTED, BLEND)
-BLENDED = (NAIVE, RIDGE, BOOSTED)
+LEVEL = "level-ridge"  # forecast/level.py: direct, anchored on the recent level
+BLEND = "blend"  # the mean of the four forecasts above
+CANDIDATES = (NAIVE, RIDGE, BOOSTED, LEVEL, BLEND)
+BLENDED = (NAIVE, RIDGE, BOOSTED, LEVEL)
 RIDGE_LAMBDA = 1.0
 MAX_TREE_ROWS = 12_000  # the trees fit on at most this many rows, evenly spread
 

@@ -1,13 +1,14 @@
 """Submit a generated job stream to a test cluster and dump its sacct, for replay fidelity.
 
-Shared by tests/integration/test_replay_fidelity.py (the multi-node trace) and
-test_replay_live.py (the short one on every release). What makes slurmctld reproduce its own
-start order on such a stream, each measured, is in docs/replay.md "Fidelity": a fixed submit
-grid, time limits by tier, jobs that end on the second sacct records (`job_script`).
+Shared by tests/integration/test_replay_fidelity.py (the multi-node grid trace:
+`grid_job_script`, `record_groups`) and test_replay_live.py (the short one-node stream on
+every release: `job_script`, `record_stream`). What makes slurmctld reproduce its own start
+order on such traces, each measured, is in docs/replay.md "Fidelity".
 """
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
@@ -90,3 +91,60 @@ def record_stream(c, jobs, gap_s: float, offset_s: float, out: Path, timeout: fl
     wait_all_done(c, ids, timeout)
     dump_sacct(c, since, out, len(ids))
     return ids
+
+
+def grid_job_script(seconds: int, origin: float, period: float, end_phase: float,
+                    shift: float) -> str:  # fmt: skip
+    """A job that ends on the grid trace's clock: at origin + W * period + end_phase +
+    `seconds`, W = floor((its start - origin + shift) / period) (the grid window it started
+    in), whatever in that window started it.
+
+    Every start of the grid trace falls in one of two zones of its window: just after the
+    window's submits (origin + W * period + ~0-2 s: the tick or backfill pass after a submit,
+    a preemptor after its victims, a requeued job at its BeginTime) or just after the
+    window's job ends (end_phase + ~0-1 s: the main pass run by the ends' epilog-complete
+    RPCs, backfill's next pass). Ending every job at a fixed point of its window keeps each
+    end `period` - ~2 s away from the next window's submits whichever trigger of slurmctld
+    (tick, backfill pass, epilog) started it and with what latency: slurmctld makes the same
+    decisions in every run (docs/replay.md "Fidelity on the multi-node cluster"). The script
+    reads its own start from `date` (no RPC to slurmctld).
+    """
+    return (
+        "#!/bin/sh\n"
+        "now=$(date +%s.%N)\n"
+        f'sleep $(awk -v now="$now" \'BEGIN {{ w = int((now - {origin:.3f} + {shift}) / {period});'
+        f" d = {origin:.3f} + w * {period} + {end_phase} + {seconds} - now; if (d < 0) d = 0;"
+        ' printf "%.3f", d }\')\n'
+    )
+
+
+def raise_priority(pids: Sequence[int], nice: int = -10) -> int:
+    """Set every thread of `pids` to `nice` (Linux nice is per thread: a daemon's existing
+    threads must each be set; threads they start later inherit it). The threads set."""
+    done = 0
+    for pid in pids:
+        try:
+            tids = os.listdir(f"/proc/{pid}/task")
+        except OSError:
+            continue
+        for tid in tids:
+            try:
+                os.setpriority(os.PRIO_PROCESS, int(tid), nice)
+                done += 1
+            except OSError:
+                pass
+    return done
+
+
+def submit_slots(
+    c, slots: Sequence[tuple[float, Sequence[tuple[Sequence[str], str]]]], origin: float
+) -> list[tuple[int, float, float]]:
+    """Submit each slot's jobs ((sbatch arguments, script)) one after the other from origin +
+    its time; (job id, slot time, seconds past origin when sbatch returned)."""
+    out = []
+    for at, jobs in slots:
+        time.sleep(max(0.0, origin + at - time.time()))
+        for args, script in jobs:
+            jid = c.sbatch(*args, script=script)
+            out.append((jid, at, round(time.time() - origin, 3)))
+    return out

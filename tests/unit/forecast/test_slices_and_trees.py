@@ -22,8 +22,11 @@ from slurmgpu.forecast.pipeline import (
     _run,
     _runs,
     backtest_partition,
+    fold_gains,
     forecast_series,
+    interval_offsets,
     pick,
+    robust_gain,
 )
 from slurmgpu.forecast.trees import fit_boosted
 from slurmgpu.model.catalog import resolve
@@ -152,18 +155,22 @@ def _score(model: str, folds: tuple[float, ...] | None) -> Score:
 @pytest.mark.parametrize(
     ("ridge", "trees", "want"),
     [
-        ((10.0, 12.0, 11.0), (12.0, 13.0, 12.0), models.RIDGE),
+        # gains over the baseline (15) per fold, the most recent first
+        ((10.0, 12.0, 11.0), (12.0, 13.0, 12.0), models.RIDGE),  # 0.33, 0.2, 0.27
         ((11.0, 12.0, 11.0), (10.0, 11.0, 10.0), models.BOOSTED),
         ((20.0, 21.0, 22.0), (16.0, 16.0, 16.0), models.NAIVE),  # both worse than the baseline
-        ((14.5, 14.5, 14.5), None, models.NAIVE),  # under 5% better; trees could not run
-        ((5.0, 5.0, 15.0), (5.0, 15.0, 5.0), models.NAIVE),  # far better on average, not in
-        # every fold: the baseline stays
-        ((14.5, 5.0, 5.0), (5.0, 5.0, 14.5), models.NAIVE),  # the most recent fold counts too
+        ((14.0, 14.0, 14.0), None, models.NAIVE),  # 6.7% better: under the 10% margin
+        ((12.0, 12.0, 12.0), None, models.RIDGE),  # 20% better every time: no spread
+        # far better on average but lost the most recent fold: the baseline stays
+        ((15.5, 2.0, 2.0), (16.0, 3.0, 3.0), models.NAIVE),
+        # better on average (10.7, 7), but by little in the most recent fold and not at all
+        # in another: the folds' spread is as large as the gain
+        ((13.0, 4.0, 15.0), (15.0, 3.0, 3.0), models.NAIVE),
         ((10.0,), (9.0,), models.NAIVE),  # one fold is not enough
         (None, None, models.NAIVE),
     ],
 )
-def test_pick_takes_a_learned_model_only_when_better_in_every_fold(ridge, trees, want):
+def test_pick_takes_a_learned_model_only_when_clear_of_the_folds_spread(ridge, trees, want):
     naive = (15.0,) * (len(ridge) if ridge else 3)
     scores = [
         _score(models.NAIVE, naive),
@@ -173,22 +180,57 @@ def test_pick_takes_a_learned_model_only_when_better_in_every_fold(ridge, trees,
     assert pick(scores) == want
 
 
-def test_pick_prefers_the_blend_among_robust_winners():
+def test_robust_gain_weighs_the_recent_folds_most():
+    naive = _score(models.NAIVE, (10.0, 10.0, 10.0, 10.0))
+    # the same folds' gains in the opposite order: 0.5, 0.4, 0.3, 0.2 and 0.2, 0.3, 0.4, 0.5
+    improving = _score(models.RIDGE, (5.0, 6.0, 7.0, 8.0))
+    fading = _score(models.BOOSTED, (8.0, 7.0, 6.0, 5.0))
+    # weights 8/15, 4/15, 2/15, 1/15: the recent half counts most
+    assert robust_gain(improving, naive) == pytest.approx((8 * 0.5 + 4 * 0.4 + 2 * 0.3 + 0.2) / 15)
+    assert robust_gain(fading, naive) == pytest.approx((8 * 0.2 + 4 * 0.3 + 2 * 0.4 + 0.5) / 15)
+    assert pick([naive, fading, improving]) == models.RIDGE
+    assert pick([naive, fading]) == models.BOOSTED  # 0.27, clear of its spread
+    np.testing.assert_allclose(fold_gains(improving, naive), [0.5, 0.4, 0.3, 0.2])
+
+
+def test_fold_gains_where_seasonal_naive_is_exact():
+    naive = _score(models.NAIVE, (0.0, 10.0))
+    np.testing.assert_allclose(fold_gains(_score(models.RIDGE, (0.0, 5.0)), naive), [0.0, 0.5])
+    np.testing.assert_allclose(fold_gains(_score(models.RIDGE, (1.0, 5.0)), naive), [-1.0, 0.5])
+    assert fold_gains(_score(models.RIDGE, (1.0, 5.0, 5.0)), naive) is None  # other folds
+
+
+def test_pick_takes_the_highest_recency_weighted_gain():
     naive = _score(models.NAIVE, (15.0, 15.0, 15.0))
     trees = _score(models.BOOSTED, (9.0, 9.0, 9.0))
     blend = _score(models.BLEND, (12.0, 12.0, 12.0))
-    assert pick([naive, trees, blend]) == models.BLEND  # it holds the baseline: less risk
-    weak = _score(models.BLEND, (12.0, 14.9, 12.0))  # not 5% better in fold 2
-    assert pick([naive, trees, weak]) == models.BOOSTED
+    level = _score(models.LEVEL, (6.0, 12.0, 12.0))
+    assert pick([naive, trees, blend]) == models.BOOSTED
+    assert pick([naive, trees, blend, level]) == models.LEVEL  # 0.6 recent weighs most
+    weak = _score(models.BOOSTED, (9.0, 16.0, 9.0))  # lost fold 2: the spread is too large
+    assert pick([naive, weak, blend]) == models.BLEND
 
 
-def test_blend_is_the_mean_of_the_three_forecasts():
+def test_blend_is_the_mean_of_the_four_forecasts():
     y = _seasonal(weeks=4, trend=0.05, noise=4.0)
     t_s = 1762128000.0 + 3600.0 * np.arange(len(y))
     runs = _runs(models.CANDIDATES, y, y * 0.1, t_s, 3600, 24)
-    want = (runs[models.NAIVE] + runs[models.RIDGE] + runs[models.BOOSTED]) / 3
-    np.testing.assert_allclose(runs[models.BLEND], want)
-    np.testing.assert_allclose(_run(models.BLEND, y, y * 0.1, t_s, 3600, 24), want)
+    want = runs[models.NAIVE] + runs[models.RIDGE] + runs[models.BOOSTED] + runs[models.LEVEL]
+    np.testing.assert_allclose(runs[models.BLEND], want / 4)
+    np.testing.assert_allclose(_run(models.BLEND, y, y * 0.1, t_s, 3600, 24), want / 4)
+
+
+def test_interval_offsets_add_the_folds_mean_misses():
+    # two folds of 4: residuals around their means -1..+1.5, fold means 2 and -3
+    fold1 = np.array([1.0, 2.0, 2.5, 2.5])  # mean 2
+    fold2 = np.array([-4.0, -3.0, -2.5, -2.5])  # mean -3
+    lo, hi = interval_offsets(np.concatenate([fold1, fold2]), 4)
+    within = np.concatenate([fold1 - 2.0, fold2 + 3.0])
+    assert lo == pytest.approx(np.quantile(within, 0.1) - 3.0)
+    assert hi == pytest.approx(np.quantile(within, 0.9) + 2.0)
+    # one fold: its mean on both sides
+    lo1, hi1 = interval_offsets(fold1, 4)
+    assert (lo1, hi1) == pytest.approx((np.quantile(fold1, 0.1), np.quantile(fold1, 0.9)))
 
 
 def test_forecast_interval_and_under_rate_from_the_backtest():
@@ -280,19 +322,19 @@ def test_backtest_folds_while_every_model_runs_and_half_the_history_is_left():
     y = _seasonal(weeks=4, trend=0.02, noise=2.0)
     t_s = 1762128000.0 + 3600.0 * np.arange(len(y))
     scores, res = backtest_partition(y, y * 0.1, t_s, 3600, 48)
-    assert [s.folds for s in scores] == [4, 4, 4, 4]  # 4 weeks: 4 folds of 2 days
+    assert [s.folds for s in scores] == [4] * 5  # 4 weeks: 4 folds of 2 days
     assert all(len(r) == 4 * 48 for r in res.values())
     # 6 weeks, a week held out: folds 3 and 4 would fit on 3 and 2 weeks; past fold 2 a fold
     # is used only while the part before it is at least half the history
     long = _seasonal(weeks=6, trend=0.02, noise=2.0)
     t_l = 1762128000.0 + 3600.0 * np.arange(len(long))
     scores, _ = backtest_partition(long, long * 0.1, t_l, 3600, 168)
-    assert [s.folds for s in scores] == [3, 3, 3, 3]
+    assert [s.folds for s in scores] == [3] * 5
     # 4 days, 24 held out: the learned models fit on fold 1's 3 days but not fold 2's 2 days,
     # so fold 2 is dropped for every model (all are scored on the same buckets)
     short = y[:96]
     scores, res = backtest_partition(short, short * 0.1, t_s[:96], 3600, 24)
-    assert [s.folds for s in scores] == [1, 1, 1, 1]
+    assert [s.folds for s in scores] == [1] * 5
     assert all(len(r) == 24 for r in res.values())
 
 
