@@ -3,14 +3,14 @@
 Why this shape: the engine (`state`, `profile`, `nodes`, `queues`, `runs`, `preempt`,
 `backfill`, `loop`) is written once, as plain functions over numpy arrays and tuples of them,
 in the subset of Python that numba compiles. With numba (the `analysis` extra) it runs as
-machine code; without it (or with `NUMBA_DISABLE_JIT=1`) the same functions run as Python,
-give the same schedules, and are ~50x slower. `COMPILED` says which; `replay` says so once on
-stderr when it is not (`engine_warnings`).
+machine code; without it (or with `NUMBA_DISABLE_JIT=1`) the same functions run as Python
+and give the same schedules, ~150x slower (~10x slower than the engine's earlier Python
+form, which was written for the interpreter). `COMPILED` says which; `replay` says so once
+on stderr when numba did not import (`engine.engine_warnings`).
 
 Only the entry points are cached on disk (`cached`): numba keys a cache by the entry's own
-file and bytecode, not by the functions it calls, so the key also carries a digest of every
-engine module's source (a change to any of them compiles anew, also after an upgrade whose
-files keep their size and time stamp).
+source and bytecode, not by the functions it calls, so the key also carries a digest of
+every engine module's source (a change to any of them compiles anew).
 """
 
 from __future__ import annotations

@@ -4,9 +4,11 @@ Why this shape (compiled, `_jit.njit`; the entry point `run` is cached on disk):
 - Submits are already sorted; only job ends, grace-time kills, requeue eligibility, recorded
   cancels and delayed submits go through the event heap, so it holds the running jobs, not
   the whole trace.
-- As in slurmctld, a submit, end or requeue only flags the partition: the main pass runs on
+- As in slurmctld, a submit or a requeue only flags the partition: the main pass runs on
   the next tick of the scheduler (`sched_tick_s`), backfill every `bf_interval_s`, each at
-  its own phase in the second.
+  its own phase in the second; a job's end or kill runs the main pass at once
+  (`sched_on_end`: slurmctld's epilog-complete RPC calls schedule()). When the main pass
+  runs is decided in one place, `_main_due`.
 - The main pass takes a partition's pending jobs in priority order (a merge of the heads of
   its FIFOs and requeue heaps) until the first that cannot start, after trying preemption
   for it (Slurm's "partition blocked" rule).

@@ -3,12 +3,13 @@
 Why this shape: with multifactor priority = QOS weight + age weight, the jobs of one QOS that
 were never requeued are in priority order already in submit order, so each (partition, QOS)
 keeps a FIFO (a fixed slice of job ids, a head and a tail) plus a heap of requeued jobs
-(by eligibility), and a partition's priority order is a merge of a few heads, never a sort.
-Entries go stale instead of being removed (a backfilled job stays in its FIFO until the head
-passes it; a requeued job's old entry is skipped by `Jobs.where`). The heaps are binary heaps
-of (time, int) pairs in two arrays that double when full (all requeue heaps are rows of one
-pair of 2-D arrays); the event heap's int packs (kind, job, run), so that it orders events
-as the tuple (time, kind, job, run) would.
+(by requeue second, then job), and a partition's priority order (priority, then submit
+second, then job id) is a merge of a few heads, never a sort. Entries go stale instead of
+being removed (a backfilled job stays in its FIFO until the head passes it; a requeued job's
+old entry is skipped by `Jobs.where`). The heaps are binary heaps in arrays that double when
+full: the event heap of (time, int) pairs whose int packs (kind, job, run), so that it
+orders events as the tuple (time, kind, job, run) would; the requeue heaps as rows of three
+2-D arrays (requeue second, job, eligibility).
 """
 
 from __future__ import annotations
