@@ -1,18 +1,21 @@
 """Time the replay engine on a BACKLOGGED site, next to a baseline engine from git, same run.
 
 The trace is bench_replay.py's (1M jobs over ~8 months offered for 8,000 GPUs), replayed on
-fewer GPUs so that a real queue forms: 7,200 GPUs (offered 0.94 of them: allocation ~90 %)
-and 6,400 (offered 1.06: the queue grows through the trace). The first N jobs of the trace
-(N/1M of its 240 days) give the smaller sizes. Each stage runs in its own interpreter; the
+fewer GPUs so that a real queue forms: 7,450 GPUs (offered 0.91: allocation ~0.95, queues of
+a thousand or two), 7,200 (offered 0.94: the queue grows to ten thousand) and 6,400 (offered
+1.06: it grows through the trace to a hundred thousand). The first N jobs of the trace (N/1M
+of its 240 days) give the smaller sizes. Each stage runs in its own interpreter; the
 baseline stage imports `slurmgpu` from `git archive REF` (default: where this branch left
-main) unpacked under
-benchmarks/out/, the trace is built by this checkout's `make_trace` in both. Per stage: CPU
-and wall seconds of the replay alone, jobs/s, allocation, mean wait, the queue depth seen
-by jobs at their submit (mean, p95, max), and a digest of every job's start: equal digests
-mean equal schedules.
+main) unpacked under benchmarks/out/, the trace is built by this checkout's `make_trace` in
+both. Per stage: CPU and wall seconds of the replay alone (the compiled engine is compiled,
+or loaded from numba's cache, before the clock: `jit_cpu_seconds`), jobs/s, allocation, mean
+wait, the queue depth seen by jobs at their submit (mean, p95, max), backfill passes, CPU per
+job by queue depth (`cpu_by_queue`: the new engine's replay stepped in chunks of loop
+turns), and a digest of every job's start: equal digests mean equal schedules. `--jit`
+times the compile itself: cold (an empty numba cache) and warm (loaded from it).
 
-    python benchmarks/bench_replay_backlog.py                       # the default plan, ~8 min
-    python benchmarks/bench_replay_backlog.py --plan new:1000000:7200  # > 13 min (README)
+    python benchmarks/bench_replay_backlog.py --jit        # the default plan, ~10 min
+    python benchmarks/bench_replay_backlog.py --plan new:1000000:7450,new:1000000:7200
     python benchmarks/bench_replay_backlog.py --plan baseline:20000:6400,new:20000:6400
 
 Results are printed and written as JSON to benchmarks/out/replay-backlog.bench.json.
@@ -27,23 +30,31 @@ import os
 import subprocess
 import sys
 import tarfile
+import tempfile
 import time
 from pathlib import Path
+
+import numpy as np
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 TRACE_JOBS = 1_000_000  # the full trace; smaller sizes are its first jobs
 TRACE_DAYS = 240.0
 OFFERED_FOR = 8000
-PLAN = (
-    "baseline:20000:7200,new:20000:7200,baseline:20000:6400,new:20000:6400,"
-    "new:100000:7200,new:100000:6400,baseline:100000:8000,new:100000:8000"
+PLAN = ",".join(
+    f"{engine}:{jobs}:{gpus}"
+    for jobs in (20000, 100000)
+    for gpus in (7200, 6400, 8000)
+    for engine in ("baseline", "new")
 )
+TURNS = 50_000  # loop turns per chunk of the stepped replay (the queue-depth curve)
 
 
 def run_stage(jobs: int, gpus: int) -> dict:
     """One replay in this process (whichever `slurmgpu` is first on sys.path: imported
-    before bench_replay, which puts this checkout on the path)."""
+    before bench_replay, which puts this checkout on the path). The compiled engine is warmed
+    up first (compiled, or loaded from numba's cache) and its replay stepped in chunks of
+    loop turns, to see how CPU per job grows with the queue."""
     import numpy as np
     from bench_replay import GPUS_PER_NODE, PARTITIONS, make_trace
 
@@ -58,8 +69,25 @@ def run_stage(jobs: int, gpus: int) -> dict:
         gpus_per_node=dict.fromkeys(trace.partitions, GPUS_PER_NODE),
         qos=(QosSpec("p0", 1000, ("p2",)), QosSpec("p1", 500), QosSpec("p2", 100, (), 300)),
     )
-    t0, c0 = time.perf_counter(), time.process_time()
-    out = replay(trace, model, SchedConfig())
+    try:  # the compiled engine
+        from slurmgpu.replay.engine import outcome, warm_up
+        from slurmgpu.replay.loop import advance
+        from slurmgpu.replay.state import C_NEXT, C_PASSES, build
+    except ImportError:  # an engine before it: one call
+        jit, chunks, passes = 0.0, [], None
+        t0, c0 = time.perf_counter(), time.process_time()
+        out = replay(trace, model, SchedConfig())
+    else:
+        jit = warm_up()
+        t0, c0 = time.perf_counter(), time.process_time()
+        state, done, chunks = build(trace, model, SchedConfig()), False, []
+        while not done:
+            c = time.process_time()
+            done, state = advance(state, TURNS)
+            # (jobs submitted so far, jobs pending now, CPU s of the chunk)
+            chunks.append((int(state[5].count[C_NEXT]), int(state[3].pending.sum()),
+                           time.process_time() - c))  # fmt: skip
+        out, passes = outcome(state), int(state[5].count[C_PASSES])
     seconds, cpu = time.perf_counter() - t0, time.process_time() - c0
     start = out.start_s
     waits = (start - trace.submit_s)[np.isfinite(start)]
@@ -75,15 +103,49 @@ def run_stage(jobs: int, gpus: int) -> dict:
         "offered_load": round(OFFERED_FOR * 0.85 / gpus, 3),
         "seconds": round(seconds, 2),
         "cpu_seconds": round(cpu, 2),
+        "jit_cpu_seconds": round(jit, 2),
         "jobs_per_second": round(jobs / seconds),
+        "jobs_per_cpu_second": round(jobs / cpu),
         "allocation_ratio": round(busy / (gpus * span), 3),
         "wait_mean_s": round(float(waits.mean()), 1),
         "queue_mean": round(float(depth.mean()), 1),
         "queue_p95": int(np.percentile(depth, 95)),
         "queue_max": int(depth.max()),
+        "backfill_passes": passes,
+        "cpu_by_queue": growth(chunks),
         "engine_from": str(Path(slurmgpu.__file__).parent.parent),
         "starts_digest": hashlib.sha256(np.asarray(start, dtype=float).tobytes()).hexdigest()[:16],
     }
+
+
+def growth(chunks: list[tuple[int, int, float]]) -> list[dict]:
+    """CPU per job by queue depth: the chunks of the stepped replay (jobs submitted, pending
+    at its end, CPU s) grouped by the pending count at their end, in decades."""
+    bins: dict[int, list[float]] = {}
+    before = 0
+    for submitted, pending, cpu in chunks:
+        key = 0 if pending < 10 else int(np.log10(pending) * 2)  # half decades: 10, 31, 100...
+        got = bins.setdefault(key, [0.0, 0.0, 0, 0])
+        got[0] += cpu
+        got[1] += submitted - before
+        got[2] += 1
+        got[3] = max(got[3], pending)
+        before = submitted
+    return [{"queue_from": 0 if k == 0 else round(10 ** (k / 2)), "queue_below":
+             round(10 ** ((k + 1) / 2)) if k else 10, "chunks": v[2], "jobs": int(v[1]),
+             "cpu_s": round(v[0], 2), "us_per_job": round(1e6 * v[0] / v[1], 1) if v[1] else None}
+            for k, v in sorted(bins.items())]  # fmt: skip
+
+
+def jit_stage() -> dict:
+    """The engine's compile in this process: with an empty NUMBA_CACHE_DIR (cold), then a
+    second process on the same directory (warm: loaded from numba's cache)."""
+    from slurmgpu.replay.engine import warm_up
+
+    t0, c0 = time.perf_counter(), time.process_time()
+    warm_up()
+    return {"seconds": round(time.perf_counter() - t0, 2),
+            "cpu_seconds": round(time.process_time() - c0, 2)}  # fmt: skip
 
 
 def baseline_root(ref: str) -> Path:
@@ -113,12 +175,30 @@ def in_subprocess(engine: str, jobs: int, gpus: int, ref: str) -> dict:
     return {"engine": engine if engine == "new" else f"baseline ({ref})", **result}
 
 
+def jit_runs() -> list[dict]:
+    """Cold and warm compile, each in its own interpreter, on a fresh numba cache dir."""
+    out = []
+    with tempfile.TemporaryDirectory(prefix="numba-cache-") as cache:
+        env = dict(os.environ, PYTHONPATH=f"{ROOT}{os.pathsep}{HERE}", NUMBA_CACHE_DIR=cache)
+        for label in ("cold", "warm"):
+            proc = subprocess.run([sys.executable, __file__, "--jit-stage"], capture_output=True,
+                                  text=True, check=True, env=env, timeout=1800)  # fmt: skip
+            out.append({"engine": f"jit ({label})", **json.loads(proc.stdout.splitlines()[-1])})
+    return out
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--plan", default=PLAN, help="ENGINE:JOBS:GPUS,... (ENGINE new|baseline)")
     ap.add_argument("--baseline-ref", help="baseline's git ref (default: where HEAD left main)")
+    ap.add_argument("--jit", action="store_true", help="also time the compile, cold and warm")
+    ap.add_argument("--output", default="replay-backlog.bench.json", help="under benchmarks/out")
     ap.add_argument("--stage", help="(internal) JOBS:GPUS, one replay, JSON out")
+    ap.add_argument("--jit-stage", action="store_true", help="(internal) the compile, JSON out")
     args = ap.parse_args()
+    if args.jit_stage:
+        print(json.dumps(jit_stage()))
+        return
     if args.stage:
         jobs, gpus = map(int, args.stage.split(":"))
         print(json.dumps(run_stage(jobs, gpus)))
@@ -128,13 +208,17 @@ def main() -> None:
         check=True, capture_output=True, text=True,
     ).stdout.strip()[:12]  # fmt: skip
     results = []
-    for item in args.plan.split(","):
+    if args.jit:
+        for row in jit_runs():
+            results.append(row)
+            print(json.dumps(row), flush=True)
+    for item in filter(None, args.plan.split(",")):
         engine, jobs, gpus = item.split(":")
         results.append(in_subprocess(engine, int(jobs), int(gpus), ref))
         print(json.dumps(results[-1]), flush=True)
     out = HERE / "out"
     out.mkdir(exist_ok=True)
-    (out / "replay-backlog.bench.json").write_text(json.dumps(results, indent=2) + "\n")
+    (out / args.output).write_text(json.dumps(results, indent=2) + "\n")
 
 
 if __name__ == "__main__":

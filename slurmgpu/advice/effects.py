@@ -29,7 +29,7 @@ from slurmgpu.model.changes import Change, format_change, parse_change
 from slurmgpu.model.policy import Objective
 from slurmgpu.replay import ReplayOptions, _gpus_by_partition, build_model
 from slurmgpu.replay.cluster import ClusterModel, apply_change
-from slurmgpu.replay.engine import SchedConfig
+from slurmgpu.replay.engine import SchedConfig, warm_up
 from slurmgpu.replay.engine import replay as run_engine
 from slurmgpu.replay.jobs import ReplayTrace
 from slurmgpu.replay.results import ResultBlock, Window, block_from_outcome, window_of
@@ -237,6 +237,7 @@ def _replay_all(jobs: list, processes: int) -> list[ResultBlock]:
     if processes > 1 and len(jobs) > 1:
         import multiprocessing
 
+        warm_up()  # compiled once here, not in each worker
         with multiprocessing.get_context("fork").Pool(min(processes, len(jobs))) as pool:
             return pool.map(_replay_one, jobs)
     return [_replay_one(j) for j in jobs]

@@ -33,6 +33,7 @@ from slurmgpu.model.policy import Objective
 from slurmgpu.replay import ReplayOptions, build_model, check_changes, load_for_replay
 from slurmgpu.replay.cluster import ClusterModel, apply_change
 from slurmgpu.replay.engine import replay as run_engine
+from slurmgpu.replay.engine import warm_up
 from slurmgpu.replay.jobs import ReplayTrace
 from slurmgpu.replay.results import (
     ResultBlock,
@@ -186,6 +187,7 @@ def _replay_many(jobs: list[tuple], processes: int) -> list[ResultBlock]:
     if processes > 1 and len(jobs) > 1:
         import multiprocessing
 
+        warm_up()  # compiled once here, not in each worker
         with multiprocessing.get_context("fork").Pool(min(processes, len(jobs))) as pool:
             return pool.map(_block, jobs)
     return [_block(j) for j in jobs]

@@ -44,9 +44,10 @@ SHARED = ("sacct_files", "store", "clusters", "capacity", "inventories", "per_no
 def advise(fmt: str, output: str, **params: object) -> None:
     """Search changes with the calibrated replay as the judge; print the best plan."""
     from slurmgpu.advice.optimize import advise as run_advise
-    from slurmgpu.cli.replay import _write
+    from slurmgpu.cli.replay import _write, warn_engine
     from slurmgpu.views.advise import render_advice
 
+    warn_engine()
     sacct_files, options = advise_options(params)
     _write(render_advice(run_advise(sacct_files, options).to_dict(), fmt), output)
 

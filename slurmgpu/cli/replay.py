@@ -158,6 +158,7 @@ def replay(sacct_files: tuple[str, ...], fmt: str, output: str, **params: object
     from slurmgpu.replay import replay as run_replay
     from slurmgpu.views.replay import render_replay
 
+    warn_engine()
     if params.pop("calibrate"):
         _write(_calibrate(list(sacct_files), params, fmt), output)
         return
@@ -171,6 +172,14 @@ def replay(sacct_files: tuple[str, ...], fmt: str, output: str, **params: object
     result = replay_via_slurm(list(sacct_files), replay_options(params), slurm)
     _write(render_replay(result.report.to_dict(), fmt), output)
     _fail_on_failed_tasks(result)
+
+
+def warn_engine() -> None:
+    """Say once, before a long run, when the replay engine runs without numba."""
+    from slurmgpu.replay.engine import engine_warnings
+
+    for warning in engine_warnings():
+        click.secho(f"slurmgpu: warning: {warning}", fg="yellow", err=True)
 
 
 def _calibrate(sacct_files: list[str], params: dict, fmt: str) -> str:

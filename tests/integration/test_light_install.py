@@ -1,5 +1,5 @@
 """The light install: `pip install .` without extras into a fresh venv pulls neither pandas,
-pyarrow nor numpy; the node-side commands work from it (submit --dry-run, collect and
+pyarrow, numpy nor numba; the node-side commands work from it (submit --dry-run, collect and
 inventory against the NVML double, gen-gres --check through the real `slurmd -G`, check
 --local against the real test cluster, install-units from the wheel's kit) and `analyze`
 says which extra it needs.
@@ -57,7 +57,7 @@ def test_light_install_has_no_analysis_stack(light_venv):
     python = str(light_venv / "bin" / "python")
     code = (
         "import importlib.util as u; "
-        "print([m for m in ('pandas', 'pyarrow', 'numpy') if u.find_spec(m)])"
+        "print([m for m in ('pandas', 'pyarrow', 'numpy', 'numba') if u.find_spec(m)])"
     )
     out = subprocess.run([python, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
