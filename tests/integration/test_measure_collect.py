@@ -233,11 +233,20 @@ def test_analyze_on_live_sacct_shows_what_the_collector_measured(epilog_cluster,
               machine_file=machine_file)  # fmt: skip
     c.scontrol("release", str(job))
     c.wait_job_state(job, "COMPLETED", timeout=60)
+    # the epilog's AdminComment may reach slurmdbd before the job's eligible, start and end
+    # times do (a held job's record has no eligible time until then), and `sacct -S -E`, what
+    # analyze runs, lists only jobs with one: wait for the whole finished record
     c.wait_sacct(
         job,
-        lambda rows: any("sg1:" in r.get("AdminComment", "").lower() for r in rows),
+        lambda rows: any(
+            "sg1:" in r.get("AdminComment", "").lower()
+            and r.get("State") == "COMPLETED"
+            and all(r.get(k) not in ("", "Unknown", "None") for k in ("Eligible", "Start", "End"))
+            for r in rows
+            if r.get("JobIDRaw") == str(job)
+        ),
         timeout=60,
-        fields="JobIDRaw,AdminComment",
+        fields="JobIDRaw,State,Eligible,Start,End,AdminComment",
     )
     until = datetime.now(UTC).replace(microsecond=0)
     argv = [sys.executable, "-m", "slurmgpu", "analyze", "--format", "json",
