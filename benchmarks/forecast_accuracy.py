@@ -129,7 +129,7 @@ def evaluate(scenario: str, cfg: dict, seed: int, args) -> dict:
     cut = len(y) - h
     scores, _ = backtest_partition(y[:cut], pend[:cut], t_s[:cut], freq, h, names)
     picked = pick(scores)
-    preds = _runs(names, y[:cut], pend[:cut], t_s[:cut], freq, h)
+    preds = _runs(names, y[:cut], pend[:cut], t_s[:cut], freq, h, taper=True)
     test = {m: (smape_pct(y[cut:], p), under_rate(y[cut:], p)) for m, p in preds.items()}
     back = {s.model: s.smape_pct for s in scores}
     cells = "  ".join(f"{back[m] or float('nan'):6.2f} {test[m][0]:6.2f}" for m in names)

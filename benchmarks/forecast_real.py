@@ -36,6 +36,9 @@ week and the hour of the day are the trace's own offsets, not the site's calenda
                                              [--dlrm F] [--out DIR]
     python benchmarks/forecast_real.py eval DIR/openb.csv [--first-cut-day 21] [--label L]
     python benchmarks/forecast_real.py --table benchmarks/out/forecast_real-openb.json
+    python benchmarks/forecast_real.py protocol DIR/helios.csv --freq 1h --horizon 7d
+                                               [--first-cut-day 14] [--every 1] [--only ...]
+    python benchmarks/forecast_real.py --protocol-table benchmarks/out/forecast_protocol-*.json
 
 `build` writes `DIR/helios.csv`, `DIR/philly.csv`, `DIR/openb.csv` and `DIR/dlrm.csv`
 (default benchmarks/out/, gitignored: derived data is never committed). Helios and Philly
@@ -50,6 +53,16 @@ forecast the command printed (the picked model) on that day, and, for the table,
 candidate model fitted on the same history (the library's `_runs`, what the command refits
 after its pick). `--only` keeps some partitions (the tune/report split of
 docs/forecast.md).
+
+`protocol` mirrors the acceptance check of issue #22's Done-when ("beats seasonal-naive
+sMAPE on every partition it picks it for, and by >= 10% on average"): at each cut point it
+runs the command once (`--horizon` 1d or 7d, the default), and for every partition whose
+JSON pick is a learned model compares the sMAPE of the forecast the command printed with
+seasonal-naive's (`models.seasonal_naive` on the same history) over the whole horizon
+after the cut. Per cut: whether every learned pick won (the acceptance's yes/no), how many
+partitions got a learned pick, their mean gain. `--protocol-table` prints the summary of
+saved runs (one line per source, bucket and horizon; `--only`/`--exclude` split a file's
+partitions into tune and report sets).
 """
 
 from __future__ import annotations
@@ -68,7 +81,13 @@ import numpy as np
 from slurmgpu.forecast import models
 from slurmgpu.forecast.demand import bucket_average
 from slurmgpu.forecast.demand_file import demand_file_series
-from slurmgpu.forecast.pipeline import _runs, parse_freq, smape_pct, under_rate
+from slurmgpu.forecast.pipeline import (
+    _runs,
+    parse_duration,
+    parse_freq,
+    smape_pct,
+    under_rate,
+)
 
 MIN = 60.0
 DAY = 86400.0
@@ -364,6 +383,110 @@ def markdown(table: list[dict]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def protocol_run(args) -> list[dict]:
+    """One row per (cut, partition): the command's pick at that cut (`--horizon`), the
+    held-out sMAPE of its printed forecast and of seasonal-naive over the horizon after the
+    cut."""
+    freq_s = parse_freq(args.freq)
+    day = DAY_S // freq_s
+    steps = -(-parse_duration(args.horizon, "--horizon") // freq_s)
+    whole = demand_file_series(args.csv, freq_s).series
+    only = set(args.only.split(",")) if args.only else None
+    exclude = set(args.exclude.split(",")) if args.exclude else set()
+    t_s = ((whole.times - np.datetime64(0, "s")) / np.timedelta64(1, "s")).astype(float)
+    first = t_s[0]
+    n = len(t_s)
+    first_day = args.first_cut_day or (21 if steps <= day else 14)
+    cuts = [
+        first + d * DAY for d in range(first_day, n // day + 1, args.every) if d * day + steps <= n
+    ]
+    if args.cuts:
+        cuts = cuts[: args.cuts]
+    label = args.label or os.path.splitext(os.path.basename(args.csv))[0]
+    rows = []
+    for cut in cuts:
+        doc = run_forecast(args.csv, cut, args.horizon, args.freq)
+        i = round((cut - first) / freq_s)
+        for entry in doc["by_partition"]:
+            part = entry["partition"]
+            if (only is not None and part not in only) or part in exclude:
+                continue
+            y = whole.demand(part)
+            actual = y[i : i + steps]
+            got = np.array([p["gpus"] for p in entry["points"]])
+            naive = models.seasonal_naive(y[:i], steps, day, 7 * day)
+            rows.append({
+                "source": label, "freq": args.freq, "horizon": args.horizon,
+                "cut": _iso(cut), "partition": part, "picked": entry["model"],
+                "picked_smape": smape_pct(actual, got),
+                "naive_smape": smape_pct(actual, naive),
+                "mean_gpus": float(actual.mean()),
+            })  # fmt: skip
+        picked = [r for r in rows if r["cut"] == _iso(cut) and r["picked"] != models.NAIVE]
+        lost = [r["partition"] for r in picked if not won(r)]
+        print(f"{label} {args.freq} {args.horizon} {_iso(cut)[:10]}: learned picked on "
+              f"{len(picked)}, lost on {len(lost)} {lost or ''}", flush=True)  # fmt: skip
+    return rows
+
+
+def won(row: dict) -> bool:
+    """The learned pick beat seasonal-naive on the held-out horizon (strictly: a tie is not
+    a win)."""
+    return row["picked_smape"] < row["naive_smape"]
+
+
+def protocol_gain(row: dict) -> float:
+    """1 - sMAPE(pick) / sMAPE(seasonal-naive) over the horizon; where seasonal-naive was
+    exact, 0 for an exact pick and -1 otherwise."""
+    if row["naive_smape"] == 0:
+        return 0.0 if row["picked_smape"] == 0 else -1.0
+    return 1.0 - row["picked_smape"] / row["naive_smape"]
+
+
+def protocol_summary(rows: list[dict]) -> dict:
+    """Per cut: did every learned pick win; over the cuts: how many cuts that held, the
+    partitions with a learned pick (of all partition-cuts), their mean gain, the losses."""
+    cuts: dict[str, list[dict]] = {}
+    for r in rows:
+        cuts.setdefault(r["cut"], []).append(r)
+    picks = [r for r in rows if r["picked"] != models.NAIVE]
+    gains = [protocol_gain(r) for r in picks]
+    return {
+        "cuts": len(cuts),
+        "cuts_all_won": sum(all(won(r) for r in c if r["picked"] != models.NAIVE)
+                            for c in cuts.values()),
+        "cuts_with_a_pick": sum(any(r["picked"] != models.NAIVE for r in c)
+                                for c in cuts.values()),
+        "partition_cuts": len(rows),
+        "picked": len(picks),
+        "mean_gain": float(np.mean(gains)) if gains else None,
+        "lost": sum(not won(r) for r in picks),
+        "worst": float(min(gains)) if gains else None,
+    }  # fmt: skip
+
+
+def protocol_table(rows: list[dict], label: str | None = None) -> str:
+    """One markdown line per (source, bucket, horizon)."""
+    keys = dict.fromkeys((r["source"], r["freq"], r["horizon"]) for r in rows)
+    lines = [
+        "| source | freq | horizon | cuts | cuts where every pick won | cuts with a pick "
+        "| partitions picked | mean gain there | picks lost (worst) |",
+        "|---|---|---|---:|---:|---:|---:|---:|---:|",
+    ]
+    for src, freq, horizon in keys:
+        got = protocol_summary(
+            [r for r in rows if (r["source"], r["freq"], r["horizon"]) == (src, freq, horizon)]
+        )
+        gain = "-" if got["mean_gain"] is None else f"{100 * got['mean_gain']:+.0f}%"
+        worst = "" if got["worst"] is None else f" ({100 * got['worst']:+.0f}%)"
+        lines.append(
+            f"| {label or src} | {freq} | {horizon} | {got['cuts']} | {got['cuts_all_won']} | "
+            f"{got['cuts_with_a_pick']} | {got['picked']} of {got['partition_cuts']} | {gain} | "
+            f"{got['lost']}{worst} |"
+        )
+    return "\n".join(lines) + "\n"
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--table", metavar="JSON", help="print a saved run's markdown table")
@@ -384,7 +507,29 @@ def main() -> None:
     e.add_argument("--only", help="comma-separated partitions (default: all)")
     e.add_argument("--label")
     e.add_argument("--json", help="where to write the rows (default benchmarks/out/...)")
+    p = sub.add_parser("protocol", help="the acceptance check: one pick per cut, every pick won?")
+    p.add_argument("csv")
+    p.add_argument("--freq", default="1h", help="the forecast's bucket (1h, the default; 1m)")
+    p.add_argument("--horizon", default="7d", help="1d or 7d (the command's default)")
+    p.add_argument("--first-cut-day", type=int,
+                   help="days of history before the first cut (default 21 for a 1-day horizon, "
+                   "14 for longer: two weeks, and 7 days left after it in a month)")  # fmt: skip
+    p.add_argument("--every", type=int, default=1, help="a cut point every N days (default 1)")
+    p.add_argument("--cuts", type=int, help="only the first N cut points")
+    p.add_argument("--only", help="comma-separated partitions (default: all)")
+    p.add_argument("--exclude", help="comma-separated partitions to leave out")
+    p.add_argument("--label")
+    p.add_argument("--json", help="where to write the rows (default benchmarks/out/...)")
+    ap.add_argument("--protocol-table", nargs="+", metavar="JSON",
+                    help="print saved protocol runs' summary")  # fmt: skip
     args = ap.parse_args()
+    if args.protocol_table:
+        rows = []
+        for path in args.protocol_table:
+            with open(path) as fh:
+                rows += json.load(fh)
+        print(protocol_table(rows), end="")
+        return
     if args.table:
         with open(args.table) as fh:
             table = json.load(fh)
@@ -401,6 +546,16 @@ def main() -> None:
         os.makedirs(os.path.dirname(out) or ".", exist_ok=True)
         with open(out, "w") as fh:
             json.dump(table, fh, indent=1)
+    elif args.cmd == "protocol":
+        rows = protocol_run(args)
+        print(protocol_table(rows), end="")
+        label = args.label or os.path.splitext(os.path.basename(args.csv))[0]
+        out = args.json or (
+            f"benchmarks/out/forecast_protocol-{label}-{args.freq}-{args.horizon}.json"
+        )
+        os.makedirs(os.path.dirname(out) or ".", exist_ok=True)
+        with open(out, "w") as fh:
+            json.dump(rows, fh, indent=1)
     else:
         ap.print_help()
 

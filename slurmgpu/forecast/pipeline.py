@@ -5,10 +5,13 @@ read into the series (or the demand is read from a `--demand-file`). The back-te
 rolling origin of up to four folds of `min(horizon, history / 4)` buckets at the history's
 end: each model is fitted and run from the part before a fold only and scored on it (sMAPE,
 under-forecast rate; the mean over the folds). Per series (a partition, or a partition's
-slice size) seasonal-naive is kept unless a learned model's recency-weighted gain over it,
-less the folds' spread, is at least `MARGIN` (`pick`, `robust_gain`); the interval is the
-picked model's back-test residual quantiles (10% / 90% within a fold, plus the folds'
-smallest and largest mean miss) around its forecast (`interval_offsets`).
+slice size) seasonal-naive is kept unless a learned model won every fold and its
+recency-weighted gain over it, less the folds' spread, is at least `MARGIN` (`pick`,
+`robust_gain`), and kept for a series idle most of its last week (`idle_share`). A learned
+pick's forecast is the model's over the first day, then tapered toward seasonal-naive's
+(`learned_share`, `tapered`; the back-test scores it so). The interval is the picked
+model's back-test residual quantiles (10% / 90% within a fold, plus the folds' smallest and
+largest mean miss) around its forecast (`interval_offsets`).
 """
 
 from __future__ import annotations
@@ -79,6 +82,12 @@ class PartitionBacktest:
     picked: str
     scores: tuple[Score, ...]
     slice: str | None = None  # `--by slice`: gpu, 1g..7g, shard
+    idle: float = 0.0  # share of the last week's buckets at 0 (`idle_share`)
+
+    @property
+    def kept_idle(self) -> bool:
+        """Seasonal-naive kept because the series was idle most of the last week."""
+        return self.idle >= IDLE_SHARE
 
 
 @dataclass(frozen=True)
@@ -208,9 +217,12 @@ def _run(name: str, y: np.ndarray, pend: np.ndarray, t_s: np.ndarray, freq_s: in
     return models.ridge(y, pend, t_s, freq_s, steps, day, week)
 
 
-def _runs(names, y, pend, t_s, freq_s: int, steps: int) -> dict[str, np.ndarray | str]:
+def _runs(
+    names, y, pend, t_s, freq_s: int, steps: int, taper: bool = False
+) -> dict[str, np.ndarray | str]:
     """Each model's forecast, or the reason it could not run; the blend from the others'
-    forecasts (not fitted again)."""
+    forecasts (not fitted again). `taper`: the learned forecasts as a learned pick forecasts
+    (`tapered`: toward seasonal-naive after the first day), what the back-test scores."""
     out: dict[str, np.ndarray | str] = {}
     for name in (m for m in names if m != models.BLEND):
         try:
@@ -221,7 +233,37 @@ def _runs(names, y, pend, t_s, freq_s: int, steps: int) -> dict[str, np.ndarray 
         parts = [out.get(m) for m in models.BLENDED]
         ready = all(isinstance(p, np.ndarray) for p in parts)
         out[models.BLEND] = np.mean(parts, axis=0) if ready else "a blended model could not run"
+    naive = out.get(models.NAIVE)
+    if taper and isinstance(naive, np.ndarray):
+        day = 86400 // freq_s
+        for name, pred in out.items():
+            if name != models.NAIVE and isinstance(pred, np.ndarray):
+                out[name] = tapered(pred, naive, day)
     return out
+
+
+WEEK_SHARE = 0.0  # a learned pick's share of its forecast 7 days ahead (1 over the first day)
+
+
+def learned_share(steps: int, day: int) -> np.ndarray:
+    """Per bucket ahead (1 .. steps), the learned model's share of a learned pick's forecast,
+    the rest being seasonal-naive's: 1 over the first day, then falling linearly to
+    WEEK_SHARE at 7 days, WEEK_SHARE after. A learned model's edge is in the first day or
+    two (it carries a level that moved, which seasonal-naive repeats a week late); a week
+    ahead its forecast is a guess at last week's pattern again, and on the real series
+    (docs/forecast.md) its later days lost to seasonal-naive's copy, which is exact where
+    the demand repeats itself."""
+    h = np.arange(1, steps + 1, dtype=float)
+    falling = np.clip((h - day) / (6.0 * day), 0.0, 1.0)
+    return np.where(h <= day, 1.0, 1.0 + (WEEK_SHARE - 1.0) * falling)
+
+
+def tapered(pred: np.ndarray, naive: np.ndarray, day: int) -> np.ndarray:
+    """A learned forecast as a learned pick forecasts: seasonal-naive plus the learned
+    model's share (`learned_share`) of the difference. Unchanged over a 1-day horizon."""
+    if len(pred) <= day:
+        return pred
+    return naive + learned_share(len(pred), day) * (pred - naive)
 
 
 def split(n: int, steps: int) -> int:
@@ -243,7 +285,7 @@ def _fold(
     or the reason it could not run."""
     out: dict[str, tuple[float, float, np.ndarray] | str] = {}
     actual = y[cut : cut + h]
-    for name, pred in _runs(names, y[:cut], pend[:cut], t_s[:cut], freq_s, h).items():
+    for name, pred in _runs(names, y[:cut], pend[:cut], t_s[:cut], freq_s, h, True).items():
         if isinstance(pred, str):
             out[name] = pred
         else:
@@ -290,9 +332,10 @@ def backtest_partition(
 
 
 def pick(scores: list[Score]) -> str:
-    """Seasonal-naive unless a learned model beat it robustly (`robust_gain`); among those
-    the one with the highest recency-weighted gain. A learned model that could not run, or
-    whose gain is not clear of the folds' spread, keeps the baseline (which always runs)."""
+    """Seasonal-naive unless a learned model beat it robustly (`robust_gain`: every fold
+    won, the recency-weighted gain clear of the folds' spread); among those the one with the
+    highest recency-weighted gain. A learned model that could not run, or whose gain is not
+    clear, keeps the baseline (which always runs)."""
     naive = next(s for s in scores if s.model == models.NAIVE)
     best, best_gain = models.NAIVE, -np.inf
     for s in scores:
@@ -320,10 +363,11 @@ def robust_gain(s: Score, naive: Score) -> float | None:
     """The model's recency-weighted mean gain over seasonal-naive when it counts as a robust
     win, else None. Fold k (k = 1 the most recent) weighs DECAY ** (k - 1): a level shift
     shows in the recent folds first. A win needs at least MIN_FOLDS folds, a gain of at
-    least 0 in the most recent fold, and the weighted mean gain less Z weighted standard
-    errors (the folds' spread: an honest margin, not a fixed one) at least MARGIN."""
+    least 0 in every fold (a model that lost a fold to seasonal-naive may lose the next
+    horizon), and the weighted mean gain less Z weighted standard errors (the folds'
+    spread: an honest margin, not a fixed one) at least MARGIN."""
     g = fold_gains(s, naive)
-    if g is None or len(g) < MIN_FOLDS or g[0] < 0:
+    if g is None or len(g) < MIN_FOLDS or g.min() < 0:
         return None
     w = DECAY ** np.arange(len(g))
     w /= w.sum()
@@ -332,6 +376,19 @@ def robust_gain(s: Score, naive: Score) -> float | None:
     spread = float(np.sqrt(w @ (g - mean) ** 2 / (1.0 - sum_w2)))
     stderr = spread * np.sqrt(sum_w2)  # spread / sqrt(effective number of folds)
     return mean if mean - Z * stderr >= MARGIN else None
+
+
+IDLE_SHARE = 0.5  # a series at 0 in at least this share of its last week keeps seasonal-naive
+
+
+def idle_share(y: np.ndarray, day: int) -> float:
+    """The share of the last week's buckets (the whole history if shorter) with no demand. A
+    series idle most of the time keeps seasonal-naive whatever the back-test says: its
+    copy of last week's idle buckets is exact, and a learned forecast of a fraction of a GPU
+    where none came costs sMAPE 200% in each such bucket (the two near-idle real partitions
+    where a learned pick lost, docs/forecast.md)."""
+    last = y[-7 * day :]
+    return float(np.mean(last <= 0)) if len(last) else 0.0
 
 
 def interval_offsets(residuals: np.ndarray, fold_len: int) -> tuple[float, float]:
@@ -370,9 +427,12 @@ def forecast_series(
         part, size = (key, None) if isinstance(key, str) else key
         y, pend = series.demand(key), series.pending[key]
         scores, residuals = backtest_partition(y, pend, t_s, freq_s, steps)
-        best = pick(scores)
-        backtests.append(PartitionBacktest(part, best, tuple(scores), size))
+        idle = idle_share(y, day)
+        best = models.NAIVE if idle >= IDLE_SHARE else pick(scores)
+        backtests.append(PartitionBacktest(part, best, tuple(scores), size, idle))
         pred = _run(best, y, pend, t_s, freq_s, steps)
+        if best != models.NAIVE:
+            pred = tapered(pred, _run(models.NAIVE, y, pend, t_s, freq_s, steps), day)
         lo_q, hi_q = interval_offsets(residuals[best], split(n, steps))
         points = tuple(
             Point(
@@ -437,6 +497,12 @@ def forecast(options: ForecastOptions) -> Forecast:
         raise UsageError(f"--by {options.by!r}: use partition or slice")
     series, notes = _history(options, freq_s)
     backtests, forecasts = forecast_series(series, steps)
+    for b in backtests:
+        if b.kept_idle:
+            notes.append(
+                f"{_label(b)}: no demand in {100 * b.idle:.0f}% of the last week's buckets: "
+                "seasonal-naive kept (its idle buckets are exact)"
+            )
     n = len(series.times)
     h = split(n, steps)
     t0 = series.times[0]

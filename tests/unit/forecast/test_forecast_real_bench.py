@@ -101,3 +101,33 @@ def test_gain_and_partition_gains():
     ]  # fmt: skip
     # the picked days together: (8 + 14) / 2 against (10 + 12) / 2: no gain; day 3 not in it
     assert fr.partition_gains(table) == {("s", "1m", "p"): pytest.approx(0.0)}
+
+
+def _prow(cut, part, picked, got, naive):
+    return {"source": "s", "freq": "1h", "horizon": "7d", "cut": cut, "partition": part,
+            "picked": picked, "picked_smape": got, "naive_smape": naive}  # fmt: skip
+
+
+def test_protocol_summary_is_the_acceptance_yes_no_per_cut():
+    rows = [
+        # cut 1: two learned picks, both better than seasonal-naive
+        _prow("c1", "a", "level-ridge", 10.0, 20.0),
+        _prow("c1", "b", "blend", 5.0, 10.0),
+        _prow("c1", "c", "seasonal-naive", 30.0, 30.0),
+        # cut 2: one pick lost (a tie is not a win), one won
+        _prow("c2", "a", "level-ridge", 20.0, 20.0),
+        _prow("c2", "b", "ridge", 2.0, 10.0),
+        _prow("c2", "c", "seasonal-naive", 30.0, 30.0),
+        # cut 3: no learned pick: nothing lost
+        _prow("c3", "a", "seasonal-naive", 20.0, 20.0),
+        # cut 4: seasonal-naive was exact and the pick was not
+        _prow("c4", "a", "ridge", 1.0, 0.0),
+    ]
+    got = fr.protocol_summary(rows)
+    assert got["cuts"] == 4 and got["cuts_all_won"] == 2 and got["cuts_with_a_pick"] == 3
+    assert (got["picked"], got["partition_cuts"], got["lost"]) == (5, 8, 2)
+    # gains 0.5, 0.5, 0, 0.8, -1
+    assert got["mean_gain"] == pytest.approx((0.5 + 0.5 + 0.0 + 0.8 - 1.0) / 5)
+    assert got["worst"] == -1.0
+    table = fr.protocol_table(rows)
+    assert "| s | 1h | 7d | 4 | 2 | 3 | 5 of 8 | +16% | 2 (-100%) |" in table
