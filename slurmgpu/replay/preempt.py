@@ -86,6 +86,30 @@ def _lexsorted(jobs_, first, second):
 
 
 @njit
+def _candidates(cfg, jobs, parts, job, tag, pool):
+    """The running jobs of `job`'s partition held as `tag` (A_NODES, A_MIG or A_SHARDS; of
+    MIG pool `pool` unless it is -1) that `job` may preempt, in the order they are taken:
+    lowest QOS priority first, then the fewest nodes for whole-node jobs (A_NODES) or the
+    youngest for slices, then the lowest job id."""
+    p = jobs.part[job]
+    r0 = parts.run_lo[p]
+    cands = np.empty(parts.run_n[p], np.int64)
+    first = np.empty(parts.run_n[p], np.int64)
+    second = np.empty(parts.run_n[p])
+    k = 0
+    for i in range(parts.run_n[p]):
+        v = parts.run_jobs[r0 + i]
+        mine = pool < 0 or jobs.apool[v] == pool
+        if jobs.akind[v] == tag and mine and _preemptable(cfg, jobs, job, v):
+            cands[k] = v
+            first[k] = cfg.qos_priority[jobs.qos[v]]
+            # the nodes it holds, or the youngest first
+            second[k] = jobs.acount[v] if tag == A_NODES else -jobs.run_start[v]
+            k += 1
+    return _lexsorted(cands[:k], first[:k], second[:k])
+
+
+@njit
 def whole_victims(cfg, jobs, nodes, parts, job, g):
     """The running jobs a whole-GPU `job` preempts, chosen as slurmctld 22.05 does (seen on
     the multi-node test cluster, docs/replay.md "Fidelity"): the preemptable jobs in order,
@@ -102,19 +126,7 @@ def whole_victims(cfg, jobs, nodes, parts, job, g):
     p = jobs.part[job]
     per = parts.max_cap[p]
     lo, hi = parts.node_lo[p], parts.node_hi[p]
-    r0 = parts.run_lo[p]
-    cands = np.empty(parts.run_n[p], np.int64)
-    first = np.empty(parts.run_n[p], np.int64)
-    second = np.empty(parts.run_n[p])
-    k = 0
-    for i in range(parts.run_n[p]):
-        v = parts.run_jobs[r0 + i]
-        if jobs.akind[v] == A_NODES and _preemptable(cfg, jobs, job, v):
-            cands[k] = v
-            first[k] = cfg.qos_priority[jobs.qos[v]]
-            second[k] = jobs.acount[v]  # the nodes it holds
-            k += 1
-    cands = _lexsorted(cands[:k], first[:k], second[:k])
+    cands = _candidates(cfg, jobs, parts, job, A_NODES, -1)
     free = nodes.free[lo:hi].copy()
     need = -(-g // per) if g > per > 0 else 1
     idle = 0
@@ -173,20 +185,7 @@ def pool_victims(cfg, jobs, parts, job, g):
     tag = A_MIG if kind == MIG else A_SHARDS
     pool = jobs.pool[job]
     free = parts.pool_free[pool] if kind == MIG else parts.sh_free[p]
-    r0 = parts.run_lo[p]
-    cands = np.empty(parts.run_n[p], np.int64)
-    first = np.empty(parts.run_n[p], np.int64)
-    second = np.empty(parts.run_n[p])
-    k = 0
-    for i in range(parts.run_n[p]):
-        v = parts.run_jobs[r0 + i]
-        mine = kind != MIG or jobs.apool[v] == pool
-        if jobs.akind[v] == tag and mine and _preemptable(cfg, jobs, job, v):
-            cands[k] = v
-            first[k] = cfg.qos_priority[jobs.qos[v]]
-            second[k] = -jobs.run_start[v]  # the youngest first
-            k += 1
-    cands = _lexsorted(cands[:k], first[:k], second[:k])
+    cands = _candidates(cfg, jobs, parts, job, tag, pool if kind == MIG else -1)
     m = 0
     for v in cands:
         if free >= g:
