@@ -339,7 +339,7 @@ FULL = ("JobIDRaw|JobID|Cluster|Partition|QOS|Account|User|Submit|Start|End|Elap
 HELIOS = "JobIDRaw|JobID|Partition|QOS|User|Submit|Start|End|ElapsedRaw|State|AllocTRES"
 
 
-def sacct_lines(jobs: list[MonthJob], full: bool, recorded: str = "reference"):
+def sacct_lines(jobs: list[MonthJob], full: bool, recorded: str = "real"):
     yield FULL if full else HELIOS
     for m in jobs:
         j = m.gen
