@@ -1,6 +1,6 @@
 """The guards that make a learned pick surer (docs/forecast.md, "the pick"): a learned
-forecast tapered toward seasonal-naive after its first day, every back-test fold won, and
-seasonal-naive kept for a series idle most of its last week."""
+forecast tapered toward seasonal-naive with the lead time, every back-test fold won, and
+seasonal-naive kept for a series idle a good part of its last week."""
 
 from __future__ import annotations
 
@@ -34,17 +34,22 @@ def _score(model: str, folds: tuple[float, ...]) -> Score:
     return Score(model, sum(folds) / len(folds), 0.5, folds=len(folds), fold_smape=folds)
 
 
-def test_learned_share_is_full_over_the_first_day_then_falls_to_the_week_share():
+def test_learned_share_falls_to_the_day_share_then_to_the_week_share():
     share = pl.learned_share(200, 24)
-    np.testing.assert_allclose(share[:24], 1.0)  # buckets 1..24 ahead: the first day
-    # linear from 1 at one day to WEEK_SHARE at seven days: half way at four days
-    assert share[95] == pytest.approx(1.0 + (pl.WEEK_SHARE - 1.0) * 0.5)
+    assert share[0] == 1.0  # the next bucket: the learned model's alone
+    assert share[23] == pytest.approx(pl.DAY_SHARE)  # one day ahead
+    # linear in between: half way at 12.5 buckets ahead
+    np.testing.assert_allclose(share[:24], 1.0 + (pl.DAY_SHARE - 1.0) * np.arange(24) / 23)
+    # linear from DAY_SHARE at one day to WEEK_SHARE at seven days: half way at four days
+    assert share[95] == pytest.approx(pl.DAY_SHARE + (pl.WEEK_SHARE - pl.DAY_SHARE) * 0.5)
     np.testing.assert_allclose(share[167:], pl.WEEK_SHARE)
     assert np.all(np.diff(share) <= 0)
+    assert 0.0 <= pl.WEEK_SHARE < pl.DAY_SHARE < 1.0
     pred, naive = np.full(200, 10.0), np.full(200, 4.0)
     np.testing.assert_allclose(pl.tapered(pred, naive, 24), 4.0 + 6.0 * share)
-    # a horizon of a day or less: the learned forecast as it is
-    np.testing.assert_array_equal(pl.tapered(pred[:24], naive[:24], 24), pred[:24])
+    # a horizon of a day or less: tapered the same way over the hours it has
+    np.testing.assert_allclose(pl.tapered(pred[:24], naive[:24], 24), 4.0 + 6.0 * share[:24])
+    np.testing.assert_allclose(pl.tapered(pred[:6], naive[:6], 24), 4.0 + 6.0 * share[:6])
 
 
 def test_a_learned_pick_forecasts_the_tapered_model_and_is_scored_so():
@@ -69,13 +74,21 @@ def test_a_learned_pick_forecasts_the_tapered_model_and_is_scored_so():
     assert s.fold_smape[0] == pytest.approx(smape_pct(y[cut:], pl.tapered(fold, fold_naive, 24)))
 
 
-def test_a_one_day_horizon_is_not_tapered():
+def test_a_one_day_horizon_is_tapered_within_the_day():
     y = _seasonal(weeks=4, trend=0.2)
     t_s = 1762128000.0 + 3600.0 * np.arange(len(y))
     runs = pl._runs(models.CANDIDATES, y, np.zeros(len(y)), t_s, 3600, 24)
     tapered = pl._runs(models.CANDIDATES, y, np.zeros(len(y)), t_s, 3600, 24, taper=True)
+    naive = runs[models.NAIVE]
+    np.testing.assert_array_equal(tapered[models.NAIVE], naive)
     for m in models.CANDIDATES:
-        np.testing.assert_array_equal(runs[m], tapered[m])
+        if m == models.NAIVE:
+            continue
+        np.testing.assert_allclose(tapered[m], pl.tapered(runs[m], naive, 24))
+        assert tapered[m][0] == pytest.approx(runs[m][0])  # the next hour: the model's own
+        # a day ahead: DAY_SHARE of the way from seasonal-naive to the model
+        want = naive[-1] + pl.DAY_SHARE * (runs[m][-1] - naive[-1])
+        assert tapered[m][-1] == pytest.approx(want)
 
 
 def test_pick_needs_every_fold_won():
@@ -96,6 +109,17 @@ def test_idle_share_counts_the_last_week():
     y[:50] = 0.0  # before the last week: not counted
     assert pl.idle_share(y, 24) == pytest.approx(100 / 168)
     assert pl.idle_share(np.zeros(30), 24) == 1.0  # shorter than a week: all of it
+
+
+@pytest.mark.parametrize("idle_hours, kept", [(6, False), (8, True)])
+def test_a_series_idle_a_third_of_its_last_week_keeps_seasonal_naive(monkeypatch, idle_hours, kept):
+    # IDLE_SHARE is 0.3: 8 idle hours a day (33%) keep seasonal-naive, 6 (25%) do not
+    monkeypatch.setattr(pl, "pick", lambda scores: models.RIDGE)
+    y = _seasonal(weeks=2, trend=0.0)
+    y[-168:][np.arange(168) % 24 < idle_hours] = 0.0
+    (b,), (f,) = pl.forecast_series(_ds(y), steps=24)
+    assert b.kept_idle is kept
+    assert f.model == (models.NAIVE if kept else models.RIDGE)
 
 
 def test_a_mostly_idle_series_keeps_seasonal_naive(monkeypatch):
