@@ -60,7 +60,8 @@ runs the command once (`--horizon` 1d or 7d, the default), and for every partiti
 JSON pick is a learned model compares the sMAPE of the forecast the command printed with
 seasonal-naive's (`models.seasonal_naive` on the same history) over the whole horizon
 after the cut. Per cut: whether every learned pick won (the acceptance's yes/no), how many
-partitions got a learned pick, their mean gain. `--protocol-table` prints the summary of
+partitions got a learned pick, their mean gain; per partition, whether its picked cuts
+taken together beat seasonal-naive. `--protocol-table` prints the summary of
 saved runs (one line per source, bucket and horizon; `--only`/`--exclude` split a file's
 partitions into tune and report sets).
 """
@@ -452,6 +453,7 @@ def protocol_summary(rows: list[dict]) -> dict:
     picks = [r for r in rows if r["picked"] != models.NAIVE]
     gains = [protocol_gain(r) for r in picks]
     return {
+        **partitions_worse(picks),
         "cuts": len(cuts),
         "cuts_all_won": sum(all(won(r) for r in c if r["picked"] != models.NAIVE)
                             for c in cuts.values()),
@@ -465,13 +467,34 @@ def protocol_summary(rows: list[dict]) -> dict:
     }  # fmt: skip
 
 
+def partitions_worse(picks: list[dict]) -> dict:
+    """Per partition, its learned picks together: the mean sMAPE of the printed forecasts over
+    the cuts it got one against seasonal-naive's over the same cuts. "worse": not below it
+    (the Done-when read as a partition's whole held-out record rather than cut by cut)."""
+    by: dict[str, list[dict]] = {}
+    for r in picks:
+        by.setdefault(r["partition"], []).append(r)
+    worse = sorted(
+        part
+        for part, rs in by.items()
+        if np.mean([r["picked_smape"] for r in rs]) >= np.mean([r["naive_smape"] for r in rs])
+    )
+    return {"partitions_picked": len(by), "partitions_worse": worse}
+
+
+def _worse(got: dict) -> str:
+    names = got["partitions_worse"]
+    return f"{len(names)} ({', '.join(names)})" if names else "0"
+
+
 def protocol_table(rows: list[dict], label: str | None = None) -> str:
     """One markdown line per (source, bucket, horizon)."""
     keys = dict.fromkeys((r["source"], r["freq"], r["horizon"]) for r in rows)
     lines = [
         "| source | freq | horizon | cuts | cuts where every pick won | cuts with a pick "
-        "| partitions picked | mean gain there | picks lost (worst) |",
-        "|---|---|---|---:|---:|---:|---:|---:|---:|",
+        "| partition-cuts picked | mean gain there | picks lost (worst) "
+        "| partitions picked | worse over their picked cuts |",
+        "|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for src, freq, horizon in keys:
         got = protocol_summary(
@@ -482,7 +505,7 @@ def protocol_table(rows: list[dict], label: str | None = None) -> str:
         lines.append(
             f"| {label or src} | {freq} | {horizon} | {got['cuts']} | {got['cuts_all_won']} | "
             f"{got['cuts_with_a_pick']} | {got['picked']} of {got['partition_cuts']} | {gain} | "
-            f"{got['lost']}{worst} |"
+            f"{got['lost']}{worst} | {got['partitions_picked']} | {_worse(got)} |"
         )
     return "\n".join(lines) + "\n"
 

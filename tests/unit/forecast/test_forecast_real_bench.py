@@ -130,4 +130,19 @@ def test_protocol_summary_is_the_acceptance_yes_no_per_cut():
     assert got["mean_gain"] == pytest.approx((0.5 + 0.5 + 0.0 + 0.8 - 1.0) / 5)
     assert got["worst"] == -1.0
     table = fr.protocol_table(rows)
-    assert "| s | 1h | 7d | 4 | 2 | 3 | 5 of 8 | +16% | 2 (-100%) |" in table
+    # per partition over its picked cuts: a 31/3 against 40/3, b 7/2 against 20/2: neither worse
+    assert (got["partitions_picked"], got["partitions_worse"]) == (2, [])
+    assert "| s | 1h | 7d | 4 | 2 | 3 | 5 of 8 | +16% | 2 (-100%) | 2 | 0 |" in table
+
+
+def test_a_partition_is_worse_when_its_picked_cuts_together_lost():
+    picks = [
+        _prow("c1", "a", "ridge", 10.0, 20.0),  # won by 10 ...
+        _prow("c2", "a", "ridge", 40.0, 25.0),  # ... lost by 15: 50 against 45, worse
+        _prow("c1", "b", "ridge", 30.0, 20.0),  # lost by 10 ...
+        _prow("c2", "b", "ridge", 5.0, 20.0),  # ... won by 15: 35 against 40, better
+        _prow("c1", "c", "ridge", 20.0, 20.0),  # a tie is not a win
+    ]
+    got = fr.partitions_worse(picks)
+    assert got == {"partitions_picked": 3, "partitions_worse": ["a", "c"]}
+    assert fr._worse(fr.protocol_summary(picks)) == "2 (a, c)"
