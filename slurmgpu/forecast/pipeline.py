@@ -7,8 +7,9 @@ end: each model is fitted and run from the part before a fold only and scored on
 under-forecast rate; the mean over the folds). Per series (a partition, or a partition's
 slice size) seasonal-naive is kept unless a learned model won every fold and its
 recency-weighted gain over it, less the folds' spread, is at least `MARGIN` (`pick`,
-`robust_gain`), and kept for a series idle most of its last week (`idle_share`). A learned
-pick's forecast is the model's over the first day, then tapered toward seasonal-naive's
+`robust_gain`), and kept for a series idle a good part of its last week (`idle_share`). A
+learned pick's forecast is tapered toward seasonal-naive's with the lead time: the model's
+for the next bucket, half way one day ahead, seasonal-naive's at seven days
 (`learned_share`, `tapered`; the back-test scores it so). The interval is the picked
 model's back-test residual quantiles (10% / 90% within a fold, plus the folds' smallest and
 largest mean miss) around its forecast (`interval_offsets`).
@@ -222,7 +223,7 @@ def _runs(
 ) -> dict[str, np.ndarray | str]:
     """Each model's forecast, or the reason it could not run; the blend from the others'
     forecasts (not fitted again). `taper`: the learned forecasts as a learned pick forecasts
-    (`tapered`: toward seasonal-naive after the first day), what the back-test scores."""
+    (`tapered`: toward seasonal-naive with the lead time), what the back-test scores."""
     out: dict[str, np.ndarray | str] = {}
     for name in (m for m in names if m != models.BLEND):
         try:
