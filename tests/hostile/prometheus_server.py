@@ -10,7 +10,6 @@ client goes away.
 from __future__ import annotations
 
 import http.server
-import sys
 import threading
 import time
 
@@ -88,15 +87,6 @@ class _Server(http.server.ThreadingHTTPServer):
     mode: bytes | str = b""
     requests = 0
     sent = 0
-
-    def handle_error(self, request: object, client_address: object) -> None:
-        """A client that went away mid-answer (what a slow or endless answer is for) ends
-        the answer quietly. socketserver would print its traceback to sys.stderr from the
-        handler thread, which can outlive the test and land in a later test's captured
-        output (a CliRunner's). Any other error is printed as socketserver does."""
-        if isinstance(sys.exc_info()[1], ConnectionError):
-            return
-        super().handle_error(request, client_address)
 
 
 class HostileServer:
