@@ -18,12 +18,21 @@ import contextlib
 import datetime as dt
 import fcntl
 import os
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 
 from slurmgpu.errors import SlurmgpuError
 
 DEFAULT_LOCK_DIR = Path("/var/lib/slurmgpu/locks")
+LOCK_DIR_ENV = "SLURMGPU_LOCK_DIR"
+
+
+def lock_dir(env: Mapping[str, str] | None = None) -> Path:
+    """The one lock directory that every command changing a node shares:
+    `$SLURMGPU_LOCK_DIR` where it is set (tests, a shared file system), else
+    `/var/lib/slurmgpu/locks`."""
+    value = (os.environ if env is None else env).get(LOCK_DIR_ENV, "")
+    return Path(value) if value else DEFAULT_LOCK_DIR
 
 
 class NodeLocked(SlurmgpuError):
