@@ -45,9 +45,11 @@ __all__ = [
     "PENDING",
     "RUNNING",
     "UNRUNNABLE",
+    "EngineCompile",
     "ReplayOutcome",
     "RunLog",
     "SchedConfig",
+    "compile_ahead",
     "engine_warnings",
     "replay",
 ]
@@ -170,6 +172,33 @@ def warm_up() -> float:
             advance(build(trace, from_capacity({"p": 8}), SchedConfig()))
     _WARM = True
     return time.process_time() - began
+
+
+@dataclass(frozen=True)
+class EngineCompile:
+    """What `compile_ahead` did: whether the engine is compiled at all (numba), whether this
+    process compiled it (else it loaded it), and the directory it is saved in or was loaded
+    from (None: compiled but saved nowhere)."""
+
+    compiled: bool
+    now: bool
+    cache: str | None
+    seconds: float
+
+
+def compile_ahead() -> EngineCompile:
+    """`replay --compile-only`: compile the engine into this install's cache now (or find it
+    there), so that no later replay pays for it (`_jit.cache_dirs`)."""
+    from slurmgpu.replay import _jit
+
+    began = time.monotonic()
+    warm_up()
+    seconds = time.monotonic() - began
+    if not _jit.COMPILED:
+        return EngineCompile(False, False, None, seconds)
+    now = _jit.compiled_here()
+    where = _jit.dirs().write if now else _jit.loaded_from()
+    return EngineCompile(True, now, None if where is None else str(where), seconds)
 
 
 def _spread(submit: np.ndarray) -> np.ndarray:
