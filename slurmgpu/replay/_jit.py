@@ -224,7 +224,7 @@ def holder(lock: Path) -> str:
         text = lock.read_text(encoding="utf-8", errors="replace").strip()
     except OSError:
         text = ""
-    return text.splitlines()[0] if text else "another process"
+    return text.splitlines()[0][:200] if text else "another process"
 
 
 @contextlib.contextmanager
@@ -241,7 +241,8 @@ def compile_lock(wait_s: float | None = None, where: CacheDirs | None = None) ->
     where = where or dirs()
     wait_s = LOCK_WAIT_S if wait_s is None else wait_s
     fd = _open_lock(where.lock)
-    if fd is None:  # nowhere to lock: nothing shared to protect
+    if fd is None:  # no lock file this user may open: go on unlocked (numba writes each
+        # cache file whole, by rename: two compiles at once cost time, not correctness)
         yield False
         return
     try:
@@ -275,6 +276,8 @@ def _acquire(fd: int, lock: Path, wait_s: float) -> bool:
             return True
         except BlockingIOError:
             pass
+        except OSError:  # a file system without locks (ENOLCK): go on as if held (numba
+            return True  # writes each cache file whole, by rename)
         waited = time.monotonic() - began
         if not told and waited >= min(QUIET_WAIT_S, wait_s):
             say(
@@ -388,6 +391,7 @@ if numba is not None:
                 return
             key = self._index_key(sig, data.codegen)
             try:
+                where.mkdir(parents=True, exist_ok=True)
                 self._file(where).save(key, self._impl.reduce(data))
             except OSError as exc:
                 say(f"slurmgpu: warning: the compiled replay engine was not saved: {exc}")

@@ -178,7 +178,7 @@ def warm_up() -> float:
 class EngineCompile:
     """What `compile_ahead` did: whether the engine is compiled at all (numba), whether this
     process compiled it (else it loaded it), and the directory it is saved in or was loaded
-    from (None: compiled but saved nowhere)."""
+    from (None: not compiled)."""
 
     compiled: bool
     now: bool
@@ -188,9 +188,17 @@ class EngineCompile:
 
 def compile_ahead() -> EngineCompile:
     """`replay --compile-only`: compile the engine into this install's cache now (or find it
-    there), so that no later replay pays for it (`_jit.cache_dirs`)."""
+    there), so that no later replay pays for it (`_jit.cache_dirs`). A UsageError, before
+    any compile, when this user may write none of the install's cache directories."""
+    from slurmgpu.errors import UsageError
     from slurmgpu.replay import _jit
 
+    if _jit.COMPILED and _jit.dirs().write is None:  # said before, not after, the compile
+        tried = ", ".join(map(str, _jit.dirs().read))
+        raise UsageError(
+            f"--compile-only: this user may write no cache directory for this install "
+            f"({tried}): run it as the install's owner"
+        )
     began = time.monotonic()
     warm_up()
     seconds = time.monotonic() - began

@@ -159,6 +159,38 @@ def test_a_compile_says_so_once_and_a_warm_cache_says_nothing(tmp_path):
     assert list(where.glob("entry.make.locals.add-*.nbi"))  # saved where cache_dirs says
 
 
+# the same entry point, with the cache directories given: read DIRS..., write the last
+ENTRY_IN = ENTRY.replace(
+    "\nadd = ",
+    """
+dirs = tuple(__import__("pathlib").Path(d) for d in sys.argv[1:])
+_jit._DIRS = _jit.CacheDirs(dirs, dirs[-1])
+add = """,
+)
+
+
+def test_another_users_compile_is_read_from_the_install_and_never_written_there(tmp_path):
+    """The install's owner compiled it into the package's cache; a user who may not write
+    there loads it from there (no compile line) and would save into their own directory."""
+    script, owner, user = tmp_path / "entry.py", tmp_path / "package", tmp_path / "user"
+    script.write_text(ENTRY_IN)
+
+    def run(*dirs: Path):
+        command = [sys.executable, str(script), *map(str, dirs)]
+        return subprocess.run(command, capture_output=True, text=True, env=env(), cwd=ROOT,
+                              check=True)  # fmt: skip
+
+    first = run(owner)
+    assert first.stdout.split() == ["3", "True", "None"]
+    assert first.stderr.startswith("slurmgpu: compiling the replay engine once for this install")
+    assert "warning" not in first.stderr
+    saved = sorted(p.name for p in owner.iterdir())
+    second = run(owner, user)
+    assert second.stdout.split() == ["3", "False", str(owner)] and second.stderr == ""
+    assert sorted(p.name for p in owner.iterdir()) == saved
+    assert not user.exists() or not list(user.iterdir())
+
+
 def test_compile_only_then_replays_load_it_silently():
     """`replay --compile-only` (the installer's step) leaves the engine in this install's
     cache: a second one and a replay say nothing on stderr."""
@@ -183,6 +215,19 @@ def test_compile_only_refuses_a_replay_option():
                           env=env(NUMBA_DISABLE_JIT="1"), cwd=ROOT)  # fmt: skip
     assert proc.returncode == 2
     assert proc.stderr == "slurmgpu: error: --compile-only replays nothing: drop --sacct-file\n"
+
+
+def test_compile_only_where_no_cache_can_be_written_says_so_before_compiling(tmp_path):
+    (tmp_path / "file").write_text("")
+    began = time.monotonic()
+    proc = subprocess.run([sys.executable, "-m", "slurmgpu", "replay", "--compile-only"],
+                          capture_output=True, text=True, cwd=ROOT,
+                          env=env(NUMBA_CACHE_DIR=str(tmp_path / "file" / "cache")))  # fmt: skip
+    assert proc.returncode == 2 and proc.stdout == ""
+    assert proc.stderr.startswith("slurmgpu: error: --compile-only: this user may write no ")
+    assert proc.stderr.endswith("run it as the install's owner\n")
+    assert len(proc.stderr.splitlines()) == 1  # nothing compiled: no compile line
+    assert time.monotonic() - began < 20
 
 
 # `slurmgpu replay` while another process holds this install's lock (in DIR; the engine is
