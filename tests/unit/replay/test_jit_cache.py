@@ -41,12 +41,14 @@ def env(**extra: str) -> dict[str, str]:
 
 @pytest.fixture
 def hold():
-    """`hold(dir)`: a process holding the compile lock in `dir`; killed at the end."""
+    """`hold(dir[, env])`: a process holding the compile lock in `dir`; killed at the end."""
     procs: list[subprocess.Popen] = []
 
-    def start(where: Path) -> subprocess.Popen:
+    def start(where: Path, environ: dict[str, str] | None = None) -> subprocess.Popen:
+        # by default numba on or off as in this process: the lock this process would take
+        environ = environ or {**os.environ, "PYTHONPATH": str(ROOT)}
         proc = subprocess.Popen([sys.executable, "-c", HOLD, str(where)], stdout=subprocess.PIPE,
-                                text=True, env=env(), cwd=ROOT)  # fmt: skip
+                                text=True, env=environ, cwd=ROOT)  # fmt: skip
         procs.append(proc)
         assert proc.stdout is not None and proc.stdout.readline().strip() == "held"
         return proc
@@ -245,7 +247,7 @@ main(sys.argv[2:])
 
 
 def test_replay_reports_the_holder_and_finishes_within_the_bound(tmp_path, hold):
-    holder = hold(tmp_path)
+    holder = hold(tmp_path, env())  # numba on, as in the replay
     began = time.monotonic()
     proc = subprocess.run([sys.executable, "-c", WAITER, str(tmp_path), *REPLAY],
                           capture_output=True, text=True, env=env(), cwd=ROOT)  # fmt: skip
