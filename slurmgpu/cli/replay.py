@@ -201,6 +201,10 @@ def _compile_only() -> None:
     done = compile_ahead()
     if not done.compiled:
         click.echo("replay engine: runs as Python here (numba off or missing): nothing to compile")
+    elif done.cache is None:  # another process held the lock past its bound (said above)
+        from slurmgpu.errors import SlurmgpuError
+
+        raise SlurmgpuError("replay engine: compiled, but not saved: run --compile-only again")
     elif done.now:
         click.echo(f"replay engine: compiled in {done.seconds:.1f} s, saved in {done.cache}")
     else:

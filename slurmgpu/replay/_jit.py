@@ -210,6 +210,7 @@ def dirs() -> CacheDirs:
 _SAVING = True  # False while a process goes on without the lock: it saves nothing
 _TOLD = False  # the line that a compile is under way was printed
 _FROM: Path | None = None  # the directory the engine was loaded from, when it was
+_SAVED: Path | None = None  # the directory this process saved the engine in, when it did
 
 
 def say(line: str) -> None:
@@ -335,6 +336,11 @@ def loaded_from() -> Path | None:
     return _FROM
 
 
+def saved_in() -> Path | None:
+    """The directory this process saved the compiled engine in (None: it did not)."""
+    return _SAVED
+
+
 if numba is not None:
     from numba.core import caching as _caching
 
@@ -384,6 +390,7 @@ if numba is not None:
             return None
 
         def _save_overload(self, sig, data):
+            global _SAVED
             where = dirs().write
             if not (self._enabled and _SAVING and where is not None):
                 return
@@ -393,6 +400,7 @@ if numba is not None:
             try:
                 where.mkdir(parents=True, exist_ok=True)
                 self._file(where).save(key, self._impl.reduce(data))
+                _SAVED = where
             except OSError as exc:
                 say(f"slurmgpu: warning: the compiled replay engine was not saved: {exc}")
 

@@ -177,8 +177,8 @@ def warm_up() -> float:
 @dataclass(frozen=True)
 class EngineCompile:
     """What `compile_ahead` did: whether the engine is compiled at all (numba), whether this
-    process compiled it (else it loaded it), and the directory it is saved in or was loaded
-    from (None: not compiled)."""
+    process compiled it (else it loaded it), and the directory it saved it in or loaded it
+    from (None: not compiled, or compiled and not saved: another process held the lock)."""
 
     compiled: bool
     now: bool
@@ -205,7 +205,7 @@ def compile_ahead() -> EngineCompile:
     if not _jit.COMPILED:
         return EngineCompile(False, False, None, seconds)
     now = _jit.compiled_here()
-    where = _jit.dirs().write if now else _jit.loaded_from()
+    where = _jit.saved_in() if now else _jit.loaded_from()
     return EngineCompile(True, now, None if where is None else str(where), seconds)
 
 

@@ -232,6 +232,30 @@ def test_compile_only_where_no_cache_can_be_written_says_so_before_compiling(tmp
     assert time.monotonic() - began < 20
 
 
+def test_compile_only_that_could_not_save_fails(tmp_path, monkeypatch):
+    """Compiled in this process while another held the lock past its bound (so not saved):
+    the installer's step fails rather than print a cache that has nothing."""
+    from click.testing import CliRunner
+
+    from slurmgpu.cli import main
+    from slurmgpu.replay import engine
+
+    monkeypatch.setattr(engine, "_WARM", True)  # (the compile itself: the tests above)
+    monkeypatch.setattr(_jit, "COMPILED", True)
+    monkeypatch.setattr(_jit, "_DIRS", _jit.CacheDirs((tmp_path,), tmp_path))
+    monkeypatch.setattr(_jit, "_TOLD", True)  # compiled here ...
+    monkeypatch.setattr(_jit, "_SAVED", None)  # ... and saved nowhere
+    res = CliRunner().invoke(main, ["replay", "--compile-only"])
+    assert res.exit_code == 1 and res.stdout == ""
+    assert res.stderr == (
+        "slurmgpu: error: replay engine: compiled, but not saved: run --compile-only again\n"
+    )
+    monkeypatch.setattr(_jit, "_SAVED", tmp_path)
+    res = CliRunner().invoke(main, ["replay", "--compile-only"])
+    assert res.exit_code == 0 and res.stdout.startswith("replay engine: compiled in ")
+    assert res.stdout.endswith(f" s, saved in {tmp_path}\n")
+
+
 # `slurmgpu replay` while another process holds this install's lock (in DIR; the engine is
 # read from the install's own cache), with a 3 s bound
 WAITER = """
