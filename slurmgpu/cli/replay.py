@@ -152,9 +152,18 @@ WORKDIR_DEFAULT = "slurmgpu-sweep"
     help="Only compare the baseline replay with the recorded history, per partition "
     "(allocation, mean and p95 wait, start order); the policy's [objective] sets the tolerance.",
 )
+@click.option(
+    "--compile-only",
+    is_flag=True,
+    help="Only compile the replay engine into this install's cache (or find it there) and "
+    "replay nothing: a step for the installer, so that no first replay pays for it.",
+)
 @click.option("--output", "-o", default="-", show_default=True, help="File to write, or -.")
 def replay(sacct_files: tuple[str, ...], fmt: str, output: str, **params: object) -> None:
     """Predict a change's effect: replay the history (baseline) and each what-if side by side."""
+    if params.pop("compile_only"):
+        _compile_only()
+        return
     from slurmgpu.replay import replay as run_replay
     from slurmgpu.views.replay import render_replay
 
@@ -172,6 +181,34 @@ def replay(sacct_files: tuple[str, ...], fmt: str, output: str, **params: object
     result = replay_via_slurm(list(sacct_files), replay_options(params), slurm)
     _write(render_replay(result.report.to_dict(), fmt), output)
     _fail_on_failed_tasks(result)
+
+
+def _compile_only() -> None:
+    """`replay --compile-only`: the engine compiled (or found) in this install's cache."""
+    from slurmgpu.errors import UsageError
+    from slurmgpu.replay.engine import compile_ahead
+
+    ctx = click.get_current_context()
+    given = [
+        p.opts[0]
+        for p in ctx.command.params
+        if p.name != "compile_only"
+        and ctx.get_parameter_source(p.name or "") is click.core.ParameterSource.COMMANDLINE
+    ]
+    if given:  # never silently ignored
+        raise UsageError(f"--compile-only replays nothing: drop {given[0]}")
+    warn_engine()
+    done = compile_ahead()
+    if not done.compiled:
+        click.echo("replay engine: runs as Python here (numba off or missing): nothing to compile")
+    elif done.cache is None:  # another process held the lock past its bound (said above)
+        from slurmgpu.errors import SlurmgpuError
+
+        raise SlurmgpuError("replay engine: compiled, but not saved: run --compile-only again")
+    elif done.now:
+        click.echo(f"replay engine: compiled in {done.seconds:.1f} s, saved in {done.cache}")
+    else:
+        click.echo(f"replay engine: already compiled for this install, in {done.cache}")
 
 
 def warn_engine() -> None:

@@ -45,9 +45,11 @@ __all__ = [
     "PENDING",
     "RUNNING",
     "UNRUNNABLE",
+    "EngineCompile",
     "ReplayOutcome",
     "RunLog",
     "SchedConfig",
+    "compile_ahead",
     "engine_warnings",
     "replay",
 ]
@@ -170,6 +172,41 @@ def warm_up() -> float:
             advance(build(trace, from_capacity({"p": 8}), SchedConfig()))
     _WARM = True
     return time.process_time() - began
+
+
+@dataclass(frozen=True)
+class EngineCompile:
+    """What `compile_ahead` did: whether the engine is compiled at all (numba), whether this
+    process compiled it (else it loaded it), and the directory it saved it in or loaded it
+    from (None: not compiled, or compiled and not saved: another process held the lock)."""
+
+    compiled: bool
+    now: bool
+    cache: str | None
+    seconds: float
+
+
+def compile_ahead() -> EngineCompile:
+    """`replay --compile-only`: compile the engine into this install's cache now (or find it
+    there), so that no later replay pays for it (`_jit.cache_dirs`). A UsageError, before
+    any compile, when this user may write none of the install's cache directories."""
+    from slurmgpu.errors import UsageError
+    from slurmgpu.replay import _jit
+
+    if _jit.COMPILED and _jit.dirs().write is None:  # said before, not after, the compile
+        tried = ", ".join(map(str, _jit.dirs().read))
+        raise UsageError(
+            f"--compile-only: this user may write no cache directory for this install "
+            f"({tried}): run it as the install's owner"
+        )
+    began = time.monotonic()
+    warm_up()
+    seconds = time.monotonic() - began
+    if not _jit.COMPILED:
+        return EngineCompile(False, False, None, seconds)
+    now = _jit.compiled_here()
+    where = _jit.saved_in() if now else _jit.loaded_from()
+    return EngineCompile(True, now, None if where is None else str(where), seconds)
 
 
 def _spread(submit: np.ndarray) -> np.ndarray:
