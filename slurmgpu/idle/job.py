@@ -175,6 +175,11 @@ def _use(job: IdleJob, sources, rule: IdleRule, gap, policy, now, idle_min: floa
         notes.append("no per-GPU series: give --prometheus URL")
     elif series is None:
         notes.append("Prometheus has no series for this job")
+    if series is not None and series.implausible:
+        notes.append(
+            f"{series.implausible} implausible samples (negative, NaN, infinite or over 100 %) "
+            "were dropped: not shown as use, no advice from them"
+        )
     devices = series.devices if series else ()
     if devices and len(devices) < job.devices:
         notes.append(f"series for {len(devices)} of {job.devices} GPUs")

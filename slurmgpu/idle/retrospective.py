@@ -147,6 +147,9 @@ def retrospective(
         verdict = _verdict(job, series, rule, policy, until)
         if not series.complete:
             verdict = Verdict(None, (), undecided=f"{series.source}: incomplete series")
+        if verdict.undecided and series.implausible:
+            dropped = f"; {series.implausible} implausible samples dropped"
+            verdict = Verdict(None, (), undecided=verdict.undecided + dropped)
         _file(job, verdict, rule, policy, until, "series", flagged, exempt, undecided, notes)
     if no_series and summary_sources:
         result = measure_runs([j.ref() for j in no_series], summary_sources)
