@@ -303,10 +303,10 @@ def _maybe_act(run: _Run, job: IdleJob, rule: IdleRule, state: dict) -> None:
         else:
             run.event(job, "action", f"{detail}: {why}", False)
         return
-    if rule.action != "notify" and _still_the_same(run, job) is None:
-        return
-    run.actions += 1
     if run.options.dry_run:
+        if rule.action != "notify" and _still_the_same(run, job) is None:
+            return
+        run.actions += 1
         run.event(job, "action", detail, False)
         argv = ["scancel", _name(job)] if rule.action == "cancel" else None
         if rule.action == "requeue":
@@ -315,20 +315,22 @@ def _maybe_act(run: _Run, job: IdleJob, rule: IdleRule, state: dict) -> None:
             run.emitted_commands.append(f"# job {_name(job)} ({job.user}): {detail}")
             run.emitted_commands.append(" ".join(argv))
         return
-    if rule.action == "notify":
-        ok, why = True, ""
-    else:
+    if rule.action != "notify":
         try:
             with _node_locks(run, job):
+                # checked again under the locks, right before acting
+                if _still_the_same(run, job) is None:
+                    return
+                run.actions += 1
                 why = _act(run, job, rule.action, state.get("attempts", 0) + 1)
         except NodeBusy as exc:
-            run.actions -= 1
             run.event(job, "deferred", f"{rule.action}: {exc}", False)
             return
-        ok = why is None
-    if not ok:
-        _failed(run, job, rule, state, detail, why or "?")
-        return
+        if why is not None:
+            _failed(run, job, rule, state, detail, why)
+            return
+    else:
+        run.actions += 1
     state["acted"] = run.now_s
     body = _body(run, job, rule, f"It has been {_past(rule.action)}.")
     _notify(
@@ -522,13 +524,13 @@ def _act(run: _Run, job: IdleJob, action: str, attempt: int) -> str | None:
     return why
 
 
-def _read_back(env, job_id: str, start: datetime, action: str, wait_s: float | None = None):
+def _read_back(env, job_id: str, start: datetime, action: str) -> str | None:
     """None when the job no longer runs in the allocation that started at `start` (ended,
     cancelled, requeued: pending or restarted), else why it was not acted on. scancel exits 0
     where slurmctld refused the job id, so only the job itself tells."""
     from slurmgpu.sources.slurm_jobs import read_job, scontrol_time
 
-    deadline = time.monotonic() + (READ_BACK_S if wait_s is None else wait_s)
+    deadline = time.monotonic() + READ_BACK_S
     while True:
         try:
             rec = read_job(job_id, env=env)
@@ -549,6 +551,7 @@ def _read_back(env, job_id: str, start: datetime, action: str, wait_s: float | N
 def _resolve_pending(run: _Run) -> None:
     """A `begin` with no outcome: a run killed while acting. Read the job back: no longer in
     that allocation -> `done`; still running in it -> `failed` (one more attempt)."""
+    from slurmgpu.sources.slurm_jobs import read_job, scontrol_time
     from slurmgpu.util.journal import append_record
 
     path = journal_path(run.options.state_dir)
@@ -563,7 +566,11 @@ def _resolve_pending(run: _Run) -> None:
             open_.pop(key, None)
     for (job_id, start_text, action), entry in open_.items():
         start = datetime.fromisoformat(start_text.replace("Z", "+00:00")).replace(tzinfo=None)
-        why = _read_back(run.options.env, job_id, start, action, wait_s=0.0)
+        # unreadable (slurmctld down): the error stops the run and the record stays pending
+        rec = read_job(job_id, env=run.options.env)
+        same = rec is not None and rec.get("JobState") == "RUNNING"
+        same = same and rec is not None and scontrol_time(rec.get("StartTime")) == start
+        why = "still running in the same allocation" if same else None
         outcome = replace(entry, at=iso_epoch(run.now_s))
         jobs = run.state["jobs"]
         state = jobs.setdefault(f"{job_id}@{int(epoch(start))}", {"warned": {}})

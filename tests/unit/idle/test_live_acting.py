@@ -20,6 +20,7 @@ from click.testing import CliRunner
 from slurmgpu.idle import live as live_mod
 from slurmgpu.idle.live import MAX_ATTEMPTS, IdleAction, LiveOptions, idle_live, read_journal
 from slurmgpu.measure.options import MeasureOptions
+from slurmgpu.views.idle import render_live
 from tests.unit.idle.fake_world import World, record
 
 START = datetime(2026, 12, 3, 10, 0, 0)
@@ -96,6 +97,9 @@ def test_only_the_idle_array_task_is_acted_on_by_its_exact_id(world, tmp_path, a
                       "40": "RUNNING"}  # fmt: skip
     acted = {e.job: e.done for e in report.events if e.kind == "action"}
     assert acted == {"32_3": True, "40_1": True}
+    assert f"job 32_3 (id 32) (bob): action: {action} after 3 min idle" in render_live(
+        report, "text"
+    )
     journal = [(e.job_id, e.job, e.phase) for e in read_journal(tmp_path / "state")]
     assert sorted(journal) == sorted(
         [("32", "32_3", "begin"), ("32", "32_3", "done"), ("41", "40_1", "begin"),
@@ -137,9 +141,12 @@ def test_a_scancel_that_exits_0_without_acting_is_a_failure_and_given_up(world, 
         assert f"failed (attempt {attempt} of {MAX_ATTEMPTS})" in event.detail
         assert "still running in the same allocation" in event.detail
         assert any(f"({attempt} of {MAX_ATTEMPTS})" in w for w in report.warnings)
+        text = render_live(report, "text")
+        assert f"job 70 (bob): action: cancel after 3 min idle: failed (attempt {attempt}" in text
     assert any(e.kind == "given-up" for e in report.events)
     assert len(world.calls("scancel")) == MAX_ATTEMPTS
     later = run(world, tmp_path)  # no more tries, said in the output
+    assert "given-up: cancel: not retried after 3 failed attempts" in render_live(later, "text")
     assert len(world.calls("scancel")) == MAX_ATTEMPTS
     assert [e.kind for e in later.events] == ["given-up"]
     # the owner was never told "cancelled"; the admin (webhook) was told once
