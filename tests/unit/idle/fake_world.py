@@ -17,9 +17,10 @@ import os
 import re
 import sys
 import threading
+import time
 import urllib.parse
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, HTTPServer
+from http.server import BaseHTTPRequestHandler, HTTPServer, ThreadingHTTPServer
 from pathlib import Path
 
 FAKE_SLURM = r"""#!{python}
@@ -67,6 +68,10 @@ if name == "scancel":
     for r in [] if refuse else targets(args[0]):
         r["JobState"] = "CANCELLED"
     save()
+    if (root / "hang").exists():  # acted, then never returns (a run killed inside scancel)
+        (root / "hanging").write_text(str(os.getpid()))
+        import time
+        time.sleep(120)
     sys.exit(0)
 if name == "scontrol" and args[0] == "requeue":
     own = [r for r in jobs if r["JobId"] == args[1]]
@@ -117,6 +122,7 @@ class World:
     samples: dict[str, list[tuple[float, object]]] = field(default_factory=dict)  # job -> (t, v)
     schema: str = "dcgm"
     result_override: object = None  # a raw `result` value served instead of the samples
+    delay_s: float = 0.0  # each Prometheus answer waits this long (a run that takes a while)
     hooks: list[dict] = field(default_factory=list)
 
     def __post_init__(self) -> None:
@@ -159,6 +165,7 @@ class World:
             def do_POST(self):
                 length = int(self.headers.get("Content-Length", 0))
                 form = urllib.parse.parse_qs(self.rfile.read(length).decode())
+                time.sleep(world.delay_s)
                 at = float(form["time"][0])
                 m = _QUERY.match(form["query"][0])
                 job_label, metric = SCHEMA_LABELS[world.schema]
@@ -185,7 +192,8 @@ class World:
             def log_message(self, *args):
                 pass
 
-        server = HTTPServer(("127.0.0.1", 0), Handler)
+        server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        server.daemon_threads = True
         threading.Thread(target=server.serve_forever, daemon=True).start()
         self.prometheus = f"http://127.0.0.1:{server.server_port}"
         return server

@@ -294,3 +294,65 @@ def test_a_job_on_a_node_another_command_holds_waits(world, tmp_path):
     assert "attempts" not in state["jobs"][f"110@{int(START_S)}"]  # not a failed attempt
     report = run(world, tmp_path)  # the node is free: acted on
     assert world.calls() == ["scancel 110"]
+
+
+def cli_process(world: World, tmp_path: Path, state: str):
+    """A real `python -m slurmgpu idle --live` process (what a timer starts)."""
+    import subprocess
+    import sys
+
+    (tmp_path / "p.toml").write_text(POLICY.format(action="cancel"))
+    argv = [sys.executable, "-m", "slurmgpu", "idle", "--live", "--policy",
+            str(tmp_path / "p.toml"), "--prometheus", world.prometheus, "--webhook",
+            world.webhook, "--state-dir", str(tmp_path / state), "--now",
+            "2026-12-03T10:10:00Z", "--format", "json"]  # fmt: skip
+    env = {**os.environ, **world.env, "PYTHONPATH": str(Path(__file__).resolve().parents[3])}
+    return subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True)  # fmt: skip
+
+
+def test_two_timer_processes_with_their_own_state_dirs_act_once(world, tmp_path):
+    import time
+
+    world.set_jobs([record("120", STARTED)])
+    busy_idle(world, ("120",), ())
+    world.delay_s = 2.0  # the first run is still reading its series when the second starts
+    first = cli_process(world, tmp_path, "a")
+    lock = Path(world.env["SLURMGPU_LOCK_DIR"]) / ".idle-live.lock"
+    deadline = time.monotonic() + 30
+    while not (lock.exists() and lock.read_text()) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    second = cli_process(world, tmp_path, "b")
+    out2, err2 = second.communicate(timeout=60)
+    _out1, err1 = first.communicate(timeout=60)
+    assert first.returncode == 0, err1
+    assert second.returncode == 1 and out2 == ""
+    (line,) = err2.strip().splitlines()
+    assert line.startswith(f"slurmgpu: error: another `idle --live` is running (pid {first.pid}:")
+    assert f"--state-dir {tmp_path / 'a'}" in line
+    assert world.calls() == ["scancel 120"]
+    assert [h["kind"] for h in world.hooks] == ["action"]  # one mail, not two
+    assert not (tmp_path / "b" / "journal.jsonl").exists()
+
+
+def test_a_run_killed_inside_scancel_is_resolved_by_the_next(world, tmp_path):
+    import signal
+    import time
+
+    world.set_jobs([record("130", STARTED)])
+    busy_idle(world, ("130",), ())
+    (world.root / "hang").write_text("")
+    killed = cli_process(world, tmp_path, "state")
+    deadline = time.monotonic() + 60
+    while not (world.root / "hanging").exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    os.kill(killed.pid, signal.SIGKILL)  # the run dies between its intent and its outcome
+    killed.communicate(timeout=30)
+    os.kill(int((world.root / "hanging").read_text()), signal.SIGKILL)
+    (world.root / "hang").unlink()
+    assert [e.phase for e in read_journal(tmp_path / "state")] == ["begin"]
+    report = run(world, tmp_path)
+    journal = read_journal(tmp_path / "state")
+    assert [(e.phase, e.error) for e in journal] == [("begin", ""), ("done", "resolved at start")]
+    assert any("the cancel a killed run began was done" in w for w in report.warnings)
+    assert world.calls() == ["scancel 130"]  # not cancelled twice
