@@ -57,7 +57,11 @@ if name == "scontrol" and args[:2] == ["show", "-o"] and args[2] == "job":
     if len(args) == 3:
         print("\n".join(line(r) for r in jobs))
         sys.exit(0)
-    found = [r for r in jobs if args[3] in (r["JobId"], r.get("ArrayJobId"), r.get("HetJobId"))]
+    asked = args[3]
+    if "_" in asked or "+" in asked:
+        found = targets(asked)
+    else:
+        found = [r for r in jobs if asked in (r["JobId"], r.get("ArrayJobId"), r.get("HetJobId"))]
     if not found:
         print("slurm_load_jobs error: Invalid job id specified", file=sys.stderr)
         sys.exit(1)

@@ -356,3 +356,19 @@ def test_a_run_killed_inside_scancel_is_resolved_by_the_next(world, tmp_path):
     assert [(e.phase, e.error) for e in journal] == [("begin", ""), ("done", "resolved at start")]
     assert any("the cancel a killed run began was done" in w for w in report.warnings)
     assert world.calls() == ["scancel 130"]  # not cancelled twice
+
+
+@pytest.mark.parametrize("asked", ["32", "32_3"])
+def test_job_shows_the_task_asked_not_the_arrays_first(world, tmp_path, monkeypatch, asked):
+    """`scontrol show job 32` lists every task of array 32: the report is task 32_3's."""
+    from slurmgpu.cli import main
+
+    world.set_jobs(arrays())
+    busy_idle(world, ("32",), ("33", "34"))
+    monkeypatch.setenv("PATH", world.env["PATH"])
+    args = ["job", asked, "--prometheus", world.prometheus, "--now", "2026-12-03T10:10:00Z",
+            "--policy", str(tmp_path / "none.toml"), "--format", "json"]  # fmt: skip
+    result = CliRunner().invoke(main, args)
+    assert result.exit_code == 0, result.output
+    (job,) = json.loads(result.output)["jobs"]
+    assert job["job_id"] == "32" and job["util_mean_pct"] == 0.0
