@@ -147,12 +147,21 @@ def may_see_all(uid: int, env: Mapping[str, str] | None = None) -> bool:
 def _find(job_id: str, policy: Policy | None, env) -> tuple[IdleJob, int | None]:
     """The job from slurmctld (running or recently ended), else from accounting."""
     from slurmgpu.idle.live import job_from_record
-    from slurmgpu.sources.slurm_jobs import job_records, sacct_job, user_name_and_uid
+    from slurmgpu.sources.slurm_jobs import (
+        exact_job_id,
+        job_records,
+        sacct_job,
+        user_name_and_uid,
+    )
 
     if not job_id.replace("_", "").isdigit():
         raise UsageError(f"{job_id!r}: not a job id")
     empty = policy or Policy(tiers=(), kinds=(), partitions=(), default_tier="")
+    # `scontrol show job ARRAYID` lists every task of the array (and a het leader's id every
+    # component): the record named is the one whose JobId (or A_T / H+O) is the id asked
     for rec in job_records((job_id,), env=env):
+        if job_id not in (rec.get("JobId"), exact_job_id(rec)):
+            continue
         job = job_from_record(rec, empty, any_state=True)
         if job is not None:
             return job, user_name_and_uid(rec.get("UserId", ""))[1]
@@ -175,6 +184,11 @@ def _use(job: IdleJob, sources, rule: IdleRule, gap, policy, now, idle_min: floa
         notes.append("no per-GPU series: give --prometheus URL")
     elif series is None:
         notes.append("Prometheus has no series for this job")
+    if series is not None and series.implausible:
+        notes.append(
+            f"{series.implausible} implausible samples (negative, NaN, infinite or over 100 %) "
+            "were dropped: not shown as use, no advice from them"
+        )
     devices = series.devices if series else ()
     if devices and len(devices) < job.devices:
         notes.append(f"series for {len(devices)} of {job.devices} GPUs")

@@ -1,15 +1,22 @@
 """`slurmgpu idle --live`: warn the owners of idle running jobs, then act (run by a timer).
 
 Each run: the running GPU jobs (`scontrol show -o job`), their samples up to now (the same
-Prometheus series as the retrospective), and per job the rule's windows at its last sample:
-a warning window that holds and has not been mailed -> one mail (and webhook); the full
-window holding, every warning sent at least `min_notice_min` earlier -> the action
-(`scancel` / `scontrol requeue`; `notify` only mails). A job whose shortest warning window
-no longer holds has left its idle stretch: its warnings are forgotten, a later stretch
-starts again. Never on exempt jobs; at most `max_actions_per_run` actions per run (the rest
-wait for the next run); the job is read again just before acting (same run, still running,
-still not exempt). Every action is journaled before and after in `STATE/journal.jsonl`;
-`--dry-run` sends, does and records nothing. One run at a time (a lock in the state dir).
+Prometheus series as the retrospective, implausible samples dropped), and per job the rule's
+windows at its last sample: a warning window that holds and has not been mailed -> one mail
+(and webhook); the full window holding, every warning sent at least `min_notice_min` earlier
+-> the action (`scancel` / `scontrol requeue` of the id that names exactly that job: `32_3`
+for an array task, `40+1` for a het component; `notify` only mails). A job whose shortest
+warning window no longer holds has left its idle stretch: its warnings are forgotten, a later
+stretch starts again. Never on exempt jobs; at most `max_actions_per_run` actions per run (the
+rest wait for the next run); the job is read again just before acting (same run, still
+running, still not exempt), under the locks of its nodes, and read back after it: a job still
+running in the same allocation was not cancelled or requeued, whatever scancel's exit code.
+Every action is journaled in `STATE/journal.jsonl`: its intent (`begin`) before, its outcome
+(`done` / `failed`) after; a `begin` a killed run left is resolved at the next start by
+reading the job back. A failed action is retried by later runs, said in each run's output,
+and given up after `MAX_ATTEMPTS` (the admin is told once). `--dry-run` sends, does and
+records nothing. One run at a time, whatever its state directory: a run lock in the shared
+lock directory (`slurmgpu.util.lock.lock_dir()`), and one in the state dir.
 """
 
 from __future__ import annotations
@@ -19,6 +26,7 @@ import fcntl
 import json
 import math
 import os
+import time
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field, replace
 from datetime import UTC, datetime
@@ -32,6 +40,10 @@ from slurmgpu.measure.options import MeasureOptions
 from slurmgpu.model.policy import IdlePolicy, IdleRule, Policy
 
 STATE_VERSION = 1
+MAX_ATTEMPTS = 3  # failed actions on one job before it is given up (and the admin told once)
+READ_BACK_S = 10.0  # how long a job may take to leave RUNNING after scancel / requeue
+READ_BACK_STEP_S = 0.5
+RUN_LOCK = ".idle-live.lock"  # in the shared lock directory (a node name never starts with .)
 
 
 @dataclass(frozen=True)
@@ -53,10 +65,11 @@ class LiveEvent:
 
     job_id: str
     user: str
-    kind: str  # "warning" | "action" | "deferred" | "exempt" | "undecided"
+    kind: str  # "warning" | "action" | "deferred" | "exempt" | "undecided" | "given-up"
     detail: str
     done: bool
     at: str
+    job: str = ""  # the id acted on: `32_3` for an array task, `40+1` for a het component
 
 
 @dataclass(frozen=True)
@@ -94,7 +107,7 @@ class _Run:
 
     def event(self, job: IdleJob, kind: str, detail: str, done: bool) -> None:
         self.events.append(
-            LiveEvent(job.job_id, job.user, kind, detail, done, iso_epoch(self.now_s))
+            LiveEvent(job.job_id, job.user, kind, detail, done, iso_epoch(self.now_s), _name(job))
         )
 
 
@@ -112,8 +125,10 @@ def idle_live(options: LiveOptions) -> LiveReport:
     if not options.dry_run:
         state_dir.mkdir(parents=True, exist_ok=True)
     now = options.now.astimezone(UTC).replace(tzinfo=None)
-    with _lock(state_dir, options.dry_run):
+    with _run_lock(options), _lock(state_dir, options.dry_run):
         run = _Run(options, policy, policy.idle, _load_state(state_dir), epoch(now))
+        if not options.dry_run:
+            _resolve_pending(run)
         jobs = running_jobs(policy, options.env)
         sources = series_sources(options.measure, now, 6 * 3600, 2_000_000)
         if not sources:
@@ -157,7 +172,12 @@ def job_from_record(
     import pyarrow as pa
 
     from slurmgpu.accounting.tres import parse_alloc_tres
-    from slurmgpu.sources.slurm_jobs import scontrol_time, time_limit_s, user_name_and_uid
+    from slurmgpu.sources.slurm_jobs import (
+        exact_job_id,
+        scontrol_time,
+        time_limit_s,
+        user_name_and_uid,
+    )
 
     tres = parse_alloc_tres(pa.array([rec.get("AllocTRES") or rec.get("TRES") or ""]))
     count, equiv = float(tres.gpu_count[0]), float(tres.gpu_equiv[0])
@@ -191,11 +211,17 @@ def job_from_record(
         comment=comment,
         state=state,
         time_limit_s=time_limit_s(rec.get("TimeLimit", "")),
+        job=exact_job_id(rec),
     )
 
 
 def _key(job: IdleJob) -> str:
     return f"{job.job_id}@{int(epoch(job.start))}"
+
+
+def _name(job: IdleJob) -> str:
+    """The id that names exactly this job to Slurm (`32_3`, `40+1`, else the raw id)."""
+    return job.job or job.job_id
 
 
 def _one_job(run: _Run, job: IdleJob, sources) -> None:
@@ -207,13 +233,18 @@ def _one_job(run: _Run, job: IdleJob, sources) -> None:
         run.warnings.append(f"job {job.job_id}: {note}")
     rule = run.idle.rule_for(job.tier, job.partition)
     series = next((s for src in sources if (s := src.series(job.ref())) is not None), None)
+    dropped = (
+        f"; {series.implausible} implausible samples dropped"
+        if series and series.implausible
+        else ""
+    )
     if series is None or len(series.devices) < job.devices:
         have = 0 if series is None else len(series.devices)
-        run.event(job, "undecided", f"series for {have} of {job.devices} GPUs", False)
+        run.event(job, "undecided", f"series for {have} of {job.devices} GPUs{dropped}", False)
         return
     last = max((t for d in series.devices for t in d.times if t <= run.now_s), default=None)
     if last is None or run.now_s - last > run.idle.max_gap_s:
-        run.event(job, "undecided", "no recent samples", False)
+        run.event(job, "undecided", f"no recent samples{dropped}", False)
         return
     state = run.state["jobs"].setdefault(_key(job), {"warned": {}})
     gap = run.idle.max_gap_s
@@ -234,7 +265,7 @@ def _one_job(run: _Run, job: IdleJob, sources) -> None:
 def _warn(run: _Run, job: IdleJob, rule: IdleRule, number: int, w: float, state: dict) -> None:
     left = rule.window_min - w
     what = {"cancel": "cancelled", "requeue": "requeued", "notify": "reported"}[rule.action]
-    subject = f"slurmgpu: job {job.job_id}: its GPUs have been idle for {w:g} minutes"
+    subject = f"slurmgpu: job {_name(job)}: its GPUs have been idle for {w:g} minutes"
     body = _body(
         run,
         job,
@@ -256,56 +287,175 @@ def _maybe_act(run: _Run, job: IdleJob, rule: IdleRule, state: dict) -> None:
         return
     if state.get("acted"):
         return
+    if state.get("gave_up"):
+        tries = state.get("attempts", 0)
+        run.event(job, "given-up", f"{rule.action}: not retried after {tries} failed attempts "
+                  f"(last: {state.get('last_error', '?')}); the admin was told", False)  # fmt: skip
+        return
     if run.actions >= run.idle.max_actions_per_run:
         run.event(job, "deferred", f"{rule.action}: rate limit reached this run", False)
         return
-    if rule.action != "notify" and not _still_the_same(run, job):
-        return
-    run.actions += 1
     detail = f"{rule.action} after {rule.window_min:g} min idle"
+    if rule.action == "requeue" and "+" in _name(job):
+        why = f"Slurm requeues only a whole heterogeneous job, not its component {_name(job)}"
+        if not run.options.dry_run:
+            _failed(run, job, rule, state, detail, why, give_up=True)
+        else:
+            run.event(job, "action", f"{detail}: {why}", False)
+        return
     if run.options.dry_run:
+        if rule.action != "notify" and _still_the_same(run, job) is None:
+            return
+        run.actions += 1
         run.event(job, "action", detail, False)
-        argv = ["scancel", job.job_id] if rule.action == "cancel" else None
+        argv = ["scancel", _name(job)] if rule.action == "cancel" else None
         if rule.action == "requeue":
-            argv = ["scontrol", "requeue", job.job_id]
+            argv = ["scontrol", "requeue", _name(job)]
         if argv:
-            run.emitted_commands.append(f"# job {job.job_id} ({job.user}): {detail}")
+            run.emitted_commands.append(f"# job {_name(job)} ({job.user}): {detail}")
             run.emitted_commands.append(" ".join(argv))
         return
-    ok = _act(run, job, rule.action)
-    if ok:
-        state["acted"] = run.now_s
-        body = _body(run, job, rule, f"It has been {_past(rule.action)}.")
-        _notify(
-            run,
-            job,
-            f"slurmgpu: job {job.job_id} {_past(rule.action)}: idle GPUs",
-            body,
-            {"kind": "action", "action": rule.action},
-        )
-    run.event(job, "action", detail if ok else f"{detail}: failed", ok)
+    if rule.action != "notify":
+        try:
+            with _node_locks(run, job):
+                # checked again under the locks, right before acting
+                if _still_the_same(run, job) is None:
+                    return
+                run.actions += 1
+                why = _act(run, job, rule.action, state.get("attempts", 0) + 1)
+        except NodeBusy as exc:
+            run.event(job, "deferred", f"{rule.action}: {exc}", False)
+            return
+        if why is not None:
+            _failed(run, job, rule, state, detail, why)
+            return
+    else:
+        run.actions += 1
+    state["acted"] = run.now_s
+    body = _body(run, job, rule, f"It has been {_past(rule.action)}.")
+    _notify(
+        run,
+        job,
+        f"slurmgpu: job {_name(job)} {_past(rule.action)}: idle GPUs",
+        body,
+        {"kind": "action", "action": rule.action},
+    )
+    run.event(job, "action", detail, True)
+
+
+def _failed(
+    run: _Run,
+    job: IdleJob,
+    rule: IdleRule,
+    state: dict,
+    detail: str,
+    why: str,
+    give_up: bool = False,
+) -> None:
+    """A refused or failed action: counted in the state, said in this run's output; after
+    MAX_ATTEMPTS (or at once, `give_up`: it can never work) the job is given up and the
+    admin told once. The owner is not mailed: nothing was done to the job."""
+    tries = MAX_ATTEMPTS if give_up else state.get("attempts", 0) + 1
+    state["attempts"], state["last_error"] = tries, why
+    run.event(job, "action", f"{detail}: failed (attempt {tries} of {MAX_ATTEMPTS}): {why}", False)
+    run.warnings.append(
+        f"job {_name(job)}: {rule.action} failed ({tries} of {MAX_ATTEMPTS}): {why}"
+    )
+    if tries < MAX_ATTEMPTS:
+        return
+    state["gave_up"] = run.now_s
+    _journal(run, job, rule.action, "gave-up", why)
+    message = (
+        f"{rule.action} of job {_name(job)} ({job.user}) failed {tries} times; slurmgpu will not "
+        f"try again: {why}"
+    )
+    run.event(job, "given-up", message, False)
+    run.warnings.append(f"job {_name(job)}: given up: {message}")
+    _notify_admin(run, job, f"slurmgpu: idle --live gave up on job {_name(job)}", message, rule)
+
+
+def _notify_admin(run: _Run, job: IdleJob, subject: str, message: str, rule: IdleRule) -> None:
+    """Tell the site's admins once (`admin_mail`, and the webhook): never the owner."""
+    from slurmgpu.sources.mail import NotifyError, post_webhook, send_mail
+
+    body = (
+        f"{message}\n\nThe job still holds its GPUs. Act by hand (scancel {_name(job)} or "
+        f"scontrol requeue {_name(job)}), or mark it exempt.\n\n-- slurmgpu idle --live\n"
+    )
+    if run.options.smtp and run.idle.admin_mail:
+        try:
+            send_mail(run.options.smtp, run.idle.mail_from or "slurmgpu",
+                      list(run.idle.admin_mail), subject, body)  # fmt: skip
+        except NotifyError as exc:
+            run.warnings.append(str(exc))
+    if run.options.webhook:
+        payload = {"job_id": job.job_id, "job": _name(job), "user": job.user,
+                   "subject": subject, "kind": "gave-up", "action": rule.action}  # fmt: skip
+        try:
+            post_webhook(run.options.webhook, payload)
+        except NotifyError as exc:
+            run.warnings.append(str(exc))
 
 
 def _past(action: str) -> str:
     return {"cancel": "cancelled", "requeue": "requeued", "notify": "reported"}[action]
 
 
-def _still_the_same(run: _Run, job: IdleJob) -> bool:
-    """Read the job again: still running, same start, still not exempt."""
-    from slurmgpu.sources.slurm_jobs import job_records
+def _still_the_same(run: _Run, job: IdleJob) -> dict[str, str] | None:
+    """Read the job again (its own record, not its array's first task): its record while it
+    is still running the same run (start time) and still not exempt, else None."""
+    from slurmgpu.sources.slurm_jobs import read_job
 
-    for rec in job_records((job.job_id,), env=run.options.env):
-        again = job_from_record(rec, run.policy)
-        if again is None or rec.get("JobState") != "RUNNING" or again.start != job.start:
-            return False
-        return exemption(again, run.idle)[0] is None
-    return False
+    try:
+        rec = read_job(job.job_id, env=run.options.env)
+    except SlurmgpuError as exc:
+        run.event(job, "deferred", f"cannot read the job again: {exc}", False)
+        return None
+    if rec is None or rec.get("JobState") != "RUNNING":
+        return None
+    again = job_from_record(rec, run.policy)
+    if again is None or again.start != job.start or exemption(again, run.idle)[0] is not None:
+        return None
+    return rec
+
+
+class NodeBusy(SlurmgpuError):
+    """A node of the job is locked by another acting command: the action waits."""
+
+
+@contextlib.contextmanager
+def _node_locks(run: _Run, job: IdleJob):
+    """The locks of the job's nodes (`util/lock.node_locks`, shared by every acting command)
+    for the action and its read-back."""
+    from slurmgpu.util.hostlist import expand_hostlist
+    from slurmgpu.util.lock import NodeLocked, node_locks
+
+    try:
+        nodes = expand_hostlist(job.nodes) if job.nodes else []
+    except ValueError:
+        nodes = []
+    try:
+        with node_locks(_lock_dir(run.options), nodes, "idle --live"):
+            yield
+    except NodeLocked as exc:
+        raise NodeBusy(f"skipped this run: {exc}") from None
+
+
+def _lock_dir(options: LiveOptions) -> Path:
+    from slurmgpu.util.lock import lock_dir
+
+    return lock_dir({**os.environ, **(options.env or {})})
+
+
+PHASES = ("begin", "done", "failed", "gave-up")
 
 
 @dataclass(frozen=True)
 class IdleAction:
     """One line of `STATE/journal.jsonl` (the project's sealed journal, `util/journal.py`):
-    an action on a job, written before (`begin`) and after (`done` / `failed`) it."""
+    an action on a job, its intent written before it (`begin`) and its outcome after (`done`:
+    read back, the job no longer runs in that allocation; `failed`); `gave-up` when the job
+    is no longer tried."""
 
     at: str
     job_id: str
@@ -315,10 +465,12 @@ class IdleAction:
     gpus: float
     phase: str
     error: str = ""
+    job: str = ""  # the id acted on (`32_3`, `40+1`); job_id is the raw JobId
+    attempt: int = 0
 
     def check(self) -> str | None:
-        if self.phase not in ("begin", "done", "failed"):
-            return f"phase {self.phase!r} is not begin, done or failed"
+        if self.phase not in PHASES:
+            return f"phase {self.phase!r} is not one of {', '.join(PHASES)}"
         if self.action not in ("cancel", "requeue"):
             return f"action {self.action!r} is not cancel or requeue"
         return None
@@ -335,45 +487,121 @@ def read_journal(state_dir: str | os.PathLike[str]) -> list[IdleAction]:
     return read_records(journal_path(state_dir), IdleAction)
 
 
-def _act(run: _Run, job: IdleJob, action: str) -> bool:
+def _journal(run: _Run, job: IdleJob, action: str, phase: str, error: str = "",
+             attempt: int = 0) -> IdleAction:  # fmt: skip
+    from slurmgpu.util.journal import append_record
+
+    entry = IdleAction(
+        at=iso_epoch(run.now_s), job_id=job.job_id, user=job.user,
+        start=iso_epoch(epoch(job.start)), action=action, gpus=float(job.gpus), phase=phase,
+        error=error, job=_name(job), attempt=attempt,
+    )  # fmt: skip
+    append_record(journal_path(run.options.state_dir), entry)
+    return entry
+
+
+def _act(run: _Run, job: IdleJob, action: str, attempt: int) -> str | None:
+    """Journal the intent, act on the job's exact id, read it back, journal the outcome;
+    None when it was done, else why not."""
     from slurmgpu.sources import slurm_jobs
     from slurmgpu.util.journal import append_record
 
-    journal = journal_path(run.options.state_dir)
-    entry = IdleAction(
-        at=iso_epoch(run.now_s), job_id=job.job_id, user=job.user,
-        start=iso_epoch(epoch(job.start)), action=action, gpus=float(job.gpus), phase="begin",
-    )  # fmt: skip
-    append_record(journal, entry)
+    entry = _journal(run, job, action, "begin", attempt=attempt)
     try:
         if action == "cancel":
-            slurm_jobs.cancel(job.job_id, env=run.options.env)
+            slurm_jobs.cancel(_name(job), env=run.options.env)
         elif action == "requeue":
-            slurm_jobs.requeue(job.job_id, env=run.options.env)
+            slurm_jobs.requeue(_name(job), env=run.options.env)
     except SlurmgpuError as exc:
-        run.warnings.append(f"job {job.job_id}: {action} failed: {exc}")
-        append_record(journal, replace(entry, phase="failed", error=str(exc)))
-        return False
-    append_record(journal, replace(entry, phase="done"))
-    return True
+        why = str(exc)
+    else:
+        why = _read_back(run.options.env, job.job_id, job.start, action)
+    journal = journal_path(run.options.state_dir)
+    if why is None:
+        append_record(journal, replace(entry, phase="done"))
+    else:
+        append_record(journal, replace(entry, phase="failed", error=why))
+    return why
+
+
+def _read_back(env, job_id: str, start: datetime, action: str) -> str | None:
+    """None when the job no longer runs in the allocation that started at `start` (ended,
+    cancelled, requeued: pending or restarted), else why it was not acted on. scancel exits 0
+    where slurmctld refused the job id, so only the job itself tells."""
+    from slurmgpu.sources.slurm_jobs import read_job, scontrol_time
+
+    deadline = time.monotonic() + READ_BACK_S
+    while True:
+        try:
+            rec = read_job(job_id, env=env)
+        except SlurmgpuError as exc:
+            why = f"cannot read the job back: {exc}"
+        else:
+            if rec is None:
+                return None
+            running = rec.get("JobState") == "RUNNING"
+            if not running or scontrol_time(rec.get("StartTime")) != start:
+                return None
+            why = f"still running in the same allocation after {action} (Slurm did not act)"
+        if time.monotonic() >= deadline:
+            return why
+        time.sleep(READ_BACK_STEP_S)
+
+
+def _resolve_pending(run: _Run) -> None:
+    """A `begin` with no outcome: a run killed while acting. Read the job back: no longer in
+    that allocation -> `done`; still running in it -> `failed` (one more attempt)."""
+    from slurmgpu.sources.slurm_jobs import read_job, scontrol_time
+    from slurmgpu.util.journal import append_record
+
+    path = journal_path(run.options.state_dir)
+    if not path.exists():
+        return
+    open_: dict[tuple[str, str, str], IdleAction] = {}
+    for entry in read_journal(run.options.state_dir):
+        key = (entry.job_id, entry.start, entry.action)
+        if entry.phase == "begin":
+            open_[key] = entry
+        else:
+            open_.pop(key, None)
+    for (job_id, start_text, action), entry in open_.items():
+        start = datetime.fromisoformat(start_text.replace("Z", "+00:00")).replace(tzinfo=None)
+        # unreadable (slurmctld down): the error stops the run and the record stays pending
+        rec = read_job(job_id, env=run.options.env)
+        same = rec is not None and rec.get("JobState") == "RUNNING"
+        same = same and rec is not None and scontrol_time(rec.get("StartTime")) == start
+        why = "still running in the same allocation" if same else None
+        outcome = replace(entry, at=iso_epoch(run.now_s))
+        jobs = run.state["jobs"]
+        state = jobs.setdefault(f"{job_id}@{int(epoch(start))}", {"warned": {}})
+        name = entry.job or job_id
+        if why is None:
+            append_record(path, replace(outcome, phase="done", error="resolved at start"))
+            state["acted"] = run.now_s
+            run.warnings.append(f"job {name}: the {action} a killed run began was done")
+        else:
+            why = f"a killed run began it: {why}"
+            append_record(path, replace(outcome, phase="failed", error=why))
+            state["attempts"], state["last_error"] = state.get("attempts", 0) + 1, why
+            run.warnings.append(f"job {name}: {action} not done: {why}")
 
 
 def _body(run: _Run, job: IdleJob, rule: IdleRule, consequence: str) -> str:
     lines = [
-        f"Job {job.job_id} ({job.user}, partition {job.partition}, {job.gpus:g} GPUs) holds GPUs "
+        f"Job {_name(job)} ({job.user}, partition {job.partition}, {job.gpus:g} GPUs) holds GPUs "
         f"that have been at or below {rule.util_pct:g}% utilization.",
         "",
         consequence,
         "",
         "Idle GPUs keep other jobs waiting. If the job no longer needs them, please end it",
-        f"(scancel {job.job_id}).",
+        f"(scancel {_name(job)}).",
     ]
     if run.idle.exempt_reasons:
         reasons = ", ".join(run.idle.exempt_reasons)
         lines += [
             "",
             "If it must keep them for an allowed reason, mark it:",
-            f"  scontrol update job {job.job_id} comment=idle-exempt=REASON",
+            f"  scontrol update job {_name(job)} comment=idle-exempt=REASON",
             f"(allowed reasons: {reasons}).",
         ]
     lines += ["", "-- slurmgpu idle (the site's idle-GPU policy)"]
@@ -398,7 +626,8 @@ def _notify(run: _Run, job: IdleJob, subject: str, body: str, extra: dict) -> bo
         except NotifyError as exc:
             run.warnings.append(str(exc))
     if run.options.webhook:
-        payload = {"job_id": job.job_id, "user": job.user, "subject": subject, **extra}
+        payload = {"job_id": job.job_id, "job": _name(job), "user": job.user,
+                   "subject": subject, **extra}  # fmt: skip
         try:
             post_webhook(run.options.webhook, payload)
             ok = True
@@ -440,6 +669,45 @@ def _emit(directory: Path, run: _Run) -> None:
                  mode=0o755, backup=False)  # fmt: skip
     for n, text in enumerate(run.emitted_mail, 1):
         write_atomic(directory / f"mail-{n:03d}.txt", text, mode=0o644, backup=False)
+
+
+@contextlib.contextmanager
+def _run_lock(options: LiveOptions):
+    """One `idle --live` at a time on this host (and over a shared lock directory, across
+    hosts), whatever its state directory: two timers would both warn and both act."""
+    from slurmgpu.util.lock import LockUnavailable
+
+    if options.dry_run:
+        yield
+        return
+    directory = _lock_dir(options)
+    path = directory / RUN_LOCK
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    except OSError as exc:
+        raise LockUnavailable(f"cannot open the run lock {path}: {exc.strerror}") from None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(fd)
+        try:
+            holder = " ".join(path.read_text(encoding="utf-8").split())[:160] or "unknown"
+        except OSError:
+            holder = "unknown"
+        raise SlurmgpuError(
+            f"another `idle --live` is running ({holder}; lock {path}): this run does nothing"
+        ) from None
+    try:
+        stamp = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+        os.ftruncate(fd, 0)
+        text = f"pid {os.getpid()}: idle --live --state-dir {options.state_dir}, since {stamp}\n"
+        os.pwrite(fd, text.encode(), 0)
+        yield
+    finally:
+        with contextlib.suppress(OSError):
+            os.ftruncate(fd, 0)
+        os.close(fd)  # closing the descriptor releases the flock
 
 
 @contextlib.contextmanager

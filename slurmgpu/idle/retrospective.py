@@ -147,6 +147,9 @@ def retrospective(
         verdict = _verdict(job, series, rule, policy, until)
         if not series.complete:
             verdict = Verdict(None, (), undecided=f"{series.source}: incomplete series")
+        if verdict.undecided and series.implausible:
+            dropped = f"; {series.implausible} implausible samples dropped"
+            verdict = Verdict(None, (), undecided=verdict.undecided + dropped)
         _file(job, verdict, rule, policy, until, "series", flagged, exempt, undecided, notes)
     if no_series and summary_sources:
         result = measure_runs([j.ref() for j in no_series], summary_sources)
@@ -202,12 +205,18 @@ def _verdict(
 
 
 def _summary_verdict(job: IdleJob, m, rule: IdleRule, until: datetime) -> Verdict:
-    """A summary proves idleness only at mean 0 on every device (no memory rule)."""
+    """A summary proves idleness only at mean 0 on every device (no memory rule); a mean
+    that cannot be true (negative, NaN: left out by `measure_runs`; over 100 %) decides
+    nothing."""
+    from slurmgpu.measure.series import plausible_util
+
     start, end = epoch(job.start), epoch(job.end or until)
     if m.gpus_measured < job.devices:
         return Verdict(None, (), undecided=f"summary of {m.gpus_measured} of {job.devices} GPUs")
     if m.util_mean_pct is None:
         return Verdict(None, (), undecided="summary without utilization")
+    if plausible_util(m.util_mean_pct) is None:  # a mean over 100 %: no evidence either way
+        return Verdict(None, (), undecided=f"summary utilization {m.util_mean_pct:g}% implausible")
     if m.util_mean_pct > 0 or rule.memory_held_mib is not None:
         if m.util_mean_pct <= rule.util_pct:
             return Verdict(None, (), undecided="summary mean only: the rule needs samples")

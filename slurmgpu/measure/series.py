@@ -12,6 +12,15 @@ Devices are told apart by the schema's `device_labels` (DCGM: Hostname, gpu, GPU
 instance is its own device; its profile is `GPU_I_PROFILE`). Utilization per device comes
 from the first of the schema's `util_metrics` that has samples for it (DCGM gives no
 `DCGM_FI_DEV_GPU_UTIL` on MIG instances; the engine-active ratio stands in, x100).
+
+A sample that cannot be a true reading is not evidence and is dropped before anything sees
+it, in every schema: a utilization (after the schema's factor) that is negative, NaN,
+infinite or above 100 % by more than `UTIL_TOLERANCE_PCT` (a rounding excess up to that is
+kept as 100 %), and a memory reading that is negative, NaN or infinite. The run's
+`JobSeries.implausible` counts them and one warning names the run; a device none of whose
+utilization samples was plausible is left out (its GPU then has no series: the rule cannot
+decide). An answer of the wrong shape (`result` not a list of series, a series whose
+`values` are not [time, value] pairs) is a warning and an incomplete series, never a crash.
 """
 
 from __future__ import annotations
@@ -39,6 +48,17 @@ _NODE_LABELS = ("Hostname", "node", "instance")
 _GPU_LABELS = ("gpu", "minor_number")
 _MIG_LABELS = ("GPU_I_ID", "gpu_instance")
 _PROFILE_LABELS = ("GPU_I_PROFILE", "profile")
+# a utilization above 100 % by at most this much is a rounding excess (kept as 100 %); more
+# is no reading at all (dropped, like a negative or NaN one)
+UTIL_TOLERANCE_PCT = 1.0
+
+
+def plausible_util(value: float) -> float | None:
+    """A utilization sample in percent as the rule may use it, or None when it cannot be a
+    true reading (negative, NaN, infinite, over 100 % beyond the tolerance)."""
+    if not math.isfinite(value) or value < 0 or value > 100.0 + UTIL_TOLERANCE_PCT:
+        return None
+    return min(value, 100.0)
 
 
 @dataclass
@@ -47,6 +67,7 @@ class _Dev:
     util: dict[int, dict[float, float]] = field(default_factory=lambda: defaultdict(dict))
     mem: dict[float, float] = field(default_factory=dict)
     total: dict[str, float] = field(default_factory=dict)
+    implausible: int = 0  # utilization samples dropped as no true reading
 
 
 class PrometheusSeriesSource:
@@ -71,6 +92,7 @@ class PrometheusSeriesSource:
         self.max_samples = max(1, int(max_samples))
         self.now = now
         self.warnings: list[MeasureWarning] = []
+        self._dropped = 0  # implausible samples of the run being read
 
     @property
     def requests(self) -> int:
@@ -86,6 +108,7 @@ class PrometheusSeriesSource:
         devices: dict[tuple[str, ...], _Dev] = {}
         complete = True
         kept = 0
+        self._dropped = 0
         try:
             for a, b in _chunks(start, end, self.chunk_s):
                 kept += self._chunk(run, a, b, devices)
@@ -99,9 +122,20 @@ class PrometheusSeriesSource:
         except PrometheusError as exc:
             self.warnings.append(MeasureWarning(self.name, exc.kind, str(exc), (run.job_id,)))
             complete = False
+        dropped = self._dropped
+        if dropped:
+            message = (
+                f"{dropped} implausible samples (negative, NaN, infinite or over 100 %) "
+                "dropped: not evidence"
+            )
+            self.warnings.append(MeasureWarning(self.name, "invalid", message, (run.job_id,)))
         if not devices:
-            return None if complete else JobSeries(run.job_id, self.name, (), complete=False)
-        return JobSeries(run.job_id, self.name, self._devices(devices), complete=complete)
+            if complete and not dropped:
+                return None
+            return JobSeries(run.job_id, self.name, (), complete=complete, implausible=dropped)
+        return JobSeries(
+            run.job_id, self.name, self._devices(devices), complete=complete, implausible=dropped
+        )
 
     # -- requests -----------------------------------------------------------------------
     def _chunk(self, run: RunRef, a: int, b: int, devices: dict[tuple[str, ...], _Dev]) -> int:
@@ -110,13 +144,22 @@ class PrometheusSeriesSource:
         kept = 0
         for rank, (metric, factor) in enumerate(s.util_metrics):
             for dev, t, v in self._samples(run, metric, a, b, devices):
-                dev.util[rank][t] = v * factor
+                util = plausible_util(v * factor)
+                if util is None:
+                    dev.implausible += 1
+                    self._dropped += 1
+                    continue
+                dev.util[rank][t] = util
                 kept += 1
         for dev, t, v in self._samples(run, s.mem_used_metric, a, b, devices):
-            dev.mem[t] = v * s.mem_unit_bytes / MIB
+            if math.isfinite(v) and v >= 0:
+                dev.mem[t] = v * s.mem_unit_bytes / MIB
+            else:
+                self._dropped += 1
         for metric in s.mem_total_metrics:
             for dev, _t, v in self._samples(run, metric, a, b, devices, last_only=True):
-                dev.total[metric] = v * s.mem_unit_bytes / MIB
+                if math.isfinite(v) and v >= 0:
+                    dev.total[metric] = v * s.mem_unit_bytes / MIB
         return kept
 
     def _samples(self, run, metric, a, b, devices, last_only=False):
@@ -128,22 +171,35 @@ class PrometheusSeriesSource:
         data = self.http.query_data(expr, b)
         if data.get("resultType") != "matrix":
             raise PrometheusError("http", f"expected a matrix, got {data.get('resultType')}")
-        for item in data.get("result") or []:
+        result = data.get("result")
+        if result is None:
+            result = []
+        if not isinstance(result, list):
+            kind = type(result).__name__
+            raise PrometheusError("malformed", f"matrix answer: result is a {kind}, not a list")
+        for item in result:
             try:
+                if not isinstance(item, dict) or not isinstance(item["metric"], dict):
+                    raise TypeError("a series is not an object with a metric object")
+                raw = item.get("values", [])
+                if not isinstance(raw, list):
+                    raise TypeError("values is not a list")
                 labels = {str(k): str(v) for k, v in item["metric"].items()}
-                values = [(float(t), float(v)) for t, v in item.get("values", [])]
-            except (KeyError, TypeError, ValueError, AttributeError) as exc:
+                values = [_pair(p) for p in raw]
+            except (KeyError, TypeError, ValueError, AttributeError, OverflowError) as exc:
                 raise PrometheusError("http", f"malformed series in the answer: {exc}") from exc
             key = tuple(labels.get(k, "") for k in s.device_labels)
             dev = devices.setdefault(key, _Dev(labels))
             for t, value in values[-1:] if last_only else values:
-                if math.isfinite(value) and math.isfinite(t):
+                if math.isfinite(t):
                     yield dev, t, value
 
     # -- devices ------------------------------------------------------------------------
     def _devices(self, devices: dict[tuple[str, ...], _Dev]) -> tuple[DeviceSeries, ...]:
         out = []
         for dev in devices.values():
+            if dev.implausible and not any(dev.util.values()):
+                continue  # only implausible readings: this GPU has no series
             util = dev.util[min(dev.util)] if dev.util else {}
             times = tuple(sorted(util))
             node = _first(dev.labels, _NODE_LABELS)
@@ -167,6 +223,16 @@ class PrometheusSeriesSource:
                 )
             )
         return tuple(sorted(out, key=lambda d: d.key))
+
+
+def _pair(item: object) -> tuple[float, float]:
+    """A `[time, "value"]` pair of a matrix answer (TypeError/ValueError otherwise)."""
+    if not isinstance(item, list | tuple) or len(item) != 2:
+        raise TypeError(f"a sample is not a [time, value] pair: {str(item)[:40]}")
+    t, v = item
+    if isinstance(t, bool) or isinstance(v, bool):
+        raise TypeError("a sample holds a boolean")
+    return float(t), float(v)
 
 
 def _chunks(start: int, end: int, size: int) -> list[tuple[int, int]]:

@@ -76,9 +76,12 @@ class DeviceSeries:
 
 @dataclass(frozen=True)
 class JobSeries:
-    """A run's per-device series from one source (`complete`: no request failed or was cut)."""
+    """A run's per-device series from one source (`complete`: no request failed or was cut;
+    `implausible`: samples the source dropped as no true reading - negative, NaN, infinite,
+    over 100 % - which are not evidence of anything)."""
 
     job_id: str
     source: str
     devices: tuple[DeviceSeries, ...]
     complete: bool = True
+    implausible: int = 0

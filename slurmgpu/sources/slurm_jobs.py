@@ -2,7 +2,10 @@
 
 `scontrol show -o job` rather than squeue: one line per job with every field the idle rule
 needs (AllocTRES, BatchFlag for interactive jobs, Comment, MailUser, UserId with its uid).
-The actions are `scancel JOBID` and `scontrol requeue JOBID`, argument lists, no shell.
+The actions are `scancel JOBID` and `scontrol requeue JOBID`, argument lists, no shell, with
+JOBID the id that names exactly one job (`exact_job_id`): Slurm reads the raw id of the array
+task that carries the array's id as the whole array, and the leader's raw id of a
+heterogeneous job as every component.
 """
 
 from __future__ import annotations
@@ -25,6 +28,41 @@ def job_records(job_ids: tuple[str, ...] = (), env: Mapping[str, str] | None = N
         proc = run(["scontrol", "show", "-o", "job", job_id], env=env, timeout=30, check=False)
         records += [parse_scontrol_record(x) for x in proc.stdout.splitlines() if x.strip()]
     return records
+
+
+def exact_job_id(rec: Mapping[str, str]) -> str:
+    """The id that names exactly this job to scancel / scontrol: `ARRAYJOBID_TASKID` for an
+    array task (`scancel 32` cancels every task of array 32, and the raw id of another task
+    is refused by slurmctld while scancel exits 0), `HETJOBID+OFFSET` for a component of a
+    heterogeneous job (the leader's raw id names every component), else the JobId."""
+    array, task = rec.get("ArrayJobId", ""), rec.get("ArrayTaskId", "")
+    if array.isdigit() and task.isdigit():
+        return f"{array}_{task}"
+    het, offset = rec.get("HetJobId", ""), rec.get("HetJobOffset", "")
+    if het.isdigit() and offset.isdigit():
+        return f"{het}+{offset}"
+    return rec.get("JobId", "")
+
+
+def read_job(job_id: str, env: Mapping[str, str] | None = None) -> dict[str, str] | None:
+    """The one `scontrol show -o job` record whose JobId is the raw `job_id`; None when
+    slurmctld no longer knows it. `scontrol show job` of an array's id or a het leader lists
+    every task or component: only the record of that id counts. SlurmCommandError when
+    slurmctld cannot be asked (then nothing is known)."""
+    from slurmgpu.errors import SlurmCommandError
+
+    full_env = {**(env or {}), "TZ": "UTC"}
+    proc = run(["scontrol", "show", "-o", "job", job_id], env=full_env, timeout=30, check=False)
+    if proc.returncode != 0:
+        if "Invalid job id" in proc.stderr:
+            return None
+        detail = proc.stderr.strip()[-200:] or f"exit {proc.returncode}"
+        raise SlurmCommandError(f"scontrol show job {job_id}: {detail}")
+    for line in proc.stdout.splitlines():
+        rec = parse_scontrol_record(line) if line.strip() else {}
+        if rec.get("JobId") == job_id:
+            return rec
+    return None
 
 
 def user_name_and_uid(user_id: str) -> tuple[str, int | None]:

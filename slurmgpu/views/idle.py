@@ -110,10 +110,12 @@ def render_live(report, fmt: str) -> str:
     prefix = "would " if report.dry_run else ""
     lines = [f"idle --live at {report.now}: {report.checked} running GPU jobs checked"]
     for e in report.events:
-        verb = (
-            e.kind if e.done or e.kind in ("exempt", "undecided", "deferred") else prefix + e.kind
-        )
-        lines.append(f"  job {e.job_id} ({e.user}): {verb}: {e.detail}")
+        quiet = ("exempt", "undecided", "deferred", "given-up")
+        verb = e.kind if e.done or e.kind in quiet or "failed" in e.detail else prefix + e.kind
+        name = e.job if e.job and e.job != e.job_id else e.job_id
+        if name != e.job_id:
+            name = f"{name} (id {e.job_id})"
+        lines.append(f"  job {name} ({e.user}): {verb}: {e.detail}")
     lines += [f"warning: {w}" for w in report.warnings]
     return "\n".join(lines) + "\n"
 

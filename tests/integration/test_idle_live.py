@@ -64,7 +64,9 @@ action = "requeue"
 
 
 def slurmgpu(cluster, *args: str) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, **cluster.env}
+    # the run lock and the node locks: this test's own directory, not /var/lib/slurmgpu/locks
+    locks = Path(cluster.root) / "slurmgpu-locks"
+    env = {**os.environ, **cluster.env, "SLURMGPU_LOCK_DIR": str(locks)}
     return subprocess.run(
         [sys.executable, "-m", "slurmgpu", *args],
         capture_output=True,

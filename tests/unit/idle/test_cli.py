@@ -223,3 +223,16 @@ def test_the_action_journal_is_sealed_and_checked(tmp_path):
     (tmp_path / "journal.jsonl").write_text(text)
     with pytest.raises(JournalError, match=r"journal\.jsonl:1: its checksum does not match"):
         read_journal(tmp_path)
+
+
+def test_an_implausible_summary_decides_nothing(tmp_path):
+    """A jobstats mean of -5 % or 250 % is no reading: the run is undecided, never flagged
+    (before: -5 % was left out as 'without utilization', 250 % counted as busy)."""
+    rows = row(11, 2, js1(-5.0)) + row(12, 2, js1(250.0)) + row(13, 2, js1(0.0))
+    result = CliRunner().invoke(main, ["idle", *write(tmp_path, rows), "--format", "json"])
+    assert result.exit_code == 0, result.output
+    doc = json.loads(result.output)
+    assert [j["job_id"] for j in doc["jobs"]] == ["13"]
+    undecided = {u["job_id"]: u["reason"] for u in doc["undecided"]}
+    assert undecided["12"] == "summary utilization 250% implausible"
+    assert undecided["11"] == "summary without utilization"
