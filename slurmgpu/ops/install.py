@@ -189,6 +189,10 @@ def install_units(
     return done
 
 
+# its ExecStart names an example Prometheus URL and SMTP host: enabled after they are set
+IDLE_TIMER = "slurmgpu-idle.timer"
+
+
 @dataclass(frozen=True)
 class TurnedOn:
     """What the site policy turns on, for the timers `next_steps` suggests: `policy` is None
@@ -225,7 +229,7 @@ def timer_verdicts(timers: list[str], on: TurnedOn) -> tuple[list[str], list[str
         else (
             "the autopilot moves nodes (the two would fight)"
             if on.autopilot
-            else "it moves nodes on its own: install it with --only rebalance to run it"
+            else "it moves nodes unattended: ask for it by name (--only rebalance)"
         ),
     }
     if on.policy is None:
@@ -233,9 +237,9 @@ def timer_verdicts(timers: list[str], on: TurnedOn) -> tuple[list[str], list[str
     enable, notes = [], []
     for timer in timers:
         reason = why_not.get(timer)
-        if reason is None:
+        if reason is None and timer != IDLE_TIMER:
             enable.append(timer)
-        else:
+        elif reason is not None:
             notes.append(f"{timer} is installed, not enabled: {reason}")
     return enable, notes
 
@@ -254,6 +258,11 @@ def next_steps(installed: list[Installed], on: TurnedOn | None = None) -> list[s
             steps.append(f"on GPU nodes: systemctl enable --now {' '.join(node)}")
         if ctl:
             steps.append(f"on the controller: systemctl enable --now {' '.join(ctl)}")
+        if IDLE_TIMER in all_timers and (on or TurnedOn()).idle and (on or TurnedOn()).policy:
+            steps.append(
+                "on the controller: set the Prometheus URL and SMTP host in "
+                f"slurmgpu-idle.service, then systemctl enable --now {IDLE_TIMER}"
+            )
     for i in installed:
         if i.path.name == "slurmgpu-health":
             steps.append(f"slurm.conf: HealthCheckProgram={_live_path(i.path)}")

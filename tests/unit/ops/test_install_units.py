@@ -169,11 +169,16 @@ def test_next_enables_only_the_acting_timers_the_policy_turns_on(tmp_path):
         (ROOT / "etc" / "slurmgpu.toml").read_text() + '\n[autopilot]\nmode = "apply"\n'
     )
     idle_only = invoke(*stage, "--policy", str(ROOT / "etc" / "slurmgpu.toml"))
-    [ctl] = [ln for ln in _next(idle_only) if "on the controller" in ln]
-    assert "slurmgpu-idle.timer" in ctl and "autopilot" not in ctl and "rebalance" not in ctl
+    [ctl, idle] = [ln for ln in _next(idle_only) if "on the controller" in ln]
+    assert "autopilot" not in ctl and "rebalance" not in ctl and "idle" not in ctl
+    assert idle == (
+        "next: on the controller: set the Prometheus URL and SMTP host in "
+        "slurmgpu-idle.service, then systemctl enable --now slurmgpu-idle.timer"
+    )
+    assert "idle" not in "".join(_next(plain))  # no [idle] table: not suggested at all
     full = invoke(*stage, "--policy", str(example))
-    [ctl] = [ln for ln in _next(full) if "on the controller" in ln]
-    assert "slurmgpu-idle.timer" in ctl and "slurmgpu-autopilot.timer" in ctl
+    [ctl, _] = [ln for ln in _next(full) if "on the controller" in ln]
+    assert "slurmgpu-autopilot.timer" in ctl
     assert "slurmgpu-rebalance.timer" not in ctl
     assert "rebalance.timer is installed, not enabled: the autopilot moves nodes" in full.output
     alone = invoke(*stage, "--only", "rebalance")
