@@ -56,12 +56,20 @@ def _site_policy(policy_path: str | None):
     is_flag=True,
     help="Print what would be written; write nothing (exit 3: something would change).",
 )
+@click.option(
+    "--diff",
+    "show_diff",
+    is_flag=True,
+    help="Print a unified diff of each file that would change; write nothing (exit 3: "
+    "something would change, 0: nothing would).",
+)
 def install_units(
     prefix: str,
     executable: str | None,
     only: tuple[str, ...],
     policy_path: str | None,
     dry_run: bool,
+    show_diff: bool,
 ):
     """Install the systemd units and timers, the HealthCheckProgram wrapper, the epilog
     script and the logrotate config, with ExecStart set to the installed command.
@@ -84,9 +92,18 @@ def install_units(
     analysis = analysis_installed()
     _, left_out = chosen_groups(only, analysis)
     path, policy = _site_policy(policy_path)
+    looking = dry_run or show_diff
     installed = install(
-        prefix, executable=executable, only=only, dry_run=dry_run, policy=path, analysis=analysis
+        prefix, executable=executable, only=only, dry_run=looking, policy=path, analysis=analysis
     )
+    if show_diff:
+        from slurmgpu.util.emit import change_of
+
+        for item in installed:
+            if item.changed:
+                click.echo(change_of(item.path, item.text).diff(), nl=False)
+        exit_with(changed_status(any(i.changed for i in installed)))
+        return
     for item in installed:
         verb = ("would write" if dry_run else "wrote") if item.changed else "unchanged"
         click.echo(f"{verb} {item.path}")

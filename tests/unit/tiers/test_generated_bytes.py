@@ -87,3 +87,29 @@ def test_gen_job_submit_exit_codes_tell_changed_from_unchanged(tmp_path):
         assert run(*args, *mode).exit_code == EXIT_UNCHANGED, mode
     bad = run("gen-job-submit", "--policy", tmp_path / "missing.toml", "-o", target)
     assert bad.exit_code == 1 and bad.output.startswith("slurmgpu: error:")
+
+
+def test_a_plays_second_run_changes_nothing(tmp_path):
+    """What an Ansible play of these commands sees (changed_when: rc == 3): its first run
+    changes every file, its second none, and --diff then agrees; install-units --diff too."""
+    etc = tmp_path / "etc"
+    etc.mkdir()
+    env = {"SLURMGPU_POLICY": str(POLICY)}
+    snapshot = ROOT / "etc" / "examples" / "dgx-h100.json"
+    play = [
+        ["gen-job-submit", "--slurm-version", "24.11", "-o", etc / "job_submit.lua"],
+        ["gen-job-submit", "--module", "--slurm-version", "24.11", "-o", etc / "t.lua"],
+        ["gen-gres", "--snapshot", snapshot, "--slurm-version", "24.11", "-o", etc / "gres.conf"],
+        ["gen-topology", "--switches", SWITCHES, "--slurm-version", "24.11",
+         "--output-dir", etc],
+        ["install-units", "--prefix", tmp_path / "root", "--bin", "/usr/bin/slurmgpu"],
+    ]  # fmt: skip
+    first = [run(*task, env=env).exit_code for task in play]
+    assert first == [EXIT_CHANGED] * len(play)
+    second = [run(*task, env=env) for task in play]
+    assert [r.exit_code for r in second] == [EXIT_UNCHANGED] * len(play), second[-1].output
+    diffs = [run(*task, "--diff", env=env) for task in play]
+    assert [(r.exit_code, r.stdout) for r in diffs] == [(EXIT_UNCHANGED, "")] * len(play)
+    (tmp_path / "root" / "etc" / "logrotate.d" / "slurmgpu").write_text("edited\n")
+    edited = run(*play[-1], "--diff", env=env)
+    assert edited.exit_code == EXIT_CHANGED and "-edited" in edited.stdout
