@@ -27,7 +27,7 @@ _OPTIONS = [
     click.option(
         "--policy",
         type=click.Path(exists=True, dir_okay=False),
-        help="Site policy: maps QOS to tiers.",
+        help="Site policy: maps QOS to tiers (default: $SLURMGPU_POLICY when set).",
     ),
     click.option(
         "--inventory",
@@ -235,6 +235,14 @@ def accel_capacity_option(values: Any) -> dict[str, float]:
     return out
 
 
+def policy_from_environment() -> str | None:
+    """$SLURMGPU_POLICY when set (what every command with a policy honours); the analysis
+    commands need no policy, so without it (and without --policy) they map no tiers."""
+    import os
+
+    return os.environ.get("SLURMGPU_POLICY") or None
+
+
 def analysis_options_from(params: dict[str, Any], **fields: Any) -> Any:
     """The shared options (popped from `params`) plus `fields` as one `AnalysisOptions`."""
     from slurmgpu.accounting.capacity import parse_capacity_options
@@ -253,10 +261,11 @@ def analysis_options_from(params: dict[str, Any], **fields: Any) -> Any:
     measure_sources = build_measure_sources(MeasureOptions.from_kwargs(params))
     tiers: Any = None
     policy = None
-    if opts["policy"]:
+    policy_path = opts["policy"] or policy_from_environment()
+    if policy_path:
         from slurmgpu.sources.policy_file import load_policy
 
-        tiers = policy = load_policy(opts["policy"])
+        tiers = policy = load_policy(policy_path)
     if opts["tier_pairs"]:
         mapping, base = _pairs(opts["tier_pairs"], "--tier"), tiers
 

@@ -12,20 +12,22 @@ def emit_options(f):
             "--diff",
             "show_diff",
             is_flag=True,
-            help="Show a unified diff against the output file and write nothing; exit 1 when "
-            "they differ, 0 when equal (like diff(1)).",
+            help="Show a unified diff against the output file and write nothing; exit 3 when "
+            "they differ, 0 when equal (docs/acting.md, exit codes).",
         ),
         click.option(
             "--dry-run",
             is_flag=True,
-            help="Say what would be written, with its diff; write nothing.",
+            help="Say what would be written, with its diff; write nothing (exit 3: it would "
+            "change, 0: it would not).",
         ),
         click.option(
             "--emit",
             "emit_dir",
             type=click.Path(file_okay=False),
             help="Write the new file and a unified diff against the live one into this "
-            "directory (for Ansible/Salt/git); leave the live file alone.",
+            "directory (for Ansible/Salt/git); leave the live file alone (exit 3: the live "
+            "file would change, 0: it would not).",
         ),
     ]
     for option in reversed(options):
@@ -34,6 +36,6 @@ def emit_options(f):
 
 
 def exit_with(status: int) -> None:
-    """End the command with `emit`'s status (1: --diff found a difference)."""
+    """End the command with `emit`'s status (util.emit.EXIT_CHANGED: it changed or would)."""
     if status:
         raise SystemExit(status)

@@ -26,7 +26,7 @@ def gen_cluster_gres(
     from slurmgpu.cli.emit_options import exit_with
     from slurmgpu.fleet.cluster_gres import check_cluster_gres
     from slurmgpu.fleet.cluster_gres import gen_cluster_gres as generate
-    from slurmgpu.util.emit import emit
+    from slurmgpu.util.emit import emit, emit_node_definition
 
     result = generate(snapshot_paths, snapshot_dir, opts)
     for warning in result.warnings:
@@ -55,6 +55,8 @@ def gen_cluster_gres(
         click.echo(result.gres_conf, nl=False)
         return
     status = emit(result.gres_conf, output, check=validate if check else None, **writing)
+    if node_line and writing["emit_dir"]:
+        emit_node_definition(writing["emit_dir"], result.node_conf)
     if node_line and not writing["diff"]:
         click.echo(result.node_conf, nl=False)
     exit_with(status)

@@ -211,7 +211,7 @@ def gen_gres(
     """
 
     from slurmgpu.configure.gen_gres import check_gres, gen_gres, gres_options
-    from slurmgpu.util.emit import emit
+    from slurmgpu.util.emit import emit, emit_node_definition
 
     if (show_diff or dry_run or emit_dir) and output == "-":
         raise UsageError("--diff, --dry-run and --emit need --output PATH (the live file)")
@@ -256,6 +256,8 @@ def gen_gres(
         click.echo(files.gres_conf, nl=False)
         return
     status = emit(files.gres_conf, output, check=validate if check else None, **writing)
+    if node_line and emit_dir:
+        emit_node_definition(emit_dir, files.node_conf)
     if node_line and not show_diff:
         click.echo(files.node_conf, nl=False)
     exit_with(status)

@@ -72,7 +72,8 @@ WORKDIR_DEFAULT = "slurmgpu-sweep"
 @click.option(
     "--policy",
     type=click.Path(exists=True, dir_okay=False),
-    help="Site policy: QOS priorities, preemption and grace times, tiers.",
+    help="Site policy: QOS priorities, preemption and grace times, tiers (default: "
+    "$SLURMGPU_POLICY when set).",
 )
 @click.option(
     "--slurm-conf",
@@ -353,6 +354,7 @@ def replay_options(params: dict):
         MAX_SHARDS_PER_GPU,
         _numbers_by_partition,
         gpu_memory_option,
+        policy_from_environment,
     )
     from slurmgpu.replay import ReplayOptions, parse_change, read_sweep
     from slurmgpu.replay.cluster import qos_from_policy
@@ -362,10 +364,11 @@ def replay_options(params: dict):
     config = SchedConfig()
     qos: tuple = ()
     policy = None
-    if params["policy"]:
+    policy_path = params["policy"] or policy_from_environment()
+    if policy_path:
         from slurmgpu.sources.policy_file import load_policy
 
-        policy = load_policy(params["policy"])
+        policy = load_policy(policy_path)
         qos = qos_from_policy(policy)
         config = SchedConfig(priority_weight_qos=policy.priority_weight_qos)
     if params["slurm_conf"]:

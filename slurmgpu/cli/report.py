@@ -13,7 +13,11 @@ from pathlib import Path
 
 import click
 
-from slurmgpu.cli.analysis_options import analysis_options, analysis_options_from
+from slurmgpu.cli.analysis_options import (
+    analysis_options,
+    analysis_options_from,
+    policy_from_environment,
+)
 
 FORMATS = ("text", "json", "html", "prom")
 
@@ -141,7 +145,8 @@ def report(
     if since_t and until_t and since_t >= until_t:
         raise UsageError(f"--since {since} is not before --until {until}")
     measure = MeasureOptions.from_kwargs(dict(analysis))  # a copy: the analysis pops them
-    policy_path = str(analysis["policy"]) if with_idle and analysis.get("policy") else None
+    given = analysis.get("policy") or policy_from_environment()
+    policy_path = str(given) if with_idle and given else None
     options = analysis_options_from(
         analysis, files=list(sacct_files), since=since_t, until=until_t, now=now
     )

@@ -93,8 +93,14 @@ def _print_plan(plan) -> None:
 @POLICY_OPTION
 @click.option("--prune", is_flag=True, help="Also delete slurmgpu's stale QOS that jobs still use.")
 def qos_plan(policy_path: str | None, prune: bool) -> None:
-    """Print the sacctmgr commands that bring slurmdbd to the policy (changes nothing)."""
-    _print_plan(_plan(policy_path, prune))
+    """Print the sacctmgr commands that bring slurmdbd to the policy (changes nothing).
+
+    Exit 0: nothing to do; 3: there are commands to run (docs/acting.md, exit codes)."""
+    from slurmgpu.util.emit import changed_status
+
+    plan = _plan(policy_path, prune)
+    _print_plan(plan)
+    exit_with(changed_status(not plan.nothing_to_do))
 
 
 @qos.command("apply")
@@ -124,16 +130,21 @@ def qos_apply(
     log_path: str,
     undo: bool,
 ) -> None:
-    """Run the plan's sacctmgr commands (with -i), then check that nothing is left to do."""
+    """Run the plan's sacctmgr commands (with -i), then check that nothing is left to do.
+
+    Exit 0: slurmdbd already matched (nothing run); 3: it changed (with --dry-run or --emit:
+    it would change); 1: an error (docs/acting.md, exit codes)."""
     from pathlib import Path
 
     from slurmgpu.fleet.qos import qos_apply as apply
     from slurmgpu.fleet.qos import qos_undo
     from slurmgpu.render.qos import format_command
+    from slurmgpu.util.emit import changed_status
 
     if undo:
         ran = qos_undo(Path(log_path), on_run=lambda c: click.echo(f"ran: {format_command(c)}"))
         click.echo(f"undone with {len(ran)} command(s); slurmdbd is as before the last apply")
+        exit_with(changed_status(bool(ran)))
         return
 
     result = apply(
@@ -149,6 +160,9 @@ def qos_apply(
         click.echo(f"applied {len(result.ran)} command(s); slurmdbd matches the policy")
     elif dry_run and not result.first.nothing_to_do:
         click.echo("# dry run: nothing run")
+    if dry_run or emit_dir:
+        exit_with(changed_status(not result.first.nothing_to_do))
+    exit_with(changed_status(bool(result.ran)))
 
 
 @click.command("gen-job-submit")

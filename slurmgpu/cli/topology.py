@@ -88,13 +88,14 @@ def gen_topology(
 def _write_outputs(
     directory: Path, files: dict[str, str], diff: bool, dry_run: bool, emit_dir: str | None
 ) -> int:
-    from slurmgpu.util.emit import change_of, emit, emit_files
+    from slurmgpu.util.emit import change_of, changed_status, emit, emit_files
 
     if not directory.is_dir():
         raise click.UsageError(f"--output-dir {directory}: not a directory")
     if emit_dir is not None:
-        emit_files(emit_dir, [change_of(directory / name, text) for name, text in files.items()])
-        return 0
+        changes = [change_of(directory / name, text) for name, text in files.items()]
+        emit_files(emit_dir, changes)
+        return changed_status(any(c.changed for c in changes))
     status = 0
     for name, text in files.items():
         status = max(status, emit(text, directory / name, diff=diff, dry_run=dry_run))

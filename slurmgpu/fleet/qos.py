@@ -143,19 +143,66 @@ def plan(policy, prune: bool):
     return _live(prune, policy)[0]
 
 
+# qos-apply.sh runs each command through `run`: sacctmgr's answers to a command that finds
+# its work already done (a second run) are not failures; the state of slurmdbd before and
+# after tells whether anything changed (exit 3, the convention of docs/acting.md) or not (0).
+_SCRIPT_HEAD = """#!/bin/sh
+# slurmgpu qos apply: the sacctmgr commands of the plan (generated; run it where sacctmgr
+# reaches slurmdbd, as a Slurm administrator). Safe to run again: a command whose work is
+# already done is not an error. Exit 0: nothing changed, 3: slurmdbd changed, 1: a command
+# failed (its message on stderr), as `slurmgpu qos apply` (docs/acting.md, exit codes).
+set -u
+state() {
+  sacctmgr -n -P show qos && sacctmgr -n -P show assoc format=cluster,account,user,qos
+}
+unreadable() {
+  echo "qos-apply.sh: error: sacctmgr cannot read slurmdbd" >&2
+  exit 1
+}
+run() {
+  if out=$(sacctmgr -i "$@" 2>&1); then
+    return 0
+  fi
+  case $out in
+    *"Nothing new added"*|*"Nothing modified"*|*"Nothing deleted"*|*"Already existing"*)
+      return 0 ;;
+  esac
+  printf '%s\n' "$out" >&2
+  printf 'qos-apply.sh: error: sacctmgr -i %s failed\n' "$*" >&2
+  exit 1
+}
+before=$(state) || unreadable
+"""
+_SCRIPT_TAIL = """after=$(state) || unreadable
+if [ "$before" = "$after" ]; then
+  echo "qos-apply.sh: unchanged"
+  exit 0
+fi
+echo "qos-apply.sh: changed"
+exit 3
+"""
+
+
+def render_script(first) -> str:
+    """The plan's commands as an idempotent sh script (same plan, same bytes)."""
+    import shlex
+
+    body = "".join(f"run {shlex.join(c)}\n" for c in first.commands)
+    return _SCRIPT_HEAD + body + _SCRIPT_TAIL
+
+
 def emit_script(first, directory: Path) -> list[Path]:
     """The plan's commands as DIR/qos-apply.sh (+ its diff from nothing, the steps)."""
-    from slurmgpu.render.qos import format_command
     from slurmgpu.util.emit import FileChange, emit_files
 
-    body = "".join(f"{format_command(c)}\n" for c in first.commands)
-    script = "#!/bin/sh\n# slurmgpu qos apply: the sacctmgr commands of the plan\nset -e\n" + body
     steps = (
-        f"sh {SCRIPT_NAME}  # where sacctmgr reaches slurmdbd, as a Slurm administrator",
-        "slurmgpu qos plan  # must say nothing to do; if not, run the new commands it prints "
+        f"sh {SCRIPT_NAME}  # where sacctmgr reaches slurmdbd, as a Slurm administrator; "
+        "exit 0: unchanged, 3: changed, 1: failed",
+        "slurmgpu qos plan  # exit 0 (nothing to do); if 3, run the new commands it prints "
         "(association QOS lists inherit, a second round may be needed)",
         *(f"slurm.conf: {s.key}={s.value}" for s in first.settings),
     )
+    script = render_script(first)
     return emit_files(directory, [FileChange(Path(SCRIPT_NAME), script, None)], steps)
 
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+import hashlib
 from collections.abc import Mapping, Sequence
 
 from slurmgpu import __version__
@@ -20,6 +22,12 @@ GRES_SLASH_FROM = (23, 2, 0)
 # The module's file name (without .lua) that `gen-job-submit --module` writes and a site's
 # job_submit.lua requires.
 MODULE_NAME = "slurmgpu_tiers"
+
+
+def policy_digest(policy: Policy) -> str:
+    """sha256 of the parsed policy, whatever path it was read from (its `source` left out):
+    the same policy renders the same bytes, given as `./p.toml`, `/etc/...` or a copy."""
+    return hashlib.sha256(repr(dataclasses.replace(policy, source="")).encode()).hexdigest()
 
 
 def tres_per_node(gres: str, slurm_version: tuple[int, int, int] = DEFAULT_SLURM_VERSION) -> str:
@@ -79,7 +87,7 @@ def render_job_submit(
     return render(
         TEMPLATE,
         version=__version__,
-        source=policy.source,
+        policy_digest=policy_digest(policy),
         default_tier=policy.default_tier,
         default_kind=policy.default_kind,
         tiers=tiers,

@@ -268,6 +268,33 @@ def config_warnings(settings: Iterable[Setting], live: Mapping[str, str]) -> lis
     return out
 
 
+def unknown_members(policy: Policy, assocs: Iterable[Association]) -> list[str]:
+    """One line per account or user a tier names that has no association in slurmdbd (on
+    this cluster): a typo, or one not created yet; no job can reach the tier through it."""
+    assocs = list(assocs)
+    accounts = {a.account.lower() for a in assocs}
+    users = {a.user for a in assocs if a.user}
+    clusters = sorted({a.cluster for a in assocs if a.cluster})
+    where = f" on cluster {', '.join(clusters)}" if clusters else ""
+    out = []
+    for t in policy.tiers:
+        for account in t.accounts:
+            if account.lower() not in accounts:
+                out.append(
+                    f"tier {t.name} names account {account}, which slurmdbd does not know"
+                    f"{where}: no job reaches the tier through it (a typo, or "
+                    f"`sacctmgr add account {account}` first)"
+                )
+        for user in t.users:
+            if user not in users:
+                out.append(
+                    f"tier {t.name} names user {user}, who has no association in slurmdbd"
+                    f"{where}: the user cannot run jobs in any tier yet (a typo, or "
+                    f"`sacctmgr add user {user} account=...` first)"
+                )
+    return out
+
+
 def build_plan(
     policy: Policy,
     live_qos: Iterable[QosRecord],
@@ -278,6 +305,7 @@ def build_plan(
     prune: bool = False,
 ) -> QosPlan:
     """Everything `qos plan` reports, from the policy and what Slurm holds now."""
+    assocs = list(assocs)
     qos_cmds, notes = plan_qos(policy, live_qos, in_use=in_use, prune=prune)
     assoc_cmds = plan_associations(policy, assocs)
     deletes = [c for c in qos_cmds if c[0] == "delete"]
@@ -287,7 +315,7 @@ def build_plan(
         commands=tuple(others + assoc_cmds + deletes),
         notes=tuple(notes),
         settings=tuple(settings),
-        warnings=tuple(config_warnings(settings, live_config)),
+        warnings=tuple(unknown_members(policy, assocs) + config_warnings(settings, live_config)),
     )
 
 

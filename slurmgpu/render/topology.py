@@ -167,7 +167,8 @@ def _check_block_sizes(spec: TopologySpec) -> None:
 
 
 def _header(spec: TopologySpec, snapshot_names: list[str]) -> list[str]:
-    origin = f"from {spec.source}"
+    # no path: the same description renders the same bytes wherever it was read from
+    origin = "from a switch description"
     if snapshot_names:
         origin += (
             f" and {len(snapshot_names)} node snapshot(s): {compress_hostlist(snapshot_names)}"

@@ -17,6 +17,10 @@ from slurmgpu.sources.slurm import target_slurm_version
 from slurmgpu.sources.users import uids_for
 from slurmgpu.util.emit import emit
 
+# The most devices one offer may give a job (whole GPUs or shards of a node): far above any
+# real node (8 GPUs x 128 shards is 1024), far below what would not fit a Lua integer.
+MAX_OFFER_COUNT = 65536
+
 
 @dataclass(frozen=True)
 class JobSubmitResult:
@@ -43,17 +47,25 @@ def accel_offers(source: str, policy: Policy) -> tuple[tuple[Offer, ...], str]:
     from slurmgpu.sources.cluster_gres import node_gres, parse_sinfo_gres
 
     if source == "sinfo":
-        nodes, where = node_gres(ttl_s=0), "sinfo -N -o %N|%G"
+        nodes = node_gres(ttl_s=0)
     else:
         try:
             text = Path(source).read_text(encoding="utf-8", errors="replace")
         except OSError as exc:
             raise UsageError(f"--accel-gres {source}: {exc.strerror}") from None
-        nodes, where = parse_sinfo_gres(text), Path(source).name
+        nodes = parse_sinfo_gres(text)
     table = offers(nodes, policy.shards_per_gpu)
     if not table:
         raise UsageError(f"--accel-gres {source}: no node offers a GPU or NPU of a known model")
-    return table, f"{where}: {len(nodes)} nodes"
+    for offer in table:
+        if offer.max_count > MAX_OFFER_COUNT:
+            what = ":".join(p for p in (offer.name, offer.gtype) if p)
+            raise UsageError(
+                f"--accel-gres {source}: {what:.60} counts {offer.max_count:.3g} devices on one "
+                f"node, more than {MAX_OFFER_COUNT}: not a real node's GRES"
+            )
+    # what the table was read from, without its path: the same devices render the same bytes
+    return table, f"the GRES of {len(nodes)} node(s)"
 
 
 def script_checker(

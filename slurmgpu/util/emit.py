@@ -3,15 +3,18 @@
 Every command that writes a file it generated (gen-gres, gen-topology, gen-job-submit, mig
 plan -o, mig apply, rebalance apply) goes through `emit`, so they all behave the same:
 
-- `-` as the output: the text to stdout (checked first when asked);
-- `diff=True`: a unified diff against the file, nothing written; the status is like diff(1):
-  0 when equal (and `PATH: unchanged` on stderr), 1 when they differ;
+- `-` as the output: the text to stdout (checked first when asked), status 0;
+- `diff=True`: a unified diff against the file, nothing written;
 - `dry_run=True`: what would be written (`would write PATH` or `PATH: unchanged`) and the
-  diff, nothing written, status 0;
+  diff, nothing written;
 - `emit_dir=DIR`: the new file and the diff are written into DIR (for Ansible/Salt/git),
   the live file is left alone (`emit_files`, also for several files at once);
 - else: `PATH: unchanged` when it already holds the text (not rewritten, no backup), or the
   file is written atomically (`write_atomic`: validated, `PATH.bak`, rename).
+
+The status follows the one exit-code convention (EXIT_*, docs/acting.md "Exit codes"): 0
+when the live file is (or would stay) as generated, EXIT_CHANGED (3) when it was written or
+would be (--diff, --dry-run, --emit); errors are 1, usage errors 2.
 
 `check(text)` runs before anything is written anywhere and raises to stop (Slurm's parser,
 Lua); it runs in every mode, so `--diff --check` and `--emit` check too.
@@ -28,7 +31,23 @@ from pathlib import Path
 from slurmgpu.errors import OutputError, UsageError
 from slurmgpu.util.atomic import read_existing, resolve_target, write_atomic
 
+# The exit-code convention of every command that writes, shows or hands over generated
+# files or changes the cluster's configuration (docs/acting.md, "Exit codes"), so that a
+# config-management run can tell "changed" from "unchanged" and both from a failure:
+EXIT_UNCHANGED = 0  # nothing changed, or nothing would change
+EXIT_ERROR = 1  # a SlurmgpuError (its exit_code)
+EXIT_USAGE = 2  # a UsageError: the request cannot be done as asked
+EXIT_CHANGED = 3  # something changed (apply, write) or would change (--diff, --dry-run, plan)
+
+
+def changed_status(changed: bool) -> int:
+    """EXIT_CHANGED when something changed or would change, else EXIT_UNCHANGED."""
+    return EXIT_CHANGED if changed else EXIT_UNCHANGED
+
+
 DIFF_NAME = "changes.diff"
+# gen-gres --node-line --emit DIR: the slurm.conf node definition beside gres.conf
+NODE_DEFINITION_NAME = "slurm-node.conf"
 STEPS_NAME = "steps.txt"
 
 
@@ -85,26 +104,26 @@ def emit(
         if check is not None:
             check(text)
         sys.stdout.write(text)
-        return 0
+        return EXIT_UNCHANGED
     change = change_of(output, text)
     if check is not None:
         check(text)
     if emit_dir is not None:
         emit_files(emit_dir, [change])
-        return 0
+        return changed_status(change.changed)
     if diff or dry_run:
         sys.stdout.write(change.diff())
         if not change.changed:
             _say(f"{output}: unchanged")
         elif dry_run:
             _say(f"would write {output} (dry run: nothing written)")
-        return 1 if diff and change.changed else 0
+        return changed_status(change.changed)
     if not change.changed:
         _say(f"{output}: unchanged")
-        return 0
+        return EXIT_UNCHANGED
     kept = write_atomic(output, text, backup=backup, mode=mode)
     _say(f"wrote {output}" + (f" (previous kept as {kept})" if kept else ""))
-    return 0
+    return EXIT_CHANGED
 
 
 def emit_files(
@@ -146,3 +165,13 @@ def emit_files(
         "nothing live was touched"
     )
     return written
+
+
+def emit_node_definition(directory: str | Path, text: str) -> Path:
+    """`gen-gres --node-line --emit DIR`: the slurm.conf node definition as
+    DIR/slurm-node.conf, beside the emitted gres.conf (a part of slurm.conf, so no diff of
+    its own: config management puts it into slurm.conf)."""
+    path = Path(directory) / NODE_DEFINITION_NAME
+    write_atomic(path, text if text.endswith("\n") else text + "\n", backup=False, mode=0o644)
+    _say(f"emitted the node definition for slurm.conf as {path}")
+    return path

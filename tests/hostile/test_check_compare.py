@@ -115,7 +115,7 @@ def test_cli_check_passes_and_says_what_it_compared(tmp_path):
         "gen-gres", "--snapshot", EXAMPLES / "dgx-a100-mig.json", "--slurm-version", "22.05",
         "--check", "-o", tmp_path / "gres.conf",
     )  # fmt: skip
-    assert run.code == 0, run.stderr
+    assert run.code == 3, run.stderr  # 3: written (docs/acting.md, exit codes)
     assert "slurmd -G parsed 17 GRES records, each as generated" in run.stderr
 
 

@@ -129,7 +129,9 @@ def test_slurmd_runs_it_as_health_check_program(fleet_cluster: MultiNodeCluster,
     gen = fleet_cluster.run(
         [*SLURMGPU, "gen-gres", "--snapshot-dir", str(snaps), "--node-line", "-o", "gres.conf"],
         cwd=tmp_path,
+        check=False,
     )
+    assert gen.returncode == 3, gen.stderr  # 3: written (docs/acting.md, exit codes)
     try:
         fleet_cluster.reconfigure(
             extra_conf=extra, node_conf=gen.stdout, gres_conf=(tmp_path / "gres.conf").read_text()

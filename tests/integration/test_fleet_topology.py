@@ -62,7 +62,7 @@ def _gen_topology(tmp_path: Path, switches: str, *args: str) -> dict[str, str]:
          "--nodes", "gpu[01-04]", "--output-dir", str(out), *args],
         capture_output=True, text=True, timeout=60,
     )  # fmt: skip
-    assert gen.returncode == 0, gen.stderr
+    assert gen.returncode in (0, 3), gen.stderr  # 3: written (docs/acting.md, exit codes)
     return {f.name: f.read_text() for f in sorted(out.iterdir()) if not f.name.endswith("~")}
 
 

@@ -118,7 +118,7 @@ def test_cli_check_writes_after_slurmd_accepts(tmp_path):
             "22.05.8",
         ],
     )
-    assert result.exit_code == 0, result.output
+    assert result.exit_code == 3, result.output  # 3: written (docs/acting.md, exit codes)
     assert "slurmd -G parsed 16 GRES records" in result.stderr
     assert "stand-in character devices" in result.stderr
     assert "File=/dev/nvidia[0-3]" in target.read_text()

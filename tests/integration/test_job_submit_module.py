@@ -1,6 +1,7 @@
 """A site's own job_submit.lua that requires `gen-job-submit --module` (tests/data/tiers/
-site-job_submit.lua: a default account, routing of long jobs, a 7-day limit) on the real
-cluster: the site's rules keep working and the tiers hold. And the partition PriorityTier
+site-job_submit.lua: a default account, routing of long jobs, a 2-day limit, 30 minutes in
+short) on the real cluster: the site's rules keep working, check what a job kind fills in,
+and the tiers hold; a missing module leaves slurmctld up. And the partition PriorityTier
 rule (#20): a lower tier's job cannot use a partition of a higher PriorityTier, where Slurm
 would start it ahead of waiting higher-tier jobs."""
 
@@ -22,11 +23,14 @@ from tests.integration.test_tiers import (
 )
 
 SITE_SCRIPT = POLICY.parent / "site-job_submit.lua"
+# POLICY's tiers, with kinds whose limits the site script caps lower (3 days; 2 h in short)
+MODULE_POLICY = POLICY.parent / "policy-module.toml"
 SITE_USER = "sgt-site"
 PARTITIONS = [
     "PartitionName=gpu Nodes=ALL Default=YES MaxTime=INFINITE State=UP PriorityTier=1",
     "PartitionName=long Nodes=ALL MaxTime=INFINITE State=UP PriorityTier=1",
     "PartitionName=urgent Nodes=ALL MaxTime=INFINITE State=UP PriorityTier=10",
+    "PartitionName=short Nodes=ALL MaxTime=30 State=UP PriorityTier=1",
 ]
 
 
@@ -45,19 +49,9 @@ def site_cluster(slurm_cluster):
         cluster.add_user(SITE_USER)
         cluster.sacctmgr("add", "user", SITE_USER, "account=rnd", check=False)
         log = str(cluster.root / "site-qos.jsonl")
-        slurmgpu(cluster, "qos", "apply", "--policy", str(POLICY), "--log", log)
-        made = slurmgpu(
-            cluster, "gen-job-submit", "--module", "--policy", str(POLICY), "--check",
-            "-o", str(module),
-        )  # fmt: skip
-        assert f"slurmgpu: {module}: checked: luac5.1 -p, dry run in" in made.stderr, made.stderr
-        cluster.reconfigure(
-            node_line=NODE_LINE,
-            gres_conf=GRES_CONF,
-            extra_conf=EXTRA_CONF,
-            partitions=PARTITIONS,
-            job_submit_lua=SITE_SCRIPT.read_text(),
-        )
+        slurmgpu(cluster, "qos", "apply", "--policy", str(POLICY), "--log", log, ok=(0, 3))
+        make_module(cluster, module)
+        with_site_script(cluster)
         yield cluster
     finally:
         cluster.scancel_all()
@@ -65,6 +59,25 @@ def site_cluster(slurm_cluster):
         cluster.reset()
         # test_tiers.py starts from no tier QOS (its first test creates them)
         cluster.sacctmgr("delete", "qos", "tier_p0,tier_p1,tier_p2", check=False)
+
+
+def make_module(cluster, module):
+    made = slurmgpu(
+        cluster, "gen-job-submit", "--module", "--policy", str(MODULE_POLICY), "--check",
+        "-o", str(module), check=False,
+    )  # fmt: skip
+    assert made.returncode in (0, 3), made.stderr  # 3: written (docs/acting.md)
+    assert f"slurmgpu: {module}: checked: luac5.1 -p, dry run in" in made.stderr, made.stderr
+
+
+def with_site_script(cluster):
+    cluster.reconfigure(
+        node_line=NODE_LINE,
+        gres_conf=GRES_CONF,
+        extra_conf=EXTRA_CONF,
+        partitions=PARTITIONS,
+        job_submit_lua=SITE_SCRIPT.read_text(),
+    )
 
 
 def sbatch(cluster, user, *args):
@@ -88,12 +101,32 @@ def test_site_rules_keep_working_with_the_module(site_cluster):
     assert (job["Partition"], job["QOS"]) == ("long", "tier_p2")
     job = job_record(cluster, jobid_of(sbatch(cluster, USER, "--comment=kind=finetune")))
     assert (job["Partition"], job["TimeLimit"]) == ("gpu", "12:00:00")
-    # site rule 3: over 7 days is refused with the site's message, before any tier rule
-    proc = sbatch(cluster, USER, "-t", "8-00:00:00")
-    assert proc.returncode != 0 and "site: the longest job allowed here is 7 days" in proc.stderr
+    # site rule 3: over 2 days is refused with the site's message, before any tier rule
+    proc = sbatch(cluster, USER, "-t", "3-00:00:00")
+    assert proc.returncode != 0 and "site: the longest job allowed here is 2 days" in proc.stderr
     proc = update(cluster, "root", job_record(cluster, jobid_of(sbatch(cluster, USER)))["JobId"],
-                  "TimeLimit=8-00:00:00")  # fmt: skip
+                  "TimeLimit=3-00:00:00")  # fmt: skip
     assert proc.returncode != 0
+    cluster.scancel_all()
+
+
+def test_the_site_rules_check_what_a_kind_fills_in(site_cluster):
+    """#33: the module filled a kind's partition and time limit after the site's rules had
+    checked the job (kind=training got 3 days past the 2-day cap, a kind routed to a
+    30-minute partition got 2 hours). `fill` runs before the site's rules, and never
+    fills above the partition's MaxTime."""
+    cluster = site_cluster
+    proc = sbatch(cluster, USER, "--comment=kind=training")
+    assert proc.returncode != 0, proc.stdout
+    assert "site: the longest job allowed here is 2 days" in proc.stderr
+    job = job_record(cluster, jobid_of(sbatch(cluster, USER, "--comment=kind=quick")))
+    assert (job["Partition"], job["TimeLimit"], job["QOS"]) == ("short", "00:30:00", "tier_p2")
+    # what the user asks is still judged by the site: 2 h in short is refused
+    proc = sbatch(cluster, USER, "--comment=kind=quick", "-t", "2:00:00")
+    assert proc.returncode != 0 and "site: short jobs run 30 minutes at most" in proc.stderr
+    # and the tiers still hold on the filled jobs
+    proc = sbatch(cluster, RND, "--qos=tier_p0", "--comment=kind=quick")
+    assert proc.returncode != 0 and "slurmgpu: tier P0 is not allowed" in proc.stderr
     cluster.scancel_all()
 
 
@@ -117,6 +150,38 @@ def test_the_tiers_hold_through_the_module(site_cluster):
     p0 = jobid_of(sbatch(cluster, PROD, "--comment=tier=P0 kind=inference"))
     assert job_record(cluster, p0)["QOS"] == "tier_p0"
     cluster.scancel_all()
+
+
+def test_a_missing_module_leaves_slurmctld_up_and_refuses_jobs(site_cluster):
+    """#33: a bare `require` of a missing slurmgpu_tiers.lua stopped slurmctld from starting.
+    The site script's guarded require keeps it up: the site's rules still answer, every job
+    the tiers cannot check is refused with a user message, and each refusal is logged as an
+    error."""
+    cluster = site_cluster
+    module = cluster.conf_dir / "slurmgpu_tiers.lua"
+    module.unlink()
+    try:
+        with_site_script(cluster)  # restarts slurmctld: it must come up
+        assert "slurmgpu_tiers.lua did not load" in cluster.log_tail("slurmctld", 400)
+        refusal = "job_submit.lua: slurmgpu_tiers.lua did not load, job refused"
+
+        def refusals() -> int:  # slurm.log_error's lines in the log file
+            lines = cluster.log_tail("slurmctld", 2000).split("--- slurmctld stdout")[0]
+            return sum(1 for line in lines.splitlines() if "error:" in line and refusal in line)
+
+        before = refusals()
+        for _ in range(2):
+            proc = sbatch(cluster, USER, "--comment=kind=quick")
+            assert proc.returncode != 0, proc.stdout
+            assert "the tier rules are not loaded; job refused" in proc.stderr
+        assert refusals() == before + 2, cluster.log_tail("slurmctld", 60)  # each time
+        # the site's own rules still run (and answer first)
+        proc = sbatch(cluster, USER, "-t", "3-00:00:00")
+        assert "site: the longest job allowed here is 2 days" in proc.stderr
+    finally:
+        cluster.scancel_all()
+        make_module(cluster, module)
+        with_site_script(cluster)
 
 
 def test_no_lower_tier_job_through_a_higher_priority_tier_partition(site_cluster):

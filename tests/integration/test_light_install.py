@@ -107,8 +107,14 @@ def test_node_commands_work_without_the_extra(light_venv, tmp_path, slurm_cluste
 def test_install_units_from_the_wheel_names_the_venvs_command(light_venv, tmp_path):
     """The kit travels in the wheel (slurmgpu/etc) and ExecStart is this venv's command."""
     out = light(light_venv, "install-units", "--prefix", str(tmp_path / "stage"))
-    assert out.returncode == 0, out.stderr
-    unit = tmp_path / "stage" / "etc" / "systemd" / "system" / "slurmgpu-collect.service"
+    assert out.returncode == 3, out.stderr  # 3: written (docs/acting.md, exit codes)
+    units = tmp_path / "stage" / "etc" / "systemd" / "system"
+    # #33: no unit whose command needs the analysis extra, and none suggested
+    assert not [p.name for p in units.iterdir() if p.name.startswith(("slurmgpu-report",
+                "slurmgpu-ingest", "slurmgpu-autopilot"))]  # fmt: skip
+    assert "note: left out report, store, autopilot: they need the analysis extra" in out.stdout
+    assert "report" not in "".join(ln for ln in out.stdout.splitlines() if "next:" in ln)
+    unit = units / "slurmgpu-collect.service"
     exe = light_venv / "bin" / "slurmgpu"
     assert f"ExecStart={exe} collect --state" in unit.read_text()
     wrapper = tmp_path / "stage" / "usr" / "local" / "sbin" / "slurmgpu-health"

@@ -61,7 +61,7 @@ def test_gen_gres_targets_the_installed_slurm(slurm_series, tmp_path) -> None:
             str(target),
         ],
     )
-    assert result.exit_code == 0, result.output
+    assert result.exit_code == 3, result.output  # 3: written (docs/acting.md, exit codes)
     assert "slurmd -G parsed 17 GRES records, each as generated" in result.stderr, result.stderr
     text = target.read_text()
     assert f"# Target Slurm {_series_text(slurm_series)}" in text, text[:600]
@@ -82,7 +82,7 @@ def test_generated_files_are_accepted_record_by_record(example, records, tmp_pat
         ["gen-gres", "--snapshot", str(EXAMPLES / f"{example}.json"), "--check",
          "--output", str(target)],
     )  # fmt: skip
-    assert result.exit_code == 0, result.output
+    assert result.exit_code == 3, result.output  # 3: written (docs/acting.md)
     assert f"slurmd -G parsed {records} GRES records, each as generated" in result.stderr, (
         result.stderr
     )

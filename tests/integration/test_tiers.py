@@ -32,8 +32,11 @@ EXTRA_CONF = f"PriorityWeightQOS=10000\nAccountingStoreFlags=job_comment\nKillWa
 PROD, RND, USER = "sgt-prod", "sgt-rnd", "sgt-user"
 
 
-def slurmgpu(cluster, *args: str, check: bool = True, sbatch_as: str | None = None):
-    """Run the CLI against the test cluster (its SLURM_CONF).
+def slurmgpu(
+    cluster, *args: str, check: bool = True, sbatch_as: str | None = None, ok: tuple = (0,)
+):
+    """Run the CLI against the test cluster (its SLURM_CONF); with `check`, an exit status
+    not in `ok` fails the test (3: it changed something, docs/acting.md).
 
     With `sbatch_as`, the sbatch that `slurmgpu submit` execs runs as that Unix user (the
     test's Python may live where ordinary users cannot run it, e.g. under /root).
@@ -52,7 +55,7 @@ def slurmgpu(cluster, *args: str, check: bool = True, sbatch_as: str | None = No
         cwd=ROOT,
         timeout=120,
     )
-    if check and proc.returncode != 0:
+    if check and proc.returncode not in ok:
         raise AssertionError(
             f"slurmgpu {' '.join(args)} exited {proc.returncode}:\n{proc.stdout}\n{proc.stderr}"
         )
@@ -102,7 +105,7 @@ def tiers_cluster(slurm_cluster):
 
 def test_qos_apply_creates_the_tiers_and_is_idempotent(tiers_cluster):
     cluster = tiers_cluster
-    plan = slurmgpu(cluster, "qos", "plan", "--policy", str(POLICY))
+    plan = slurmgpu(cluster, "qos", "plan", "--policy", str(POLICY), ok=(3,))  # 3: to do
     # requeued when preempted: no Slurm GraceTime, the grace is KillWait (docs/policy.md)
     assert "sacctmgr -i add qos tier_p2 Priority=100 PreemptMode=requeue " in plan.stdout
     assert "PreemptType=preempt/qos" in plan.stdout and "KillWait=10" in plan.stdout
@@ -113,15 +116,15 @@ def test_qos_apply_creates_the_tiers_and_is_idempotent(tiers_cluster):
     )
     assert "slurm.conf has KillWait=5 sec, the policy needs KillWait=10" in plan.stderr
     # --dry-run and --emit DIR run nothing
-    dry = slurmgpu(cluster, "qos", "apply", "--policy", str(POLICY), "--dry-run")
+    dry = slurmgpu(cluster, "qos", "apply", "--policy", str(POLICY), "--dry-run", ok=(3,))
     assert "# dry run: nothing run" in dry.stdout and "ran:" not in dry.stdout
     emit_dir = cluster.root / "qos-emit"
-    slurmgpu(cluster, "qos", "apply", "--policy", str(POLICY), "--emit", str(emit_dir))
+    slurmgpu(cluster, "qos", "apply", "--policy", str(POLICY), "--emit", str(emit_dir), ok=(3,))
     script = (emit_dir / "qos-apply.sh").read_text()
-    assert "sacctmgr -i add qos tier_p2 Priority=100 PreemptMode=requeue " in script
+    assert "\nrun add qos tier_p2 Priority=100 PreemptMode=requeue " in script
     assert "tier_p2" not in cluster.sacctmgr("show", "qos", "--parsable2", "--noheader")
     log = cluster.root / "qos.jsonl"
-    applied = slurmgpu(cluster, "qos", "apply", "--policy", str(POLICY), "--log", str(log))
+    applied = slurmgpu(cluster, "qos", "apply", "--policy", str(POLICY), "--log", str(log), ok=(3,))
     assert "slurmdbd matches the policy" in applied.stdout
     from slurmgpu.fleet.qos import QosLogEntry
     from slurmgpu.util.journal import read_records
@@ -151,23 +154,56 @@ def test_qos_apply_creates_the_tiers_and_is_idempotent(tiers_cluster):
     assert {"tier_p0", "tier_p1", "tier_p2"} <= qos_of[PROD]
     assert {"tier_p1", "tier_p2"} <= qos_of[RND] and "tier_p0" not in qos_of[RND]
     assert "tier_p2" in qos_of[USER] and not {"tier_p0", "tier_p1"} & qos_of[USER]
-    again = slurmgpu(cluster, "qos", "plan", "--policy", str(POLICY))
+    again = slurmgpu(cluster, "qos", "plan", "--policy", str(POLICY))  # exit 0: nothing to do
     assert "# sacctmgr: nothing to do" in again.stdout
+    same = slurmgpu(cluster, "qos", "apply", "--policy", str(POLICY), "--log", str(log))
+    assert "ran:" not in same.stdout  # exit 0: unchanged
     assert "sacctmgr -i" not in again.stdout
 
     # --undo: the QOS and associations as before the apply (from the journal), then apply again
     fields = "format=Name,Priority,Preempt,PreemptMode,GraceTime"
-    undo = slurmgpu(cluster, "qos", "apply", "--undo", "--log", str(log))
+    undo = slurmgpu(cluster, "qos", "apply", "--undo", "--log", str(log), ok=(3,))
     assert "slurmdbd is as before the last apply" in undo.stdout, undo.stdout
     out = cluster.sacctmgr("show", "qos", "--parsable2", "--noheader", fields)
     assert not {"tier_p0", "tier_p1", "tier_p2"} & {ln.split("|")[0] for ln in out.split()}
     qos_of = association_qos(cluster, "Account", "user=root")
     assert not {"tier_p0", "tier_p1", "tier_p2"} & set().union(*qos_of.values())
-    replan = slurmgpu(cluster, "qos", "plan", "--policy", str(POLICY))
+    replan = slurmgpu(cluster, "qos", "plan", "--policy", str(POLICY), ok=(3,))
     assert "sacctmgr -i add qos tier_p2 Priority=100 PreemptMode=requeue " in replan.stdout
     nothing = slurmgpu(cluster, "qos", "apply", "--undo", "--log", str(log), check=False)
     assert nothing.returncode == 2 and "nothing to undo" in nothing.stderr
-    slurmgpu(cluster, "qos", "apply", "--policy", str(POLICY), "--log", str(log))
+    slurmgpu(cluster, "qos", "apply", "--policy", str(POLICY), "--log", str(log), ok=(3,))
+    assert "nothing to do" in slurmgpu(cluster, "qos", "plan", "--policy", str(POLICY)).stdout
+
+
+def test_emitted_qos_script_is_idempotent(tiers_cluster, tmp_path):
+    """#33: the emitted qos-apply.sh exited 1 on its second run (sacctmgr refuses to add a
+    QOS that exists). Now a second run is no error, and the script tells changed (3) from
+    unchanged (0) as the commands do; an account slurmdbd does not know is warned about."""
+    cluster = tiers_cluster
+    policy = tmp_path / "policy.toml"
+    text = POLICY.read_text()
+    policy.write_text(
+        text.replace('accounts = ["prod", "rnd"]', 'accounts = ["prod", "rnd", "nosuch"]')
+    )
+    env = {**os.environ, **cluster.env}
+    cluster.sacctmgr("delete", "qos", "tier_p0,tier_p1,tier_p2", check=False)
+    plan = slurmgpu(cluster, "qos", "plan", "--policy", str(policy), ok=(3,))
+    assert "tier P1 names account nosuch, which slurmdbd does not know" in plan.stderr
+    emitted, again = tmp_path / "emit", tmp_path / "again"
+    slurmgpu(cluster, "qos", "apply", "--policy", str(policy), "--emit", str(emitted), ok=(3,))
+    slurmgpu(cluster, "qos", "apply", "--policy", str(policy), "--emit", str(again), ok=(3,))
+    script = emitted / "qos-apply.sh"
+    assert script.read_bytes() == (again / "qos-apply.sh").read_bytes()  # same inputs
+    runs = [
+        subprocess.run(["sh", str(script)], capture_output=True, text=True, env=env)
+        for _ in range(3)
+    ]
+    assert [r.returncode for r in runs] == [3, 0, 0], [(r.stdout, r.stderr) for r in runs]
+    assert runs[1].stdout == "qos-apply.sh: unchanged\n" and runs[1].stderr == ""
+    # the script did what apply would: at most a second round is left (inheritance)
+    slurmgpu(cluster, "qos", "apply", "--policy", str(POLICY), "--log", str(tmp_path / "log"),
+             ok=(0, 3))  # fmt: skip
     assert "nothing to do" in slurmgpu(cluster, "qos", "plan", "--policy", str(POLICY)).stdout
 
 
@@ -176,10 +212,13 @@ def routed_cluster(tiers_cluster):
     """The cluster with the rendered job_submit.lua loaded, shards, and the QOS applied."""
     cluster = tiers_cluster
     slurmgpu(
-        cluster, "qos", "apply", "--policy", str(POLICY), "--log", str(cluster.root / "q.jsonl")
-    )
+        cluster, "qos", "apply", "--policy", str(POLICY), "--log", str(cluster.root / "q.jsonl"),
+        ok=(0, 3),
+    )  # fmt: skip
     target = cluster.root / "job_submit.lua"
-    slurmgpu(cluster, "gen-job-submit", "--policy", str(POLICY), "--check", "-o", str(target))
+    slurmgpu(
+        cluster, "gen-job-submit", "--policy", str(POLICY), "--check", "-o", str(target), ok=(3,)
+    )
     cluster.reconfigure(
         node_line=NODE_LINE,
         gres_conf=GRES_CONF,

@@ -42,7 +42,7 @@ def topology_cluster(slurm_cluster, tmp_path):
             str(slurm_cluster.conf_dir),
         ],
     )
-    assert result.exit_code == 0, result.output
+    assert result.exit_code in (0, 3), result.output  # 3: written (docs/acting.md)
     try:
         slurm_cluster.reconfigure(extra_conf="TopologyPlugin=topology/tree")
         yield slurm_cluster

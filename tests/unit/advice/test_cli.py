@@ -137,3 +137,17 @@ def test_the_objective_is_read():
     assert obj.growth_limit("burst") == 0.05 and obj.growth_limit("big") == 0.25
     assert [t.name for t in obj.tiers] == ["P0"]
     assert parse_policy(POLICY.split("[objective]")[0], "p.toml").objective.max_wait_growth == 0.1
+
+
+def test_advise_reads_the_policy_from_the_environment(month_file, policy):
+    """#33: $SLURMGPU_POLICY reached `advise` no more than `analyze`: the objective (two
+    perturbed replays) is the policy's with the variable alone."""
+    res = CliRunner().invoke(
+        main,
+        ["advise", "--sacct-file", str(month_file), *CAP, "--candidate", "move:idle:big:16",
+         "--processes", "1", "--format", "json"],
+        env={"SLURMGPU_POLICY": str(policy)},
+        catch_exceptions=False,
+    )  # fmt: skip
+    assert res.exit_code == 0, res.output
+    assert json.loads(res.stdout)["plan"]["perturbed_replays"] == 2

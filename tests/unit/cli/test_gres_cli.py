@@ -115,17 +115,17 @@ def test_gen_gres_writes_atomically_with_backup_and_diff_writes_nothing(tmp_path
     target = tmp_path / "gres.conf"
     snap = EXAMPLES / "dgx-a100-mig.json"
     first = invoke("gen-gres", "--snapshot", snap, "--output", target, "--slurm-version", "22.05")
-    assert first.exit_code == 0 and target.exists()
+    assert first.exit_code == 3 and target.exists()  # 3: written (docs/acting.md)
     before = target.read_text()
     diff = invoke(
         "gen-gres", "--snapshot", snap, "--output", target, "--diff", "--slurm-version", "24.05.5"
     )
-    assert diff.exit_code == 1  # like diff(1): they differ
+    assert diff.exit_code == 3  # they differ (docs/acting.md, exit codes)
     assert "-Name=gpu Type=a100 File=/dev/nvidia3 Cores=16-31" in diff.stdout
     assert "+Name=gpu Type=a100 File=/dev/nvidia3 Cores=0-63" in diff.stdout
     assert target.read_text() == before and not (tmp_path / "gres.conf.bak").exists()
     again = invoke("gen-gres", "--snapshot", snap, "--output", target, "--slurm-version", "24.05.5")
-    assert again.exit_code == 0
+    assert again.exit_code == 3
     assert (tmp_path / "gres.conf.bak").read_text() == before
     assert "Cores=0-63" in target.read_text()
     same = [*("gen-gres", "--snapshot", snap, "--output", target, "--slurm-version", "24.05.5")]
@@ -136,10 +136,10 @@ def test_gen_gres_writes_atomically_with_backup_and_diff_writes_nothing(tmp_path
     assert unchanged.exit_code == 0 and f"{target}: unchanged" in unchanged.stderr
     assert (tmp_path / "gres.conf.bak").read_text() == before
     dry = invoke(*same[:-1], "22.05", "--dry-run")
-    assert dry.exit_code == 0 and "would write" in dry.stderr and "+Name=gpu" in dry.stdout
+    assert dry.exit_code == 3 and "would write" in dry.stderr and "+Name=gpu" in dry.stdout
     assert "Cores=0-63" in target.read_text()
     emitted = invoke(*same[:-1], "22.05", "--emit", tmp_path / "emit")
-    assert emitted.exit_code == 0, emitted.stderr
+    assert emitted.exit_code == 3, emitted.stderr  # the live file would change
     assert (tmp_path / "emit" / "gres.conf").read_text() == before
     assert f"--- {target}" in (tmp_path / "emit" / "changes.diff").read_text()
     assert "Cores=0-63" in target.read_text()
@@ -216,3 +216,21 @@ def test_examples_and_machines_are_fresh():
         check=False,
     )
     assert proc.returncode == 0, proc.stderr
+
+
+def test_gen_gres_emit_keeps_the_node_line(tmp_path):
+    """#33: `gen-gres --node-line --emit DIR` left the node definition out of DIR (config
+    management had gres.conf without its slurm.conf line). It is DIR/slurm-node.conf."""
+    target = tmp_path / "gres.conf"
+    snap = EXAMPLES / "dgx-h100.json"
+    args = ["gen-gres", "--snapshot", snap, "--slurm-version", "22.05", "--node-line"]
+    out = invoke(*args, "--output", target, "--emit", tmp_path / "emit")
+    assert out.exit_code == 3, out.stderr  # gres.conf would change (it is absent)
+    node = (tmp_path / "emit" / "slurm-node.conf").read_text()
+    assert node == invoke(*args, "--output", "-").stdout.split("\n\n")[0] + "\n"
+    assert "NodeName=" in node and "GresTypes=gpu" in node and not target.exists()
+    cluster = invoke("gen-gres", "--snapshot", snap, "--snapshot", EXAMPLES / "pcie-8gpu.json",
+                     "--slurm-version", "22.05", "--node-line", "--output", target,
+                     "--emit", tmp_path / "emit2")  # fmt: skip
+    assert cluster.exit_code == 3, cluster.stderr
+    assert "NodeName=" in (tmp_path / "emit2" / "slurm-node.conf").read_text()

@@ -96,7 +96,9 @@ def test_progress_draws_and_clears_on_a_terminal(tmp_path):
 def _commands(path: Path, prefix: str) -> list[list[str]]:
     lines = []
     # the units say @SLURMGPU@ where install-units puts the installed command
-    for line in path.read_text().replace("@SLURMGPU@", "slurmgpu").splitlines():
+    # install-units fills @SLURMGPU@, and @POLICY@ with `--policy FILE` or nothing
+    text = path.read_text().replace("@SLURMGPU@", "slurmgpu").replace(" @POLICY@", "")
+    for line in text.splitlines():
         if prefix in line and not line.lstrip().startswith("#"):
             argv = shlex.split(line[line.index(prefix) :])
             lines.append(argv[1:])

@@ -14,6 +14,7 @@ import pytest
 from click.testing import CliRunner
 
 from slurmgpu.cli import HELP_OPTION_NAMES, main
+from slurmgpu.errors import UsageError
 from slurmgpu.ops.install import KIT, PLACEHOLDER, install_units, installed_executable
 from tests.unit.tools import need
 
@@ -21,14 +22,19 @@ ROOT = Path(__file__).resolve().parents[3]
 EXE = Path(sys.executable).parent / "slurmgpu"  # the test venv's own command
 
 
-def invoke(*args: str):
-    return CliRunner().invoke(main, ["install-units", *args])
+def invoke(*args: str, env: dict | None = None):
+    # no site policy unless the test gives one (not this host's /etc/slurmgpu/slurmgpu.toml)
+    with_env = {"SLURMGPU_POLICY": str(NO_POLICY), **(env or {})}
+    return CliRunner().invoke(main, ["install-units", *args], env=with_env)
+
+
+NO_POLICY = ROOT / "tests" / "data" / "tiers" / "policy-integration.toml"  # no [idle]/[autopilot]
 
 
 @pytest.fixture
 def staged(tmp_path) -> Path:
     out = invoke("--prefix", str(tmp_path), "--bin", str(EXE))
-    assert out.exit_code == 0, out.output
+    assert out.exit_code == 3, out.output  # 3: written (docs/acting.md, exit codes)
     return tmp_path
 
 
@@ -136,12 +142,80 @@ def test_logrotate_rotates_the_logs(staged, tmp_path):
 
 def test_dry_run_writes_nothing_and_a_second_run_changes_nothing(tmp_path, staged):
     out = invoke("--prefix", str(tmp_path / "dry"), "--bin", str(EXE), "--dry-run")
-    assert out.exit_code == 0 and not (tmp_path / "dry").exists()
+    assert out.exit_code == 3 and not (tmp_path / "dry").exists()  # 3: would change
     assert f"ExecStart={EXE} collect --state" in out.output
     assert "next: slurm.conf: HealthCheckProgram=/usr/local/sbin/slurmgpu-health" in out.output
     again = invoke("--prefix", str(staged), "--bin", str(EXE))
-    assert again.exit_code == 0
-    assert "wrote" not in again.output and again.output.count("unchanged") == len(KIT)
+    assert again.exit_code == 0  # unchanged
+    assert "wrote" not in again.output and again.output.count("unchanged ") == len(KIT)
+
+
+def _next(out) -> list[str]:
+    return [ln for ln in out.output.splitlines() if ln.startswith("next: ")]
+
+
+def test_next_enables_only_the_acting_timers_the_policy_turns_on(tmp_path):
+    """#33: `next:` enabled slurmgpu-rebalance.timer (rebalance apply every 5 minutes, its
+    moves undone at the next reconfigure) whatever the policy said. Now idle needs an [idle]
+    table, autopilot an [autopilot] table, rebalance --only rebalance and no autopilot."""
+    stage = ["--prefix", str(tmp_path), "--bin", str(EXE)]
+    plain = invoke(*stage)  # tiers only: no acting timer
+    [ctl] = [ln for ln in _next(plain) if "on the controller" in ln]
+    assert ctl == ("next: on the controller: systemctl enable --now slurmgpu-report.timer "
+                   "slurmgpu-report-prom.timer slurmgpu-ingest.timer")  # fmt: skip
+    assert "note: slurmgpu-rebalance.timer is installed, not enabled" in plain.output
+    example = tmp_path / "policy.toml"  # the shipped example ([idle]) with an [autopilot]
+    example.write_text(
+        (ROOT / "etc" / "slurmgpu.toml").read_text() + '\n[autopilot]\nmode = "apply"\n'
+    )
+    idle_only = invoke(*stage, "--policy", str(ROOT / "etc" / "slurmgpu.toml"))
+    [ctl, idle] = [ln for ln in _next(idle_only) if "on the controller" in ln]
+    assert "autopilot" not in ctl and "rebalance" not in ctl and "idle" not in ctl
+    assert idle == (
+        "next: on the controller: set the Prometheus URL and SMTP host in "
+        "slurmgpu-idle.service, then systemctl enable --now slurmgpu-idle.timer"
+    )
+    assert "idle" not in "".join(_next(plain))  # no [idle] table: not suggested at all
+    full = invoke(*stage, "--policy", str(example))
+    [ctl, _] = [ln for ln in _next(full) if "on the controller" in ln]
+    assert "slurmgpu-autopilot.timer" in ctl
+    assert "slurmgpu-rebalance.timer" not in ctl
+    assert "rebalance.timer is installed, not enabled: the autopilot moves nodes" in full.output
+    alone = invoke(*stage, "--only", "rebalance")
+    assert "next: on the controller: systemctl enable --now slurmgpu-rebalance.timer" in (
+        _next(alone)
+    )
+    if not Path("/etc/slurmgpu/slurmgpu.toml").exists():  # no policy at all: none acts
+        none = invoke(*stage, env={"SLURMGPU_POLICY": ""})
+        assert "note: no site policy" in none.output
+        assert not any(w in ln for ln in _next(none) for w in ("idle", "autopilot", "rebalance"))
+
+
+def test_the_units_carry_the_policy_and_the_partitions_conf(tmp_path):
+    """#33: the report units passed no --policy (QOS names instead of tiers); the rebalance
+    unit no --partitions-conf (its moves lost at the next reconfigure)."""
+    installed = install_units(tmp_path, executable=EXE, policy="/srv/site policy.toml")
+    text = {i.path.name: i.text for i in installed}
+    for name in ("slurmgpu-report.service", "slurmgpu-report-prom.service"):
+        execs = [ln for ln in text[name].splitlines() if ln.startswith("ExecStart=")]
+        assert execs and all(ln.endswith(" --policy /srv/site policy.toml") for ln in execs)
+    assert (
+        "--partitions-conf /etc/slurm/slurmgpu-partitions.conf"
+        in (text["slurmgpu-rebalance.service"])
+    )
+    bare = install_units(tmp_path / "b", executable=EXE)
+    execs = [ln for i in bare for ln in i.text.splitlines() if ln.startswith("ExecStart=")]
+    assert not any("@" in ln or ln.endswith(" ") for ln in execs)
+
+
+def test_the_light_install_gets_no_unit_that_needs_the_analysis_extra(tmp_path):
+    installed = install_units(tmp_path, executable=EXE, analysis=False)
+    names = {i.path.name for i in installed}
+    assert "slurmgpu-collect.service" in names and "slurmgpu-idle.timer" in names
+    assert not names & {"slurmgpu-report.service", "slurmgpu-ingest.service",
+                        "slurmgpu-autopilot.service", "slurmgpu-report-prom.timer"}  # fmt: skip
+    with pytest.raises(UsageError, match="--only report: needs the analysis extra"):
+        install_units(tmp_path, executable=EXE, only=("report",), analysis=False)
 
 
 def test_only_some_groups(tmp_path):

@@ -98,19 +98,21 @@ class LuaScript:
         self.lua.execute(SLURM_TABLE)
         returned = self.lua.execute(text)
         self.g = self.lua.globals()
+        self._fill = None
         if module:
             self._submit, self._modify = returned.job_submit, returned.job_modify
+            self._fill = returned.fill
         else:
             self._submit, self._modify = self.g.slurm_job_submit, self.g.slurm_job_modify
 
     def parts(self, partitions: dict | None):
         """part_list as 22.05+ passes it: keyed by name; `partitions` maps a name to
-        (priority_tier, is_default)."""
+        (priority_tier, is_default) or (priority_tier, is_default, max_time minutes)."""
         table = self.lua.table()
-        for name, (tier, default) in (partitions or {}).items():
-            table[name] = self.lua.table_from(
-                {"name": name, "priority_tier": tier, "flag_default": 1 if default else 0}
-            )
+        for name, (tier, default, *max_time) in (partitions or {}).items():
+            part = {"name": name, "priority_tier": tier, "flag_default": 1 if default else 0}
+            part["max_time"] = max_time[0] if max_time else INFINITE
+            table[name] = self.lua.table_from(part)
         return table
 
     def _reset_log(self) -> None:
@@ -136,6 +138,14 @@ class LuaScript:
         writes = self.lua.table()
         job = self.g.make_job_desc(self.lua.table_from(fields), writes)
         rc = self._submit(job, self.parts(partitions), uid)
+        return self._outcome(rc, writes)
+
+    def fill(self, fields: dict, uid: int | None = 1000, partitions: dict | None = None):
+        """The module's `fill` (what a site script calls before its own rules)."""
+        self._reset_log()
+        writes = self.lua.table()
+        job = self.g.make_job_desc(self.lua.table_from(fields), writes)
+        rc = self._fill(job, self.parts(partitions), uid)
         return self._outcome(rc, writes)
 
     def modify(

@@ -158,7 +158,7 @@ def test_offers_come_from_sinfo_lines_and_are_checked(policy, tmp_path):
         ("npu", "910b", "one"),
         ("gpu", "mi300x_cpx", "one"),
     ]
-    assert where == "gres.txt: 3 nodes"
+    assert where == "the GRES of 3 node(s)"  # no path: the same devices, the same bytes
     (tmp_path / "cpu.txt").write_text("cpu01|(null)\n")
     with pytest.raises(UsageError, match="no node offers"):
         accel_offers(str(tmp_path / "cpu.txt"), policy)
@@ -166,7 +166,7 @@ def test_offers_come_from_sinfo_lines_and_are_checked(policy, tmp_path):
     result = gen_job_submit(
         policy, str(out), check=True, slurm_version="24.11", accel_gres=str(lines)
     )
-    assert result.status == 0, result.notes
+    assert result.status == 3, result.notes  # written (docs/acting.md, exit codes)
     assert 'gtype = "mi300x_cpx"' in out.read_text()
 
 

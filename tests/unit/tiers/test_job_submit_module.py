@@ -32,7 +32,38 @@ def test_module_defines_no_globals_and_returns_its_entry_points(lua_runtime):
     script = LuaScript(text, lua_runtime, module=True)
     assert script.g.slurm_job_submit is None and script.g.slurm_job_modify is None
     assert text.rstrip().endswith("return M")
-    assert 'require("slurmgpu_tiers")' in text  # the header shows how to use it
+    # the header shows how to use it: never a bare require (a missing module would stop
+    # slurmctld), fill before the site's rules
+    assert 'pcall(require, "slurmgpu_tiers")' in text and "require(" not in text
+    assert "slurmgpu.fill(job_desc, part_list, submit_uid)" in text
+
+
+MODULE_POLICY = EXAMPLE.parents[1] / "tests" / "data" / "tiers" / "policy-module.toml"
+# the short partition allows 30 minutes (MaxTime), gpu has no limit
+CAPPED = {"gpu": (1, True), "short": (1, False, 30)}
+
+
+def test_fill_gives_the_site_rules_the_kind_limits_bounded_by_max_time(lua_runtime):
+    """#33: the kind's partition and time limit are filled by `fill`, before the site's rules
+    (so they check them), and never above the partition's MaxTime, in both modes."""
+    policy = load_policy(MODULE_POLICY)
+    module = LuaScript(render_job_submit(policy, module=True), lua_runtime, module=True)
+    whole = LuaScript(render_job_submit(policy), lua_runtime)
+    out = module.fill({"comment": "kind=training"}, partitions=CAPPED)
+    assert out.rc == SUCCESS
+    assert out.writes == {"partition": "gpu", "time_limit": 4320}  # no tier decided yet
+    out = module.fill({"comment": "kind=quick"}, partitions=CAPPED)
+    assert out.writes == {"partition": "short", "time_limit": 30}
+    for script in (module, whole):
+        out = script.submit({"comment": "kind=quick"}, partitions=CAPPED)
+        assert out.rc == SUCCESS and out.writes["time_limit"] == 30
+        # the user's own limit is the user's: Slurm's partition limits judge it
+        out = script.submit({"comment": "kind=quick", "time_limit": 90}, partitions=CAPPED)
+        assert "time_limit" not in out.writes
+    # a wrong tag is left to job_submit to refuse
+    out = module.fill({"comment": "kind=nope"}, partitions=CAPPED)
+    assert out.rc == SUCCESS and out.writes == {}
+    assert module.submit({"comment": "kind=nope"}, partitions=CAPPED).rc != SUCCESS
 
 
 JOBS = [
@@ -150,14 +181,14 @@ def _gen(args, monkeypatch, lupa: bool, lua51: bool):
 def test_check_says_exactly_what_ran(tmp_path, monkeypatch):
     out = tmp_path / "job_submit.lua"
     res = _gen(["--check", "-o", str(out)], monkeypatch, lupa=True, lua51=True)
-    assert res.exit_code == 0, res.output
+    assert res.exit_code == 3, res.output  # written
     assert f"wrote {out}\n" in res.stderr
     assert (
         f"slurmgpu: {out}: checked: luac5.1 -p, dry run in lua51 (lupa), dry run in lua54 (lupa)"
         in res.stderr
     )
     res = _gen(["--module", "--check", "-o", str(out)], monkeypatch, lupa=False, lua51=True)
-    assert res.exit_code == 0, res.output
+    assert res.exit_code == 3, res.output
     assert f"slurmgpu: {out}: checked: luac5.1 -p, dry run in lua5.1\n" in res.stderr
     assert "touch the site's job_submit.lua" in res.output
     assert out.read_text().rstrip().endswith("return M")
@@ -167,7 +198,7 @@ def test_check_never_says_checked_when_nothing_ran(tmp_path, monkeypatch):
     monkeypatch.setattr(lua_check, "luac_available", lambda: None)
     out = tmp_path / "job_submit.lua"
     res = _gen(["--check", "-o", str(out)], monkeypatch, lupa=False, lua51=False)
-    assert res.exit_code == 0, res.output
+    assert res.exit_code == 3, res.output
     assert (
         f"slurmgpu: {out}: NOT checked: no luac5.1 for the compile check; neither lupa nor "
         "lua5.1 for the dry run"

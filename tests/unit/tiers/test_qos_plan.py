@@ -58,8 +58,26 @@ def test_matching_state_is_nothing_to_do():
 
     # slurmdbd may hand the description back in another case: still ours, still equal
     live = [NORMAL, *(replace(q, description=q.description.upper()) for q in desired_qos(POLICY))]
-    plan = build_plan(POLICY, live, [], GOOD_CONFIG)
+    assocs = [Association("c", a, None, ("p1", "p2")) for a in ("prod", "rnd")]
+    assocs[0] = Association("c", "prod", None, ("p0", "p1", "p2"))
+    plan = build_plan(POLICY, live, assocs, GOOD_CONFIG)
     assert plan.nothing_to_do and plan.warnings == () and plan.notes == ()
+
+
+def test_accounts_and_users_slurmdbd_does_not_know_are_warned_about():
+    """#33: a policy account (or user) with no association passed silently: a typo there
+    leaves a tier unreachable. The plan warns, naming the tier and the cluster."""
+    from dataclasses import replace
+
+    policy = replace(POLICY, tiers=(replace(POLICY.tiers[0], users=("zed",)), *POLICY.tiers[1:]))
+    assocs = [Association("c", "prod", None), Association("c", "prod", "amy")]
+    plan = build_plan(policy, desired_qos(policy), assocs, GOOD_CONFIG)
+    assert plan.warnings == (
+        "tier P0 names user zed, who has no association in slurmdbd on cluster c: the user "
+        "cannot run jobs in any tier yet (a typo, or `sacctmgr add user zed account=...` first)",
+        "tier P1 names account rnd, which slurmdbd does not know on cluster c: no job "
+        "reaches the tier through it (a typo, or `sacctmgr add account rnd` first)",
+    )
 
 
 def test_modify_only_what_differs():

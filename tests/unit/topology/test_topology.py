@@ -186,12 +186,12 @@ def test_cli_writes_atomically_with_backup_and_diff(tmp_path):
     args = ["gen-topology", "--switches", str(fabric), "--nodes", "dgx[01-04]"]
     args += ["--slurm-version", "24.05", "--output-dir", str(out)]
     diff = runner.invoke(main, [*args, "--diff"])
-    assert diff.exit_code == 1, diff.output  # like diff(1): they differ
+    assert diff.exit_code == 3, diff.output  # they differ (docs/acting.md, exit codes)
     assert "-SwitchName=old Nodes=dgx01" in diff.output
     assert "+SwitchName=spine Switches=leaf[1-2]" in diff.output
     assert (out / "topology.conf").read_text() == "SwitchName=old Nodes=dgx01\n"
     done = runner.invoke(main, args)
-    assert done.exit_code == 0, done.output
+    assert done.exit_code == 3, done.output  # written
     assert "SwitchName=spine Switches=leaf[1-2]" in (out / "topology.conf").read_text()
     assert (out / "topology.conf.bak").read_text() == "SwitchName=old Nodes=dgx01\n"
     assert not (out / "topology.yaml").exists()  # 24.05 reads only topology.conf

@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 import pytest
 
 from slurmgpu.errors import OutputError, UsageError
-from slurmgpu.util.emit import emit, emit_files
+from slurmgpu.util.emit import EXIT_CHANGED, emit, emit_files
 from slurmgpu.util.journal import (
     JournalError,
     append_record,
@@ -21,10 +21,10 @@ from slurmgpu.util.journal import (
 from slurmgpu.util.lock import NodeLocked, node_locks
 
 
-def test_emit_diff_exits_like_diff_and_writes_nothing(tmp_path, capsys):
+def test_emit_diff_exits_3_when_they_differ_and_writes_nothing(tmp_path, capsys):
     target = tmp_path / "gres.conf"
     target.write_text("old\n")
-    assert emit("new\n", target, diff=True) == 1
+    assert emit("new\n", target, diff=True) == EXIT_CHANGED == 3
     out = capsys.readouterr()
     assert "-old" in out.out and "+new" in out.out and target.read_text() == "old\n"
     assert emit("old\n", target, diff=True) == 0
@@ -33,8 +33,8 @@ def test_emit_diff_exits_like_diff_and_writes_nothing(tmp_path, capsys):
 
 def test_emit_does_not_rewrite_an_unchanged_file(tmp_path, capsys):
     target = tmp_path / "gres.conf"
-    assert emit("a\n", target) == 0 and target.read_text() == "a\n"
-    assert emit("b\n", target) == 0 and (tmp_path / "gres.conf.bak").read_text() == "a\n"
+    assert emit("a\n", target) == EXIT_CHANGED and target.read_text() == "a\n"
+    assert emit("b\n", target) == EXIT_CHANGED and (tmp_path / "gres.conf.bak").read_text() == "a\n"
     before = target.stat().st_mtime_ns
     assert emit("b\n", target) == 0
     assert target.stat().st_mtime_ns == before and (tmp_path / "gres.conf.bak").read_text() == "a\n"
