@@ -411,6 +411,9 @@ def _is_utf8(block: bytes) -> bool:
     return True
 
 
+BOM = "\ufeff"
+
+
 def _header_of(
     acc: Accumulator, block: bytes, first: int, file: str, delimiter: str
 ) -> tuple[_Header | None, bytes, int]:
@@ -427,6 +430,8 @@ def _header_of(
             text = line.decode("latin-1")
             acc.latin1_lines += 1
         text = text.rstrip("\r")
+        if first == 1 and pos == 0:
+            text = text.removeprefix(BOM)  # an editor's UTF-8 byte order mark (`utf-8-sig`)
         pos = end + 1
         if not text.strip():
             acc.blank_lines += 1
