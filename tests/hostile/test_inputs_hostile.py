@@ -280,3 +280,42 @@ def test_forecast_says_when_a_shard_partition_cannot_be_counted(tmp_path):
     assert run.code == 0 and "warning" not in run.stderr, run.stderr
     doc = json.loads(run.stdout)
     assert [p["partition"] for p in doc["by_partition"]] == ["gpu", "shared"]
+
+
+# ---------------------------------------------------------------------------- more options
+
+
+@pytest.mark.parametrize("x", ["٢٤.٠٥", "２４.05", "24_0.05", "+24.05", "24.0٥"], ids=ascii)
+def test_slurm_versions_take_ascii_digits_only(x):
+    run = cli("analyze", "--sacct-file", SACCT, "--slurm-version", x)
+    assert_one_error(run, 2, says="Slurm version")
+    run = cli("mig", "plan", "--snapshot", SNAPSHOT, "--demand", "3g=1", "--format", "gres",
+              "--slurm-version", x)  # fmt: skip
+    assert_one_error(run, 2, says="Slurm version")
+
+
+@pytest.mark.parametrize("x", ["٣", "²", "３", "1_0", "+1"], ids=ascii)
+def test_rebalance_floor_for_takes_ascii_digits_only(x):
+    assert_one_error(cli("rebalance", "plan", "--floor-for", f"gpu={x}"), 2, says="--floor-for")
+
+
+@pytest.mark.parametrize("x", ["٣", "²", "３", "1_0", "+1", " 1 2"], ids=ascii)
+def test_replay_slurm_conf_numbers_take_ascii_digits_only(x):
+    from slurmgpu.replay.slurm_config import parse_slurm_conf, sched_config
+
+    for text in (
+        f"PriorityWeightQOS={x}",
+        f"SchedulerParameters=bf_window={x}",
+        f"AuthInfo=auth/munge,cred_expire={x}",
+        f"PriorityMaxAge={x}-0",
+    ):
+        with pytest.raises(UsageError):
+            sched_config(parse_slurm_conf(text))
+
+
+def test_replay_slurm_conf_with_a_byte_order_mark_reads_its_first_key():
+    from slurmgpu.replay.slurm_config import parse_slurm_conf, sched_config
+
+    plain = sched_config(parse_slurm_conf("PriorityWeightQOS=7000\n"))
+    assert sched_config(parse_slurm_conf("\ufeffPriorityWeightQOS=7000\n")) == plain
+    assert plain.priority_weight_qos == 7000
