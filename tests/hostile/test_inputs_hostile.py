@@ -319,3 +319,19 @@ def test_replay_slurm_conf_with_a_byte_order_mark_reads_its_first_key():
     plain = sched_config(parse_slurm_conf("PriorityWeightQOS=7000\n"))
     assert sched_config(parse_slurm_conf("\ufeffPriorityWeightQOS=7000\n")) == plain
     assert plain.priority_weight_qos == 7000
+
+
+def test_json_dump_key_twice_is_refused_naming_it(tmp_path):
+    dump = ROOT / "tests" / "data" / "sacct" / "slurm-24.11-harness.json"
+    data = dump.read_bytes()
+    assert data.count(b'"partition":') > 1
+    path = tmp_path / "dup.json"
+    path.write_bytes(data.replace(b'"partition":', b'"partition": "other", "partition":', 1))
+    run = cli("analyze", "--sacct-file", path)
+    assert_one_error(run, 1, says="key 'partition' appears twice")
+    bom = tmp_path / "bom.json"
+    bom.write_bytes(b"\xef\xbb\xbf" + data)
+    want = cli("analyze", "--sacct-file", dump, "--format", "json")
+    run = cli("analyze", "--sacct-file", bom, "--format", "json")
+    assert run.code == 0 and want.code == 0, run.stderr
+    assert json.loads(run.stdout)["totals"] == json.loads(want.stdout)["totals"]
