@@ -22,6 +22,7 @@ from __future__ import annotations
 import csv
 import math
 import os
+import stat
 from array import array
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -97,11 +98,31 @@ def read_rows(path: str | os.PathLike[str]) -> Rows:
     """The file's rows; DemandFileError naming the file and line for anything that is not a
     demand row. A UTF-8 byte order mark before the header is skipped."""
     name = os.fspath(path)
+    try:
+        regular = stat.S_ISREG(os.stat(name).st_mode)
+    except OSError as exc:
+        raise DemandFileError(f"{name}: cannot read: {exc.strerror or exc}") from None
+    if not regular:  # /dev/zero, a FIFO: read without end (or wait for a writer)
+        raise DemandFileError(f"{name}: not a regular file (a device, FIFO or socket)")
     with open(name, encoding="utf-8-sig", newline="") as fh:
         try:
-            return _rows(csv.reader(fh), name)
+            return _rows(csv.reader(_lines(fh, name)), name)
         except csv.Error as exc:
             raise DemandFileError(f"{name}: not CSV: {exc}") from None
+
+
+MAX_LINE = 1 << 20  # characters of one line: a demand row is a few dozen
+
+
+def _lines(fh, name: str):
+    """The file's lines, none longer than MAX_LINE (a file without line ends is not read
+    whole into one line)."""
+    number = 0
+    while line := fh.readline(MAX_LINE + 1):
+        number += 1
+        if len(line) > MAX_LINE:
+            raise DemandFileError(f"{name} line {number}: longer than {MAX_LINE} characters")
+        yield line
 
 
 def _header(header: list[str] | None, name: str) -> tuple[int, list[int]]:

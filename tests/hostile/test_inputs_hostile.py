@@ -11,7 +11,7 @@ import pytest
 from slurmgpu.errors import UsageError
 from slurmgpu.model.changes import parse_change
 from slurmgpu.util.units import parse_size_mib
-from tests.hostile.conftest import EXAMPLES, ROOT, assert_one_error, cli
+from tests.hostile.conftest import EXAMPLES, ROOT, assert_one_error, cli, proc
 
 SNAPSHOT = EXAMPLES / "dgx-a100-mig.json"
 SACCT = ROOT / "tests" / "data" / "sacct" / "synthetic-mix.txt"
@@ -245,7 +245,8 @@ def test_a_dump_a_year_long_at_one_minute_is_refused(tmp_path):
     path = tmp_path / "year.txt"
     path.write_text(head + row.format(1, T0, T0, T0 + 3600) + row.format(2, t1, t1, t1 + 3600))
     run = cli("forecast", "--sacct-file", path, "--freq", "1m")
-    assert_one_error(run, 2, says="use --freq 3m")
+    msg = assert_one_error(run, 2, says="the history spans 365 days: at --freq 1m")
+    assert "use --freq " in msg
 
 
 # ---------------------------------------------------------------------------- shards
@@ -335,3 +336,29 @@ def test_json_dump_key_twice_is_refused_naming_it(tmp_path):
     run = cli("analyze", "--sacct-file", bom, "--format", "json")
     assert run.code == 0 and want.code == 0, run.stderr
     assert json.loads(run.stdout)["totals"] == json.loads(want.stdout)["totals"]
+
+
+# ---------------------------------------------------------------------------- endless input
+
+
+@pytest.mark.parametrize("option", ["--sacct-file", "--demand-file"])
+def test_devices_and_fifos_are_refused_not_read_without_end(tmp_path, option):
+    import os
+
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    command = "analyze" if option == "--sacct-file" else "forecast"
+    for path in ("/dev/zero", fifo):
+        run = proc(command, option, path, timeout=60)
+        assert_one_error(run, 1, says="not a regular file")
+
+
+@pytest.mark.parametrize("option", ["--sacct-file", "--demand-file"])
+def test_a_file_without_line_ends_is_refused_early(tmp_path, option):
+    path = tmp_path / "one-line"
+    with open(path, "wb") as fh:
+        for _ in range(80):
+            fh.write(b"x" * 2**20)
+    command = "analyze" if option == "--sacct-file" else "forecast"
+    run = cli(command, option, path)
+    assert_one_error(run, 1, says="longer than")
