@@ -362,3 +362,22 @@ def test_a_file_without_line_ends_is_refused_early(tmp_path, option):
     command = "analyze" if option == "--sacct-file" else "forecast"
     run = cli(command, option, path)
     assert_one_error(run, 1, says="longer than")
+
+
+def test_idle_what_if_file_with_a_byte_order_mark_reads_as_without(tmp_path):
+    from slurmgpu.replay.idle_reclaim import read_cuts
+
+    doc = {"jobs": [{"job": "7", "start": "2025-11-03T00:00:00Z",
+                     "action_at": "2025-11-03T02:00:00Z"}]}  # fmt: skip
+    plain, bom = tmp_path / "idle.json", tmp_path / "bom.json"
+    plain.write_text(json.dumps(doc))
+    bom.write_bytes(b"\xef\xbb\xbf" + json.dumps(doc).encode())
+    assert read_cuts(str(bom)) == read_cuts(str(plain))
+    assert read_cuts(str(plain))[0].action_s - read_cuts(str(plain))[0].start_s == 7200
+
+
+def test_demand_file_gpus_beyond_any_cluster_are_refused(tmp_path):
+    for x in ("1e300", "1e8", "99999999999"):
+        body = GOOD.replace(f"{T0 + 3600},gpu,11\n", f"{T0 + 3600},gpu,{x}\n")
+        run = cli("forecast", "--demand-file", _demand_file(tmp_path, body))
+        assert_one_error(run, 1, says="line 3: gpus")
