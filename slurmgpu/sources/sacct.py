@@ -17,6 +17,7 @@ Query decisions (see docs/accounting.md):
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Iterator, Mapping, Sequence
 from datetime import datetime
@@ -165,7 +166,11 @@ def _time(value: Any) -> str:
     v = _number(value)
     if v in (None, 0, "UNLIMITED"):
         return "Unknown"
-    return str(int(v))
+    if isinstance(v, float) and math.isfinite(v):
+        return str(int(v))
+    # anything else as its text, which the loader's time parser takes in ASCII digits only or
+    # rejects with the row (int() read "٣" as 3, and Infinity was an OverflowError)
+    return str(v)
 
 
 def _tres(items: Any) -> str:

@@ -381,3 +381,21 @@ def test_demand_file_gpus_beyond_any_cluster_are_refused(tmp_path):
         body = GOOD.replace(f"{T0 + 3600},gpu,11\n", f"{T0 + 3600},gpu,{x}\n")
         run = cli("forecast", "--demand-file", _demand_file(tmp_path, body))
         assert_one_error(run, 1, says="line 3: gpus")
+
+
+@pytest.mark.parametrize(
+    "value", ["Infinity", "-Infinity", "NaN", "1e400", '"٣"', '"１７９６３２３６００"', "true"]
+)
+def test_json_dump_times_not_numbers_reject_their_row(tmp_path, value):
+    dump = ROOT / "tests" / "data" / "sacct" / "slurm-24.11-harness.json"
+    text = dump.read_text()
+    first = '"submission": 1796323600'
+    assert first in text
+    path = tmp_path / "bad.json"
+    path.write_text(text.replace(first, f'"submission": {value}', 1))
+    want = json.loads(cli("analyze", "--sacct-file", dump, "--format", "json").stdout)
+    run = cli("analyze", "--sacct-file", path, "--format", "json")
+    assert run.code == 0, run.stderr
+    got = json.loads(run.stdout)["totals"]
+    assert got["rows_rejected"] == want["totals"]["rows_rejected"] + 1
+    assert got["rejected_reasons"] == {"bad Submit time": 1}
