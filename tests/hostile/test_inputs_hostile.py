@@ -399,3 +399,19 @@ def test_json_dump_times_not_numbers_reject_their_row(tmp_path, value):
     got = json.loads(run.stdout)["totals"]
     assert got["rows_rejected"] == want["totals"]["rows_rejected"] + 1
     assert got["rejected_reasons"] == {"bad Submit time": 1}
+
+
+def test_sweep_file_with_a_byte_order_mark_reads_as_without(tmp_path):
+    from slurmgpu.replay import read_sweep
+
+    text = "# two moves\nmove:short:gpu:8\nmove:gpu:short:4\n"
+    plain, bom = tmp_path / "sweep.txt", tmp_path / "bom.txt"
+    plain.write_text(text)
+    bom.write_bytes(b"\xef\xbb\xbf" + text.encode())
+    assert read_sweep(bom) == read_sweep(plain) and len(read_sweep(plain)) == 2
+    bom.write_bytes(b"\xef\xbb\xbfmove:short:gpu:8\n")  # the BOM before a change, not a comment
+    assert read_sweep(bom) == read_sweep(plain)[:1]
+    bad = tmp_path / "bad.txt"
+    bad.write_text("move:short:gpu:٨\n")
+    with pytest.raises(UsageError, match=r"bad\.txt:1: .*'٨'"):
+        read_sweep(bad)
