@@ -77,9 +77,12 @@ def check_buckets(
     fits = next((f for f in FREQS if f > freq_s and need(f) <= MAX_BYTES), None)
     head = (
         f"{where} spans {_span_text(span_s)}: at --freq {freq_text(freq_s)} that is "
-        f"{int(span_s // freq_s)} buckets of {series} series, about "
+        f"{int(span_s // freq_s)} buckets of {series} series and {-(-horizon_s // freq_s)} "
+        "ahead, about "
         f"{need(freq_s) / 2**20:.0f} MiB, more than the forecast's {MAX_BYTES // 2**20} MiB"
     )
     if fits is not None:
-        raise UsageError(f"{head}: use --freq {freq_text(fits)} or coarser, or a shorter history")
-    raise UsageError(f"{head}: give a shorter history (--since, --train-until)")
+        raise UsageError(
+            f"{head}: use --freq {freq_text(fits)} or coarser, or a shorter history or horizon"
+        )
+    raise UsageError(f"{head}: give a shorter history (--since, --train-until) or --horizon")
