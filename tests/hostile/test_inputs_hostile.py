@@ -415,3 +415,15 @@ def test_sweep_file_with_a_byte_order_mark_reads_as_without(tmp_path):
     bad.write_text("move:short:gpu:٨\n")
     with pytest.raises(UsageError, match=r"bad\.txt:1: .*'٨'"):
         read_sweep(bad)
+
+
+@pytest.mark.parametrize("size", ["٣G", "１６G", "1_6G", "+16G", "nan", "inf"], ids=ascii)
+def test_policy_gpu_memory_sizes_take_ascii_digits_only(tmp_path, size):
+    policy = tmp_path / "policy.toml"
+    base = (ROOT / "etc" / "slurmgpu.toml").read_text()
+    policy.write_text(base + f'\n[gpu_memory]\nt4 = "{size}"\n')
+    run = cli("analyze", "--sacct-file", SACCT, "--policy", policy)
+    assert_one_error(run, 1, says="policy")
+    assert "gpu_memory.t4: not a memory size" in run.stderr
+    policy.write_text(base + '\n[gpu_memory]\nt4 = "16G"\n')
+    assert cli("analyze", "--sacct-file", SACCT, "--policy", policy).code == 0
