@@ -37,7 +37,7 @@ _T_MAX = np.datetime64(f"{TIME_MAX_YEAR}-01-01T00:00:00", "s")
 def time_reason(name: str, text: str | None, timezone: str) -> str:
     """Why a Submit/Start/End value was rejected (called for bad values only)."""
     value = (text or "").strip()
-    if re.match(_ISO, value) and timezone not in ("UTC", "Z", "+00:00"):
+    if re.match(_ISO, value, re.ASCII) and timezone not in ("UTC", "Z", "+00:00"):
         import pandas as pd
 
         try:
@@ -54,7 +54,7 @@ def time_reason(name: str, text: str | None, timezone: str) -> str:
                 f"{name} time {value!r} occurs twice in {timezone} (DST change); "
                 "dump with TZ=UTC or SLURM_TIME_FORMAT=%s"
             )
-    if re.match(_EPOCH, value) or re.match(_ISO, value):
+    if re.match(_EPOCH, value, re.ASCII) or re.match(_ISO, value, re.ASCII):
         return f"{name} time {value!r} outside {TIME_MIN_YEAR}..{TIME_MAX_YEAR}"
     return f"bad {name} time {value!r}"
 

@@ -24,6 +24,7 @@ from __future__ import annotations
 import gzip
 import io
 import os
+import stat
 import zlib
 from collections import Counter, deque
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
@@ -70,6 +71,8 @@ FREE_TEXT_COLUMNS = ("JobName", "AdminComment", "Comment", "SystemComment", "Rea
 # text per chunk: 8 MiB is ~25k sacct lines; peak memory is a small multiple of it, and
 # larger chunks measured slower (1M lines: 8 MiB 7.2 s / 0.39 GiB, 32 MiB 8.2 s / 0.65 GiB)
 DEFAULT_CHUNK_BYTES = 8 * 1024 * 1024
+# a sacct line is at most a few KB (long NodeLists, comments); one without end is not a dump
+MAX_LINE_BYTES = 64 * 1024 * 1024
 # chunks normalized at once (pyarrow compute releases the GIL); at least 1
 WORKERS = max(1, min(4, os.cpu_count() or 1))
 _GZIP_MAGIC = b"\x1f\x8b"
@@ -79,8 +82,12 @@ _GZIP_MAGIC = b"\x1f\x8b"
 
 
 def open_binary(path: str | os.PathLike[str]) -> io.BufferedIOBase:
-    """Open a sacct dump as bytes, gunzipping when it starts with the gzip magic bytes."""
+    """Open a sacct dump as bytes, gunzipping when it starts with the gzip magic bytes. Only
+    a regular file: a dump is read more than once, and `/dev/zero` or a FIFO without a writer
+    would be read (or waited on) without end."""
     try:
+        if not stat.S_ISREG(os.stat(path).st_mode):
+            raise SacctParseError(f"{path}: not a regular file (a device, FIFO or socket)")
         with open(path, "rb") as probe:
             magic = probe.read(2)
         if magic == _GZIP_MAGIC:
@@ -197,6 +204,11 @@ def _blocks(stream: io.BufferedIOBase, chunk_bytes: int, file: str = "") -> Iter
         data = carry + block if carry else block
         cut = data.rfind(b"\n")
         if cut < 0:
+            if len(data) > MAX_LINE_BYTES:
+                raise SacctParseError(
+                    f"{file}: a line longer than {MAX_LINE_BYTES >> 20} MiB after {offset} "
+                    "bytes: not sacct output"
+                )
             carry = data
             continue
         carry = data[cut + 1 :]
@@ -411,6 +423,9 @@ def _is_utf8(block: bytes) -> bool:
     return True
 
 
+BOM = "\ufeff"
+
+
 def _header_of(
     acc: Accumulator, block: bytes, first: int, file: str, delimiter: str
 ) -> tuple[_Header | None, bytes, int]:
@@ -427,6 +442,8 @@ def _header_of(
             text = line.decode("latin-1")
             acc.latin1_lines += 1
         text = text.rstrip("\r")
+        if first == 1 and pos == 0:
+            text = text.removeprefix(BOM)  # an editor's UTF-8 byte order mark (`utf-8-sig`)
         pos = end + 1
         if not text.strip():
             acc.blank_lines += 1

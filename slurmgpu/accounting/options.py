@@ -20,7 +20,7 @@ from slurmgpu.model.measure import MeasureSource
 # Slurm 24.05 changed gres/gpuutil and gres/gpumem of a step to sums over its GPUs
 # (CHANGELOG/slurm-24.05.md: "gpuutil/gpumem will record sums of all GPUS in the step").
 USAGE_SUMS_FROM = (24, 5)
-_VERSION = re.compile(r"^(\d+)\.(\d+)(?:\.(\d+))?$")
+_VERSION = re.compile(r"([0-9]{1,4})\.([0-9]{1,4})(?:\.([0-9]{1,4}))?")  # ASCII digits
 
 
 @dataclass(frozen=True)
@@ -109,7 +109,7 @@ class AnalysisOptions:
 
 def parse_version(text: str) -> tuple[int, int]:
     """`"24.05"` / `"24.05.3"` -> (24, 5)."""
-    m = _VERSION.match(text.strip())
+    m = _VERSION.fullmatch(text.strip())
     if not m:
         raise UsageError(f"Slurm version {text!r}: use MAJOR.MINOR such as 24.05")
     return int(m.group(1)), int(m.group(2))

@@ -7,7 +7,8 @@ from datetime import UTC, datetime, timedelta
 
 from slurmgpu.errors import UsageError
 
-_RELATIVE = re.compile(r"^(?P<n>\d+(?:\.\d+)?)(?P<unit>[smhdw])$")
+# ASCII digits only: a regex `\d` (and float()) also read `٣` or `３` as 3 (issue #33)
+_RELATIVE = re.compile(r"(?P<n>[0-9]{1,12}(?:\.[0-9]{1,6})?)(?P<unit>[smhdw])")
 _UNIT_S = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
 EARLIEST = datetime(1970, 1, 1, tzinfo=UTC)
 LATEST = datetime(2200, 1, 1, tzinfo=UTC)
@@ -16,7 +17,7 @@ LATEST = datetime(2200, 1, 1, tzinfo=UTC)
 def parse_when(text: str, *, now: datetime, option: str = "--since") -> datetime:
     """`"7d"` -> now - 7 days; `"2026-12-01"` / `"2026-12-01T08:00"` -> that time in UTC."""
     value = text.strip()
-    m = _RELATIVE.match(value)
+    m = _RELATIVE.fullmatch(value)
     if m:
         seconds = float(m.group("n")) * _UNIT_S[m.group("unit")]
         try:
@@ -31,6 +32,8 @@ def parse_when(text: str, *, now: datetime, option: str = "--since") -> datetime
     if value == "now":
         return now
     try:
+        if not value.isascii():
+            raise ValueError(value)
         t = datetime.fromisoformat(value.replace("Z", "+00:00"))
     except ValueError:
         raise UsageError(

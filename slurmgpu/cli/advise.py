@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import click
 
+from slurmgpu.cli import strict
 from slurmgpu.cli.replay import replay as _replay_command
 
 # the cluster-model options advise shares with replay (same names, same meaning)
@@ -25,13 +26,17 @@ SHARED = ("sacct_files", "store", "clusters", "capacity", "inventories", "per_no
 )
 @click.option(
     "--max-changes",
-    type=click.IntRange(min=1, max=10),
+    type=strict.IntRange(min=1, max=10),
     default=3,
     show_default=True,
     help="Changes in the plan at most (greedy: one more each step while it helps).",
 )
 @click.option(
-    "--seed", type=int, default=0, show_default=True, help="Seed of the perturbed replays."
+    "--seed",
+    type=strict.Int(),
+    default=0,
+    show_default=True,
+    help="Seed of the perturbed replays.",
 )
 @click.option(
     "--format",

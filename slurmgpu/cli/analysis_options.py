@@ -9,6 +9,8 @@ from typing import Any
 
 import click
 
+from slurmgpu.cli import strict
+
 MAX_SHARDS_PER_GPU = 65_536
 MAX_GPUS_PER_NODE = 1_024
 
@@ -81,7 +83,7 @@ _OPTIONS = [
     ),
     click.option(
         "--chunk-hours",
-        type=click.FloatRange(min=0, min_open=True),
+        type=strict.FloatRange(min=0, min_open=True),
         default=24.0,
         show_default=True,
         help="Live text query: one sacct call per this many hours (bounds memory).",
@@ -222,11 +224,16 @@ def accel_capacity_option(values: Any) -> dict[str, float]:
     """`["npu:910b=16"]` -> {"npu:910b": 16.0}; a UsageError names the form."""
     from slurmgpu.accounting.capacity import MAX_CAPACITY_GPUS
     from slurmgpu.errors import UsageError
+    from slurmgpu.util import numbers
 
     out: dict[str, float] = {}
     for value in values or ():
         name, _, count = str(value).partition("=")
-        ok = _ACCEL_KIND.match(name) and count.isdigit() and 0 < int(count) <= MAX_CAPACITY_GPUS
+        ok = (
+            _ACCEL_KIND.fullmatch(name)
+            and numbers.is_ascii_digits(count)  # not `٣`, `²` (isdigit takes them)
+            and 0 < int(count) <= MAX_CAPACITY_GPUS
+        )
         if not ok or name in out:
             raise UsageError(
                 f"--accel-capacity {value}: use GRES=DEVICES once per kind, e.g. npu:910b=16"

@@ -240,11 +240,12 @@ def _rebalance_options(f):
 def _opts(floor, floor_for, min_pending, min_idle, cooldown, max_moves):
     from slurmgpu.errors import UsageError
     from slurmgpu.fleet.rebalance import RebalanceOptions
+    from slurmgpu.util import numbers
 
     floors = {}
     for item in floor_for:
         name, sep, value = item.partition("=")
-        if not sep or not value.isdigit():
+        if not sep or not numbers.is_ascii_digits(value):  # not `٣` or `²` (isdigit takes them)
             raise UsageError(f"--floor-for {item!r}: use PARTITION=N")
         floors[name] = int(value)
     return RebalanceOptions(floor, floors, min_pending, min_idle, cooldown, max_moves)

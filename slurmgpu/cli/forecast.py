@@ -59,9 +59,10 @@ def forecast(
     history = analysis_options_from(
         analysis, files=list(sacct_files), since=t_since, until=t_until, now=now
     )
-    text = render_forecast(
-        run_forecast(ForecastOptions(history, freq, horizon, by, demand_file)), fmt
-    )
+    result = run_forecast(ForecastOptions(history, freq, horizon, by, demand_file))
+    for warning in result.warnings:
+        click.secho(f"slurmgpu: warning: {warning}", err=True, fg="yellow")
+    text = render_forecast(result, fmt)
     if output == "-":
         click.echo(text, nl=False)
     else:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import click
 
+from slurmgpu.cli import strict
 from slurmgpu.cli.emit_options import emit_options, exit_with
 from slurmgpu.errors import UsageError
 
@@ -142,7 +143,7 @@ def _slurm_version(text: str | None):
 @click.option(
     "--shards-per-gpu",
     default=None,
-    type=click.IntRange(min=1),
+    type=strict.IntRange(min=1),
     help="Add Name=shard Count=N (N >= 1) per whole GPU (default: no shards).",
 )
 @click.option(

@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import click
 
+from slurmgpu.cli import strict
+
 FORMATS = ("text", "mig-parted", "gres")
 
 
@@ -51,7 +53,7 @@ def mig() -> None:
     "--keep-whole",
     default=0,
     show_default=True,
-    type=click.IntRange(min=0),
+    type=strict.IntRange(min=0),
     help="GPUs per node that stay whole (for training jobs).",
 )
 @click.option(

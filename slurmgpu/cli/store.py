@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import click
 
+from slurmgpu.cli import strict
+
 
 @click.command("ingest")
 @click.option("--store", required=True, type=click.Path(), help="The store directory.")
@@ -37,7 +39,7 @@ import click
 )
 @click.option(
     "--chunk-hours",
-    type=click.FloatRange(min=0, min_open=True),
+    type=strict.FloatRange(min=0, min_open=True),
     default=24.0,
     show_default=True,
     help="Live query: one sacct call per this many hours (bounds memory).",
@@ -98,7 +100,7 @@ def compact(path: str, before: str | None, dry_run: bool) -> None:
 @click.option(
     "--keep-months",
     required=True,
-    type=int,
+    type=strict.Int(),
     help="Keep this many months, the current one counted; drop older month partitions.",
 )
 @_DRY

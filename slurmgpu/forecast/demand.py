@@ -22,7 +22,7 @@ than the GPUs it held.
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -215,14 +215,15 @@ def demand_series(
     freq_s: int,
     by_slice: bool = False,
     need_models: Mapping[str, Any] | None = None,
+    check: Callable[[int, int], None] | None = None,
 ) -> DemandSeries:
     """Demand per partition (or per (partition, slice)) over the whole buckets of
     [since, until), the grid aligned to UTC multiples of `freq_s` (the first bucket starts at
-    or after `since`)."""
+    or after `since`). `check(buckets, series)` is called before the grid is allocated (the
+    forecast's memory bound raises there)."""
     lo = int(np.ceil(((since - np.datetime64(0, "s")) / SECOND) / freq_s)) * freq_s
     hi = int(((until - np.datetime64(0, "s")) / SECOND) // freq_s) * freq_s
     n = max((hi - lo) // freq_s, 0)
-    edges = lo + freq_s * np.arange(n + 1, dtype=float)
     iv = intervals_of(frame, until, need_models if by_slice else None)
     running: dict[Key, np.ndarray] = {}
     pending: dict[Key, np.ndarray] = {}
@@ -231,6 +232,9 @@ def demand_series(
         masks = [((p, k), (iv.partition == p) & (iv.slice == k)) for p, k in groups]
     else:
         masks = [(p, iv.partition == p) for p in sorted(set(iv.partition.tolist()))]
+    if check is not None:
+        check(n, len(masks))
+    edges = lo + freq_s * np.arange(n + 1, dtype=float)
     for part, mine in masks:
         for pend, out in ((False, running), (True, pending)):
             m = mine & (iv.pending == pend)

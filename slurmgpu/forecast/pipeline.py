@@ -26,10 +26,10 @@ from typing import Any
 import numpy as np
 
 from slurmgpu.errors import UsageError
-from slurmgpu.forecast import models
+from slurmgpu.forecast import budget, models
 from slurmgpu.forecast.demand import DemandSeries, demand_series
 
-_DURATION = re.compile(r"^(?P<n>\d+)(?P<unit>m|min|h|d|w)$")
+_DURATION = re.compile(r"(?P<n>[0-9]{1,9})(?P<unit>m|min|h|d|w)")  # ASCII digits only
 _UNIT_S = {"m": 60, "min": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
 MAX_HORIZON_S = 92 * 86400
 LOW_Q, HIGH_Q = 0.10, 0.90
@@ -37,7 +37,7 @@ LOW_Q, HIGH_Q = 0.10, 0.90
 
 def parse_duration(text: str, option: str) -> int:
     """`1h`, `30m`, `7d`, `2w` -> seconds (> 0); UsageError naming the option otherwise."""
-    m = _DURATION.match(text.strip())
+    m = _DURATION.fullmatch(text)
     seconds = int(m.group("n")) * _UNIT_S[m.group("unit")] if m else 0
     if seconds <= 0:
         raise UsageError(f"{option} {text!r}: use a positive duration such as 30m, 1h, 1d, 7d")
@@ -120,6 +120,8 @@ class Forecast:
     by_partition: tuple[PartitionForecast, ...]
     notes: tuple[str, ...] = field(default=())
     by: str = "partition"
+    # what the CLI also says on stderr (`slurmgpu: warning:`): demand the series left out
+    warnings: tuple[str, ...] = field(default=())
 
     def slices(self, partition: str | None = None) -> tuple[PartitionForecast, ...]:
         """The per-slice forecasts (`by == "slice"`), of one partition or of all."""
@@ -469,8 +471,11 @@ class ForecastOptions:
     need_models: Mapping[str, Any] | None = None
 
 
-def _history(options: ForecastOptions, freq_s: int) -> tuple[DemandSeries, list[str]]:
-    """The demand series: from the demand file, or from the accounting read like `analyze`."""
+def _history(
+    options: ForecastOptions, freq_s: int, horizon_s: int
+) -> tuple[DemandSeries, list[str]]:
+    """The demand series: from the demand file, or from the accounting read like `analyze`;
+    a span too long for `freq_s` (`budget.check_buckets`) refused before it is allocated."""
     if options.demand_file is not None:
         from slurmgpu.forecast.demand_file import demand_file_series
 
@@ -479,7 +484,11 @@ def _history(options: ForecastOptions, freq_s: int) -> tuple[DemandSeries, list[
         if options.by != "partition":
             raise UsageError("--by slice: a --demand-file has no slices; use --by partition")
         got = demand_file_series(
-            options.demand_file, freq_s, options.analysis.since, options.analysis.until
+            options.demand_file,
+            freq_s,
+            options.analysis.since,
+            options.analysis.until,
+            horizon_s=horizon_s,
         )
         return got.series, list(got.notes)
     from slurmgpu.accounting import analyze
@@ -489,11 +498,49 @@ def _history(options: ForecastOptions, freq_s: int) -> tuple[DemandSeries, list[
     since, until = result.document.window.since, result.document.window.until
     by_slice = options.by == "slice"
     series = demand_series(
-        result.frame, to64(since), to64(until), freq_s, by_slice, options.need_models
+        result.frame,
+        to64(since),
+        to64(until),
+        freq_s,
+        by_slice,
+        options.need_models,
+        check=lambda buckets, n: budget.check_buckets(buckets * freq_s, freq_s, horizon_s, n),
     )
+    unknown = shard_runs_uncounted(result.frame)
     if not series.partitions:
+        if unknown:
+            raise UsageError(
+                "no GPU demand in the history: "
+                + "; ".join(_shard_warning(p, k) for p, k in unknown.items())
+            )
         raise UsageError("no GPU jobs in the history: nothing to forecast")
-    return series, []
+    return series, [_shard_warning(p, k) for p, k in unknown.items()]
+
+
+SHARD_NOTE = "gres/shard runs not counted"
+
+
+def _shard_warning(partition: str, runs: int) -> str:
+    return (
+        f"{partition}: {runs} {SHARD_NOTE} (shards per GPU unknown, their demand would be 0): "
+        f"give --shards-per-gpu {partition}=N (the Count of shards per GPU in gres.conf)"
+    )
+
+
+def shard_runs_uncounted(frame: Any) -> dict[str, int]:
+    """{partition: runs} of gres/shard runs whose GPU share is unknown (no shards per GPU
+    for their partition, neither given nor read from the cluster): they hold no GPUs in the
+    demand series, so a shard partition would drop out of the forecast without a word."""
+    if "shard_fraction_known" not in frame or not len(frame):
+        return {}
+    known = frame["shard_fraction_known"].to_numpy(dtype=bool, na_value=True)
+    equiv = frame["gpu_equiv"].to_numpy(dtype=float, na_value=np.nan)
+    lost = ~known & np.isnan(equiv)
+    if not lost.any():
+        return {}
+    parts = frame["partition"].to_numpy(dtype=object, na_value="")[lost]
+    names, counts = np.unique(parts.astype(str), return_counts=True)
+    return {str(n): int(k) for n, k in zip(names, counts, strict=True)}
 
 
 def forecast(options: ForecastOptions) -> Forecast:
@@ -503,7 +550,7 @@ def forecast(options: ForecastOptions) -> Forecast:
     steps = parse_horizon(options.horizon, freq_s)
     if options.by not in ("partition", "slice"):
         raise UsageError(f"--by {options.by!r}: use partition or slice")
-    series, notes = _history(options, freq_s)
+    series, notes = _history(options, freq_s, parse_duration(options.horizon, "--horizon"))
     backtests, forecasts = forecast_series(series, steps)
     for b in backtests:
         if b.kept_idle:
@@ -527,6 +574,7 @@ def forecast(options: ForecastOptions) -> Forecast:
             "no 1-week lag"
         )
     return Forecast(
+        warnings=tuple(n for n in notes if SHARD_NOTE in n),
         freq_s=freq_s,
         horizon_buckets=steps,
         history_from=_dt(start_s),

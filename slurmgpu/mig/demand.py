@@ -17,12 +17,15 @@ from dataclasses import dataclass
 
 from slurmgpu.errors import UsageError
 from slurmgpu.model.catalog import GpuModel, MigProfile
+from slurmgpu.util import numbers
 
-_ITEM = re.compile(r"^(?P<what>\d+g(?:\.\d+gb(?:\+me)?)?)=(?P<count>\d+)$")
+# ASCII digits only (a regex `\d` and int() also read `٣` as 3, issue #33)
+_ITEM = re.compile(r"(?P<what>[0-9]{1,2}g(?:\.[0-9]{1,4}gb(?:\+me)?)?)=(?P<count>[^=]*)")
+MAX_INSTANCES = 100_000  # instances of one item at once: beyond any cluster
 # headroom over a run's measured GPU memory before a slice counts as big enough
 MEMORY_MARGIN = 1.10
 PERCENTILE = 0.95
-_PROFILE_IN = re.compile(r"(\d+g)\.\d+gb")
+_PROFILE_IN = re.compile(r"([0-9]+g)\.[0-9]+gb")
 
 
 @dataclass(frozen=True)
@@ -42,10 +45,17 @@ def parse_demand(values: Iterable[str]) -> Demand:
     """`["1g.10gb=6", "3g=2"]` -> Demand; a malformed item is a UsageError naming it."""
     counts: dict[str, int] = {}
     for value in values:
-        m = _ITEM.match(value.strip().lower())
+        m = _ITEM.fullmatch(value.strip(" \t").lower())
         if not m:
             raise UsageError(f"--demand {value!r}: expected PROFILE=COUNT, e.g. 1g.10gb=4 or 3g=2")
-        counts[m.group("what")] = counts.get(m.group("what"), 0) + int(m.group("count"))
+        try:
+            count = numbers.whole(m.group("count"), 0, MAX_INSTANCES, "COUNT")
+        except ValueError:
+            raise UsageError(
+                f"--demand {value[:60]!r}: expected PROFILE=COUNT, COUNT a whole number from 0 "
+                f"to {MAX_INSTANCES} in ASCII digits"
+            ) from None
+        counts[m.group("what")] = counts.get(m.group("what"), 0) + count
     if not counts or not any(counts.values()):
         raise UsageError("--demand: nothing asked for (give PROFILE=COUNT with COUNT > 0)")
     return Demand(tuple((k, v) for k, v in counts.items() if v > 0))
@@ -56,7 +66,7 @@ def profile_for(model: GpuModel, item: str) -> MigProfile | None:
     exact = model.profile(item)
     if exact is not None:
         return exact
-    m = re.fullmatch(r"(\d+)g", item)
+    m = re.fullmatch(r"([0-9]+)g", item)
     if not m:
         return None
     sized = [

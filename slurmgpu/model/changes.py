@@ -22,9 +22,14 @@ import re
 from dataclasses import dataclass
 
 from slurmgpu.errors import UsageError
+from slurmgpu.util import numbers
 
 _NAME = re.compile(r"[A-Za-z0-9_.+-]+")
-_PROFILE = re.compile(r"\d+g\.\d+gb(\+me)?")
+_PROFILE = re.compile(r"[0-9]{1,2}g\.[0-9]{1,4}gb(\+me)?")  # ASCII digits (`\d` takes `٣`)
+# the largest count a change takes: GPUs, MIG instances, shards; a QOS priority or grace time
+# is a uint32 in Slurm
+MAX_COUNT = 1_000_000
+MAX_UINT32 = 2**32 - 1
 PREEMPT_MODES = ("requeue", "cancel", "off")
 
 
@@ -34,10 +39,15 @@ def _name(text: str, what: str, change: str) -> str:
     return text
 
 
-def _count(text: str, what: str, change: str, minimum: int = 1) -> int:
-    if not text.isdigit() or int(text) < minimum:
-        raise UsageError(f"change {change!r}: {what} {text!r} must be a whole number >= {minimum}")
-    return int(text)
+def _count(text: str, what: str, change: str, minimum: int = 1, maximum: int = MAX_COUNT) -> int:
+    """ASCII digits (`util.numbers.whole`: not `٨`, `²`, `1_0`, `+1`), minimum..maximum."""
+    try:
+        return numbers.whole(text, minimum, maximum, what)
+    except ValueError:
+        raise UsageError(
+            f"change {change!r}: {what} {text[:40]!r} must be a whole number from {minimum} "
+            f"to {maximum} in ASCII digits"
+        ) from None
 
 
 @dataclass(frozen=True)
@@ -179,9 +189,9 @@ def _parse_tier(qos: str, body: str, text: str) -> TierChange:
         if not sep or key in values:
             raise UsageError(f"change {text!r}: {item!r} is not a new KEY=VALUE")
         if key == "priority":
-            values[key] = _count(value, "priority", text, 0)
+            values[key] = _count(value, "priority", text, 0, MAX_UINT32)
         elif key == "grace_s":
-            values[key] = _count(value, "grace_s", text, 0)
+            values[key] = _count(value, "grace_s", text, 0, MAX_UINT32)
         elif key == "preempts":
             names = () if value == "none" else tuple(value.split("+"))
             values[key] = tuple(_name(n, "QOS", text) for n in names)

@@ -293,7 +293,7 @@ def _check_qos(change: Change, model: ClusterModel, trace: ReplayTrace) -> None:
 def read_sweep(path: str | os.PathLike[str]) -> tuple[Change, ...]:
     """A sweep file: one change per line (`#` comments and blank lines ignored)."""
     try:
-        with open(path, encoding="utf-8") as fh:
+        with open(path, encoding="utf-8-sig") as fh:  # a UTF-8 byte order mark is dropped
             lines = fh.read().splitlines()
     except OSError as exc:
         raise UsageError(f"--sweep {os.fspath(path)}: {exc.strerror}") from None

@@ -31,7 +31,7 @@ class Cut:
 def read_cuts(path: str) -> list[Cut]:
     """The flagged runs of an idle JSON document; UsageError naming the file otherwise."""
     try:
-        with open(path, encoding="utf-8") as fh:
+        with open(path, encoding="utf-8-sig") as fh:  # a UTF-8 byte order mark is dropped
             doc = json.load(fh)
     except OSError as exc:
         raise UsageError(f"change 'idle:{path}': {exc.strerror}") from None

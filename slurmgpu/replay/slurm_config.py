@@ -12,8 +12,10 @@ from dataclasses import replace
 
 from slurmgpu.errors import UsageError
 from slurmgpu.replay.engine import SchedConfig
+from slurmgpu.util import numbers
 
-_DURATION = re.compile(r"(?:(?P<d>\d+)-)?(?P<rest>[\d:]+)")
+# ASCII digits only (`\d`, isdigit() and int() take `٣`; isdigit() takes `²`, issue #33)
+_DURATION = re.compile(r"(?:(?P<d>[0-9]{1,6})-)?(?P<rest>[0-9:]{1,20})")
 
 
 def slurm_minutes(text: str, key: str) -> int:
@@ -36,6 +38,7 @@ def slurm_minutes(text: str, key: str) -> int:
 def parse_slurm_conf(text: str) -> dict[str, str]:
     """slurm.conf (or `scontrol show config`) text -> {Key: value} (comments dropped)."""
     out: dict[str, str] = {}
+    text = text.removeprefix("\ufeff")  # a UTF-8 byte order mark: not part of the first key
     for line in text.splitlines():
         line = line.split("#", 1)[0].strip()
         key, sep, value = line.partition("=")
@@ -55,7 +58,7 @@ def sched_config(settings: Mapping[str, str], base: SchedConfig | None = None) -
         value = lower.get(key.lower())
         if value is None:
             return None
-        if not value.strip().isdigit():
+        if not numbers.is_ascii_digits(value.strip()):
             raise UsageError(f"{key}={value!r}: not a whole number")
         return int(value)
 
@@ -78,7 +81,8 @@ def sched_config(settings: Mapping[str, str], base: SchedConfig | None = None) -
         key, _, value = item.strip().partition("=")
         if key == "defer":  # a job's end no longer runs the main scheduler at once
             changes["sched_on_end"] = False
-        if key in ("bf_interval", "bf_max_job_test", "bf_window") and not value.isdigit():
+        whole = numbers.is_ascii_digits(value)
+        if key in ("bf_interval", "bf_max_job_test", "bf_window") and not whole:
             raise UsageError(f"SchedulerParameters {item!r}: not a whole number")
         if key == "bf_interval":
             changes["bf_interval_s"] = max(int(value), 1)
@@ -98,7 +102,7 @@ def _requeue_delay_s(authinfo: str) -> int | None:
     for item in authinfo.split(","):
         key, _, value = item.strip().partition("=")
         if key.strip().lower() == "cred_expire":
-            if not value.strip().isdigit():
+            if not numbers.is_ascii_digits(value.strip()):
                 raise UsageError(f"AuthInfo cred_expire={value!r}: not a whole number")
             return int(value) + 1
     return None

@@ -17,6 +17,7 @@ Query decisions (see docs/accounting.md):
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Iterator, Mapping, Sequence
 from datetime import datetime
@@ -103,13 +104,33 @@ def sacct_json(
     return doc
 
 
+class _KeyTwice(Exception):
+    """A JSON object with a key given twice (json.loads keeps the last one silently)."""
+
+
+def _no_key_twice(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    out = dict(pairs)
+    if len(out) != len(pairs):
+        seen: set[str] = set()
+        for key, _ in pairs:
+            if key in seen:
+                raise _KeyTwice(key)
+            seen.add(key)
+    return out
+
+
 def json_dump_records(data: bytes, name: str) -> Iterator[dict[str, str]]:
     """The rows of a saved `sacct --json` document (`sacct --json ... > dump.json`), checked
     like the live query's: JSON, an object with a `jobs` list, no `errors` entries."""
     import json
 
     try:
-        doc = json.loads(data.decode("utf-8-sig"))
+        doc = json.loads(data.decode("utf-8-sig"), object_pairs_hook=_no_key_twice)
+    except _KeyTwice as exc:
+        raise SacctParseError(
+            f"{name}: key {exc.args[0]!r} appears twice in one object of the sacct --json "
+            "document (which value is meant is not known)"
+        ) from None
     except (UnicodeDecodeError, ValueError) as exc:
         raise SacctParseError(f"{name}: not a sacct --json document ({exc})") from None
     if not isinstance(doc, dict) or not isinstance(doc.get("jobs"), list):
@@ -145,7 +166,11 @@ def _time(value: Any) -> str:
     v = _number(value)
     if v in (None, 0, "UNLIMITED"):
         return "Unknown"
-    return str(int(v))
+    if isinstance(v, float) and math.isfinite(v):
+        return str(int(v))
+    # anything else as its text, which the loader's time parser takes in ASCII digits only or
+    # rejects with the row (int() read "٣" as 3, and Infinity was an OverflowError)
+    return str(v)
 
 
 def _tres(items: Any) -> str:

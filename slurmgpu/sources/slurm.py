@@ -122,7 +122,7 @@ def parse_gres_string(text: str) -> list[GresItem]:
 
 def parse_slurm_version(text: str) -> tuple[int, int, int]:
     """`"24.05"` -> (24, 5, 0), `"24.05.5"` -> (24, 5, 5); a `--slurm-version` option value."""
-    m = re.fullmatch(r"\s*(\d{2})\.(\d{1,2})(?:\.(\d+))?\s*", text)
+    m = re.fullmatch(r"\s*(\d{2})\.(\d{1,2})(?:\.(\d{1,4}))?\s*", text, re.ASCII)  # not `٢٤`
     if not m:
         raise UsageError(f"not a Slurm version: {text!r} (use e.g. 22.05 or 24.05.5)")
     return int(m.group(1)), int(m.group(2)), int(m.group(3) or 0)
