@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import click
 
-from slurmgpu.cli import strict
 from slurmgpu.cli.replay import replay as _replay_command
+from slurmgpu.util import strict
 
 # the cluster-model options advise shares with replay (same names, same meaning)
 SHARED = ("sacct_files", "store", "clusters", "capacity", "inventories", "per_node",

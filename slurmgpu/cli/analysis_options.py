@@ -9,7 +9,7 @@ from typing import Any
 
 import click
 
-from slurmgpu.cli import strict
+from slurmgpu.util import strict
 
 MAX_SHARDS_PER_GPU = 65_536
 MAX_GPUS_PER_NODE = 1_024

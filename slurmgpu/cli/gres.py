@@ -8,9 +8,9 @@ from __future__ import annotations
 
 import click
 
-from slurmgpu.cli import strict
 from slurmgpu.cli.emit_options import emit_options, exit_with
 from slurmgpu.errors import UsageError
+from slurmgpu.util import strict
 
 
 def _warn(message: str, *, loud: bool = False) -> None:

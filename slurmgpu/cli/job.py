@@ -5,6 +5,7 @@ from __future__ import annotations
 import click
 
 from slurmgpu.measure.options import measure_options
+from slurmgpu.util import strict
 
 
 @click.command("job")
@@ -13,7 +14,7 @@ from slurmgpu.measure.options import measure_options
 @click.option("--now", "now_text", help="Take this ISO time as now.")
 @click.option(
     "--idle-min",
-    type=click.FloatRange(min=0, min_open=True),
+    type=strict.FloatRange(min=0, min_open=True),
     default=10.0,
     show_default=True,
     help="Shortest idle stretch shown (minutes; the policy's util_pct is the threshold).",

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import click
 
+from slurmgpu.util import strict
+
 WORKDIR_DEFAULT = "slurmgpu-sweep"
 
 
@@ -107,7 +109,7 @@ WORKDIR_DEFAULT = "slurmgpu-sweep"
 )
 @click.option(
     "--processes",
-    type=click.IntRange(min=1),
+    type=strict.IntRange(min=1),
     default=None,
     help="Parallel replays (default: the CPUs, at most one per change).",
 )
@@ -303,7 +305,7 @@ def sweep_options(params: dict):
 
 @click.command("replay-task", hidden=True)
 @click.argument("run_dir", type=click.Path(file_okay=False))
-@click.option("--index", type=click.IntRange(min=0), help="Default: $SLURM_ARRAY_TASK_ID.")
+@click.option("--index", type=strict.IntRange(min=0), help="Default: $SLURM_ARRAY_TASK_ID.")
 def replay_task(run_dir: str, index: int | None) -> None:
     """One task of a `replay --via-slurm` sweep: replay one candidate, write its result."""
     from slurmgpu.replay.sweep import replay_task as run_task

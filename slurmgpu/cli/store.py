@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import click
 
-from slurmgpu.cli import strict
+from slurmgpu.util import strict
 
 
 @click.command("ingest")

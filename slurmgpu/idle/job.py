@@ -154,7 +154,7 @@ def _find(job_id: str, policy: Policy | None, env) -> tuple[IdleJob, int | None]
         user_name_and_uid,
     )
 
-    if not job_id.replace("_", "").isdigit():
+    if not (job_id.isascii() and job_id.replace("_", "").isdigit()):
         raise UsageError(f"{job_id!r}: not a job id")
     empty = policy or Policy(tiers=(), kinds=(), partitions=(), default_tier="")
     # `scontrol show job ARRAYID` lists every task of the array (and a het leader's id every

@@ -23,6 +23,7 @@ import click
 
 from slurmgpu.errors import UsageError
 from slurmgpu.model.measure import MeasureSource
+from slurmgpu.util import strict
 
 SCHEMA_NAMES = ("dcgm", "jobstats", "slurmgpu")
 
@@ -142,14 +143,14 @@ def measure_options(command: Callable[..., Any]) -> Callable[..., Any]:
         click.option(
             "--prometheus-timeout",
             "prometheus_timeout_s",
-            type=click.FloatRange(min=0.1),
+            type=strict.FloatRange(min=0.1),
             default=30.0,
             show_default=True,
             help="Seconds for a whole request (connect, headers, body).",
         ),
         click.option(
             "--prometheus-batch",
-            type=click.IntRange(min=1, max=500),
+            type=strict.IntRange(min=1, max=500),
             default=40,
             show_default=True,
             help="Runs per request.",

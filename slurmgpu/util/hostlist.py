@@ -22,6 +22,11 @@ class ExpansionLimitError(LimitError, ValueError):
     range as 'unknown' (the accounting loader's array ranges) keep doing so."""
 
 
+def _ascii_digits(text: str) -> bool:
+    """`str.isdigit` takes digits of every script (`٣`, `１`, `²`); Slurm reads ASCII only."""
+    return text.isascii() and text.isdigit()
+
+
 def _id_ranges(text: str) -> list[tuple[int, int]]:
     """`"0-3,8"` -> [(0, 3), (8, 8)], checked but not expanded."""
     ranges = []
@@ -30,7 +35,7 @@ def _id_ranges(text: str) -> list[tuple[int, int]]:
         if not part:
             raise ValueError(f"empty element in id list {text!r}")
         lo_s, sep, hi_s = part.partition("-")
-        if not lo_s.strip().isdigit() or (sep and not hi_s.strip().isdigit()):
+        if not _ascii_digits(lo_s.strip()) or (sep and not _ascii_digits(hi_s.strip())):
             raise ValueError(f"malformed element {part!r} in id list {text!r}")
         lo = int(lo_s)
         hi = int(hi_s) if sep else lo
@@ -163,7 +168,7 @@ def _bracket_choices(body: str, item: str) -> list[str]:
     for rng in body.split(","):
         rng = rng.strip()
         lo_s, sep, hi_s = rng.partition("-")
-        if not lo_s.isdigit() or (sep and not hi_s.isdigit()):
+        if not _ascii_digits(lo_s) or (sep and not _ascii_digits(hi_s)):
             raise ValueError(f"malformed range {rng!r} in {item!r}")
         if not sep:
             choices.append(rng)
@@ -181,7 +186,7 @@ def _bracket_choices(body: str, item: str) -> list[str]:
     return choices
 
 
-_TAIL_NUM = re.compile(r"^(?P<prefix>.*?)(?P<num>\d+)(?P<suffix>\D*)$")
+_TAIL_NUM = re.compile(r"^(?P<prefix>.*?)(?P<num>[0-9]+)(?P<suffix>[^0-9]*)$")
 
 
 def compress_hostlist(names: Iterable[str]) -> str:

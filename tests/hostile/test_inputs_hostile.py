@@ -94,10 +94,12 @@ def test_mig_plan_demand_ascii_still_plans():
     assert "demand 1g.10gb=3" in run.stdout
 
 
-@pytest.mark.parametrize("x", NOT_NUMBERS, ids=IDS)
+# spaces around a CSV field (or a line end after it) are the same value: covered below
+NOT_CSV_NUMBERS = [x for x in NOT_NUMBERS if x.strip() != "1"]
+
+
+@pytest.mark.parametrize("x", NOT_CSV_NUMBERS, ids=[ascii(x) for x in NOT_CSV_NUMBERS])
 def test_demand_file_values_take_ascii_digits_only(tmp_path, x):
-    if x.strip() == "1":
-        pytest.skip("spaces around a CSV field (or a line end after it): covered below")
     body = GOOD.replace(f"{T0 + 3600},gpu,11\n", f"{T0 + 3600},gpu,{x}\n")
     run = cli("forecast", "--demand-file", _demand_file(tmp_path, body))
     assert_one_error(run, 1, says="line 3: gpus")
