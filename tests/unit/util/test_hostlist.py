@@ -31,7 +31,7 @@ def test_parse_id_list(text: str, expected: list[int]) -> None:
     assert parse_id_list(text) == expected
 
 
-@pytest.mark.parametrize("bad", ["3-1", "1,,2", "a", "1-b"])
+@pytest.mark.parametrize("bad", ["3-1", "1,,2", "a", "1-b", "٣", "0-３", "²"])
 def test_parse_id_list_rejects(bad: str) -> None:
     with pytest.raises(ValueError):
         parse_id_list(bad)
@@ -138,3 +138,14 @@ def test_count_id_list_counts_without_expanding() -> None:
     assert count_id_list("") == 0
     with pytest.raises(ValueError):
         count_id_list("3-1")
+
+
+@pytest.mark.parametrize("bad", ["gpu[٣-٥]", "gpu[0-３]", "gpu[²]"])
+def test_expand_hostlist_reads_ascii_digits_only(bad: str) -> None:
+    """str.isdigit takes other scripts' digits; Slurm's hostlists are ASCII."""
+    with pytest.raises(ValueError):
+        expand_hostlist(bad)
+
+
+def test_compress_hostlist_numbers_are_ascii() -> None:
+    assert compress_hostlist(["gpu٣", "gpu01", "gpu02"]) == "gpu[01-02],gpu٣"
