@@ -279,3 +279,17 @@ def node_options(site: MigSite, change: MigChange, config_file: Path, journal_di
         journal_dir=journal_dir,
         gres_options=replace(gres, node_name=change.node),
     )
+
+
+def recover_options(site: MigSite, journal: Any, journal_dir: Path) -> Any:
+    """`mig apply --recover`'s options for a journal a killed pass left (its node, config)."""
+    from slurmgpu.render.gres import GresOptions
+
+    gres = site.apply.gres_options or GresOptions()
+    return replace(
+        site.apply,
+        node=journal.node,
+        config_name=journal.config_name,
+        journal_dir=journal_dir,
+        gres_options=replace(gres, node_name=journal.node),
+    )

@@ -35,13 +35,19 @@ class LiveWorld:
 
         return sacct_text(since, until, env=self.env)
 
-    def apply(self, plan: Any, log: Path) -> str:
-        """`rebalance apply`'s journaled change; returns the time of its journal entry."""
-        from slurmgpu.fleet.rebalance import LogEntry, apply_plan
-        from slurmgpu.util.journal import read_records
+    def apply(self, plan: Any, log: Path, **kw: Any) -> str:
+        """`rebalance apply`'s journaled change (`fleet.rebalance.apply_plan`: the nodes'
+        locks, the live partitions and `recheck` read again under them, intent logged first);
+        `kw`: its `recheck`, `by`, `stamp`. Returns the time of its journal entry."""
+        from slurmgpu.fleet.rebalance import apply_plan
 
-        apply_plan(plan, log, self.env, partitions_conf=self.partitions_conf)
-        return read_records(log, LogEntry)[-1].time
+        return apply_plan(plan, log, self.env, partitions_conf=self.partitions_conf, **kw)
+
+    def recover(self, log: Path) -> list[str]:
+        """Finish or undo a killed pass's half-made move (`fleet.rebalance.recover_pending`)."""
+        from slurmgpu.fleet.rebalance import recover_pending
+
+        return recover_pending(log, self.env, partitions_conf=self.partitions_conf)
 
     def undo(self, log: Path) -> Any:
         from slurmgpu.fleet.rebalance import undo_last
@@ -70,6 +76,12 @@ class LiveWorld:
         from slurmgpu.mig.apply import apply_config, slurmd_check
 
         return apply_config(opts, validate_gres=slurmd_check)
+
+    def mig_recover(self, opts: Any) -> Any:
+        """`slurmgpu mig apply --recover` of one node: its journal finished or rolled back."""
+        from slurmgpu.mig.apply import recover, slurmd_check
+
+        return recover(opts, validate_gres=slurmd_check)
 
     def mig_emit(self, site: Any, opts: Any, directory: Path) -> list[Path]:
         """`mig apply --emit DIR` from the node's inventory: the new gres.conf (and

@@ -204,10 +204,14 @@ class LogEntry:
         return None
 
 
-def _entries(log: Path) -> list[LogEntry]:
+def entries(log: Path) -> list[LogEntry]:
+    """The change log's entries, each validated (none yet: [])."""
     from slurmgpu.util.journal import read_records
 
     return read_records(log, LogEntry)
+
+
+_entries = entries
 
 
 def _now() -> str:

@@ -101,8 +101,24 @@ class MigWorld:
         (directory / "gres.conf").write_text(f"# new gres.conf of {opts.node}\n")
         return [directory / "gres.conf"]
 
-    def apply(self, plan, log):
+    def apply(self, plan, log, **kw):
         raise AssertionError("no node move in these tests")
+
+    def mig_recover(self, opts):
+        """`mig apply --recover` as the real one ends for a run killed before start_slurmd:
+        rolled back (its journal says so; the layouts were never changed here)."""
+        from slurmgpu.mig.apply import Journal
+
+        self.calls.append(f"mig recover {opts.node} {opts.config_name} {opts.journal_dir}")
+        journal = Journal.load(opts.journal, opts.node)
+        journal.state, journal.error = "rolled-back", "apply_layout: killed"
+        journal.save(opts.journal)
+        return journal
+
+    def recover(self, log):
+        from slurmgpu.fleet.rebalance import recover_pending
+
+        return recover_pending(log, live=lambda env: self.partitions())
 
 
 def mig_holds(state: StateDir) -> list[tuple[str, ...]]:
@@ -366,7 +382,9 @@ def test_dry_run_and_propose_call_no_scontrol_update_nor_mig_apply(mig_setup, tm
     assert prop.status == "proposed", prop
     calls = log.read_text().splitlines()
     assert calls and all(c.startswith(("scontrol show", "squeue ")) for c in calls), calls
-    assert not (state.root / "locks").exists() and not list(state.root.glob("mig-apply-*"))
+    from slurmgpu.util.lock import lock_dir
+
+    assert not list(lock_dir().glob("*.lock")) and not list(state.root.glob("mig-apply-*"))
     assert gres.read_text() == "NodeName=gpu03 Name=gpu Type=h100 File=/dev/nvidia[0-7]\n"
     emitted = state.proposal(prop.change_id) / "gpu03"
     assert "1g.10gb" in (emitted / "gres.conf").read_text()
@@ -374,7 +392,7 @@ def test_dry_run_and_propose_call_no_scontrol_update_nor_mig_apply(mig_setup, tm
     # the same world in apply mode runs mig apply: it takes the node's lock and reads the node
     # live (no NVML here: it fails before draining, and the pass says so)
     done = live(mode="apply")
-    assert done.status == "failed" and (state.root / "locks" / "gpu03.lock").exists()
+    assert done.status == "failed" and (lock_dir() / "gpu03.lock").exists()
     assert any(r.startswith("mig apply gpu03: ") for r in done.refusals), done.refusals
 
 
@@ -479,3 +497,28 @@ def test_collector_summaries_stand_in_for_gpumem_in_the_forecast_and_the_replay(
     assert np.allclose(measured.need_mib, 5000.0), measured.need_mib
     assert np.isnan(bare_trace.need_mib).all()
     assert measured.measure_notes == ()
+
+
+def test_a_carve_killed_inside_mig_apply_is_recovered_before_the_layouts_are_read(
+    mig_setup,
+) -> None:
+    """Issue 33: a pass killed inside its `mig apply` leaves the node's journal running; the
+    next pass recovers it (mig apply --recover, with its --mig-* options) before it reads
+    any layout, and only then decides."""
+    from slurmgpu.mig.apply import Journal
+
+    run, world, state, _ = mig_setup
+    state.root.mkdir(parents=True)
+    Journal("gpu03", "slurmgpu-ap-gpu03", done=["drain", "wait_jobs"]).save(
+        state.root / "mig-apply-gpu03.json"
+    )
+    res = run(mode="apply")
+    assert world.calls[0] == f"mig recover gpu03 slurmgpu-ap-gpu03 {state.root}", world.calls
+    assert "recovered: the killed mig apply of gpu03: rolled-back" in res.notes, res.notes
+    assert res.status == "applied"  # then the pass read the (whole) layouts and carved
+    # a journal that cannot be trusted stops the pass with one line, nothing read or done
+    (state.root / "mig-apply-gpu03.json").write_text("{}")
+    world.calls.clear()
+    held = run(mode="apply", now=NOW + dt.timedelta(days=2))
+    assert held.status == "held" and world.calls == [] and len(held.refusals) == 1
+    assert "mig-apply-gpu03.json" in held.refusals[0]
