@@ -255,7 +255,7 @@ def judge_carve(p, trace, ropts, plans, changes, carves, refusals) -> CarveDecis
         return refuse(why)
     if tuple(plan.changes) != (text,):
         return refuse(f"the replay's plan {list(plan.changes)} is not the carve {text}")
-    why = guardrails.budget(p.guard, len(changes), guardrails.nodes_today(p.records, p.now))
+    why = guardrails.budget(p.guard, len(changes), p.today())
     if why:
         return refuse(why)
     new_yaml, old_yaml = _yaml_pair(plans, changes)

@@ -127,7 +127,7 @@ def decide(p: Any, advice: Any, forecast: Sequence[tuple[str, float, float]]) ->
             )
             parts[change.source].remove(name)
             parts[change.target].append(name)
-    why = guardrails.budget(p.guard, len(moves), guardrails.nodes_today(p.records, p.now))
+    why = guardrails.budget(p.guard, len(moves), p.today())
     if why:
         return refuse(*refusals, why)
     return Decision(tuple(moves), changes, score, predicted, tuple(refusals))

@@ -140,6 +140,24 @@ def nodes_today(records: Sequence[ChangeRecord], now: dt.datetime) -> int:
     )
 
 
+def moved_by_others(log: Any, records: Sequence[ChangeRecord], now: dt.datetime) -> int:
+    """Nodes moved in the 24 hours before `now` by other commands (`rebalance apply`), from
+    the node-move journal the autopilot shares with them: its applies that no autopilot
+    record names."""
+    from slurmgpu.fleet.rebalance import entries
+
+    ours = {r.rebalance_time for r in records if r.action == "apply" and r.rebalance_time}
+    day = (now - dt.timedelta(days=1)).astimezone().replace(tzinfo=None)
+    return sum(
+        len(e.moves)
+        for e in entries(log)
+        if e.action == "apply"
+        and e.time not in ours
+        and not e.by.startswith("autopilot")
+        and dt.datetime.fromisoformat(e.time).replace(tzinfo=None) > day
+    )
+
+
 def budget(guard: AutopilotPolicy, wanted: int, today: int) -> str | None:
     """Refuses a change of `wanted` nodes that breaks the per-pass or the per-day limit."""
     if wanted > guard.max_nodes_per_pass:

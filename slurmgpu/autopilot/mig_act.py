@@ -162,7 +162,7 @@ def apply_approved_mig(p: Any, prop: Proposal, trace: Any) -> Any:
         why.append(
             guardrails.protected_jobs(c.node, p.world.jobs_on(c.node), p.opts.policy, p.guard)
         )
-    why.append(guardrails.budget(p.guard, len(prop.mig), guardrails.nodes_today(p.records, p.now)))
+    why.append(guardrails.budget(p.guard, len(prop.mig), p.today()))
     refusals = tuple(w for w in why if w)
     kw = dict(
         mig=prop.mig, changes=prop.changes, score=prop.score, predicted=prop.predicted,

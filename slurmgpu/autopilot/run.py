@@ -52,6 +52,8 @@ class AutopilotOptions:
     forecast_freq: str = "1h"
     forecast_horizon: str = "1d"
     partitions_conf: Path | None = None  # the include file rebalance owns (durable moves)
+    # the node-move journal shared with `rebalance apply` (None: STATE_DIR/rebalance.jsonl)
+    rebalance_log: Path | None = None
     mig: Any = None  # autopilot.carve.MigSite: MIG layouts decided from the forecast
 
 
@@ -96,6 +98,18 @@ class _Pass:
     written: list[str] = field(default_factory=list)
     scratch: Any = None  # a dry run's temporary directory for the sacct dump
     files: list[str] = field(default_factory=list)  # the history's files
+
+    @property
+    def log(self) -> Path:
+        """The node-move journal (`fleet.rebalance`), shared with `rebalance apply`."""
+        return Path(self.opts.rebalance_log or self.state.rebalance_log)
+
+    def today(self) -> int:
+        """Nodes changed in the last 24 hours: this autopilot's applies, and the moves that
+        others (`rebalance apply`) logged in the shared journal (the daily budget)."""
+        return guardrails.nodes_today(self.records, self.now) + guardrails.moved_by_others(
+            self.log, self.records, self.now
+        )
 
     def record(self, rec: ChangeRecord) -> None:
         if not self.opts.dry_run:
@@ -248,7 +262,7 @@ def _recover(p: _Pass) -> PassResult | None:
     one line naming it: its half-carved GPUs are no current layout). A dry run only says."""
     from slurmgpu.fleet.rebalance import pending_intents
 
-    log = p.state.rebalance_log
+    log = p.log
     if p.opts.dry_run:
         p.notes.extend(
             f"dry run: a killed pass's move of {e.time} is pending in {log}; a pass finishes "
@@ -376,7 +390,7 @@ def _rollback(p: _Pass, last: ChangeRecord, after: tuple[Observed, ...], reasons
             )
         )  # fmt: skip
     else:
-        undone = p.world.undo(p.state.rebalance_log)
+        undone = p.world.undo(p.log, last.rebalance_time)
         restored = ", ".join(f"{k}={v}" for k, v in sorted(undone.restored.items()))
         p.notes.append(f"rolled back change {last.id}: {restored or 'nothing left to restore'}")
         p.record(
@@ -489,7 +503,7 @@ def _act(p: _Pass, plan: Any, record: ChangeRecord) -> str | None:
     try:
         p.world.apply(
             plan,
-            p.state.rebalance_log,
+            p.log,
             recheck=lambda: _recheck(p, record.moves),
             by=f"autopilot {record.id}",
             stamp=stamp,
@@ -621,9 +635,7 @@ def _apply_approved(p: _Pass, prop: Proposal, trace: Any) -> PassResult:
         refusals.append(
             guardrails.protected_jobs(m.node, p.world.jobs_on(m.node), p.opts.policy, p.guard)
         )
-    refusals.append(
-        guardrails.budget(p.guard, len(prop.moves), guardrails.nodes_today(p.records, p.now))
-    )
+    refusals.append(guardrails.budget(p.guard, len(prop.moves), p.today()))
     why = tuple(r for r in refusals if r)
     kw = dict(
         moves=prop.moves,

@@ -49,10 +49,11 @@ class LiveWorld:
 
         return recover_pending(log, self.env, partitions_conf=self.partitions_conf)
 
-    def undo(self, log: Path) -> Any:
+    def undo(self, log: Path, stamp: str = "") -> Any:
+        """Undo the move logged at `stamp` (this pass's own, though the log is shared)."""
         from slurmgpu.fleet.rebalance import undo_last
 
-        return undo_last(log, self.env, partitions_conf=self.partitions_conf)
+        return undo_last(log, self.env, partitions_conf=self.partitions_conf, time=stamp or None)
 
     def emit(self, plan: Any, directory: Path) -> list[Path]:
         from slurmgpu.fleet.rebalance import emit_plan

@@ -376,6 +376,9 @@ def apply_plan(
     if not changed:
         return ""
     lists = {p: plan.after[p] for p in changed}
+    for name, members in lists.items():  # before anything is logged (a log line needs nodes)
+        if not members:
+            raise UsageError(f"refusing to leave partition {name} without nodes")
     if partitions_conf is not None:
         _include_change(partitions_conf, lists)  # refuses before anything is logged or set
     with node_locks(lock_dir(), [m.node for m in plan.moves], by):
@@ -538,11 +541,13 @@ def undo_last(
     *,
     partitions_conf: Path | None = None,
     live=None,
+    time: str | None = None,
 ) -> UndoResult:
     """Put back the node lists from before the last apply not undone yet, where the live
     partitions still have the apply's lists; one already as before (a reconfigure or restart
     undid the move) is reported unchanged; one changed since by someone else stops the undo.
-    The undo is logged once scontrol has done it."""
+    The undo is logged once scontrol has done it. `time`: undo that apply, not the last one
+    (the autopilot's rollback of its own move in the journal it shares with rebalance)."""
     from slurmgpu.sources import queue
     from slurmgpu.util.journal import append_record
     from slurmgpu.util.lock import lock_dir, node_locks
@@ -551,8 +556,10 @@ def undo_last(
     entries = _entries(log)
     undone = {e.undoes for e in entries if e.action == "undo"}
     applies = [e for e in entries if e.action == "apply" and e.time not in undone]
+    if time is not None:  # one given apply (the autopilot's own, in a shared log)
+        applies = [e for e in applies if e.time == time]
     if not applies:
-        raise UsageError(f"nothing to undo in {log}")
+        raise UsageError(f"nothing to undo in {log}" + (f" at {time}" if time else ""))
     last = applies[-1]
     conf = partitions_conf or (Path(last.partitions_conf) if last.partitions_conf else None)
     with node_locks(lock_dir(), [m.node for m in last.moves], "rebalance apply --undo"):

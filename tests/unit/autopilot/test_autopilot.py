@@ -140,11 +140,11 @@ class FakeWorld:
         self.calls[-1] = f"apply {[m.node for m in plan.moves]}"
         return stamp
 
-    def undo(self, log):
+    def undo(self, log, stamp=""):
         from slurmgpu.fleet.rebalance import undo_last
 
         with self._scontrol():
-            done = undo_last(log, live=self.live)
+            done = undo_last(log, live=self.live, time=stamp or None)
         self.calls = [c for c in self.calls if not c.startswith("set ")] + ["undo"]
         return done
 
@@ -663,3 +663,68 @@ def test_a_killed_mig_apply_is_never_read_as_the_current_layout(setup, tmp_path)
     assert len(res.refusals) == 1 and "a killed mig apply of gpu03 is pending" in res.refusals[0]
     assert "slurmgpu mig apply --recover --node gpu03" in res.refusals[0]
     assert read_changes(state)[-1].action == "hold"
+
+
+def _rebalance_move(world, log, node: str, source: str, target: str, when: dt.datetime) -> None:
+    """`rebalance apply` moving `node`, logged in the journal it shares with the autopilot."""
+    from slurmgpu.fleet.rebalance import apply_plan
+    from slurmgpu.model.rebalance import RebalancePlan
+
+    before = {k: tuple(sorted(v)) for k, v in world.parts.items() if k in (source, target)}
+    after = {
+        source: tuple(n for n in before[source] if n != node),
+        target: tuple(sorted((*before[target], node))),
+    }
+    plan = RebalancePlan((Move(node, source, target, "job 9 waited"),), before, after)
+    stamp = when.astimezone().replace(tzinfo=None).isoformat(timespec="seconds")
+    with world._scontrol():
+        apply_plan(plan, log, live=world.live, stamp=stamp)
+    world.calls.clear()
+
+
+def test_rebalance_and_autopilot_share_one_journal_budget_and_undo(setup, tmp_path) -> None:
+    run, world, state, plan = setup
+    shared = tmp_path / "rebalance.jsonl"  # `rebalance apply --log`'s
+    world.parts["spare"] = ["gpu06", "gpu07", "gpu08"]
+    _rebalance_move(world, shared, "gpu07", "spare", "infer", NOW - dt.timedelta(hours=2))
+    _rebalance_move(world, shared, "gpu08", "spare", "train", NOW - dt.timedelta(hours=1))
+    # 2 nodes moved today by rebalance: the autopilot's daily budget (2) is used up
+    res = run(rebalance_log=shared)
+    assert res.status == "held" and world.calls == [], res
+    assert "2 node(s) changed in the last 24 h + 1" in " ".join(res.refusals), res.refusals
+    # a day later it moves; rebalance moves another node after it; the rollback undoes the
+    # autopilot's own move, not rebalance's later one
+    t = (NOW + dt.timedelta(days=1)).timestamp()
+    plan["history"] = [("train", "P1", t - 3600, 100), ("infer", "P2", t - 3600, 900)]
+    assert run(now=NOW + dt.timedelta(days=1), rebalance_log=shared).status == "applied"
+    assert "gpu02" in world.parts["infer"]
+    world.parts["debug"] = ["gpu09", "gpu10"]
+    _rebalance_move(world, shared, "gpu09", "debug", "spare", NOW + dt.timedelta(days=1, minutes=9))
+    plan["history"] += [("train", "P1", t + 600, 5000), ("infer", "P2", t + 600, 100)]
+    res = run(now=NOW + dt.timedelta(days=1, hours=1), rebalance_log=shared)
+    assert res.status == "rolled-back", res
+    assert "gpu02" in world.parts["train"] and "gpu09" in world.parts["spare"]
+    from slurmgpu.fleet.rebalance import entries
+
+    log = entries(shared)
+    assert [(e.action, e.by) for e in log if e.action != "intent"][-2:] == [
+        ("apply", "rebalance apply"),
+        ("undo", ""),
+    ]
+    assert log[-1].undoes == read_changes(state)[-2].rebalance_time  # the autopilot's own
+    assert not state.rebalance_log.exists()
+
+
+def test_a_move_that_empties_a_partition_is_refused_before_it_is_logged(tmp_path) -> None:
+    from slurmgpu.fleet.rebalance import apply_plan, entries
+    from slurmgpu.model.rebalance import RebalancePlan
+
+    plan = RebalancePlan(
+        (Move("gpu07", "spare", "infer", "x"),),
+        {"spare": ("gpu07",), "infer": ("gpu03",)},
+        {"spare": (), "infer": ("gpu03", "gpu07")},
+    )
+    log = tmp_path / "rebalance.jsonl"
+    with pytest.raises(UsageError, match="refusing to leave partition spare without nodes"):
+        apply_plan(plan, log, live=lambda env: [])
+    assert entries(log) == []  # the log stays readable
