@@ -318,6 +318,11 @@ def _recover_mig(p: _Pass) -> PassResult | None:
 
         done = p.world.mig_recover(recover_options(p.opts.mig, journal, p.state.root))
         p.notes.append(f"recovered: the killed mig apply of {journal.node}: {done.state}")
+        last = _open_apply(p.records)
+        if done.state != "done" and last is not None and journal.node in last.nodes:
+            from slurmgpu.autopilot.mig_act import abort_killed
+
+            p.notes.append(f"change {last.id}: " + abort_killed(p, last, journal.node, done.state))
     return None
 
 

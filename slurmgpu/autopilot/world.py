@@ -72,11 +72,12 @@ class LiveWorld:
 
         return [nvml.read_inventory(site.apply.host_root)]
 
-    def mig_apply(self, opts: Any) -> Any:
-        """`slurmgpu mig apply` of one node: journaled, its lock held, gres.conf checked."""
+    def mig_apply(self, opts: Any, recheck: Any = None) -> Any:
+        """`slurmgpu mig apply` of one node: journaled, its lock held (`recheck` read under
+        it before anything is done), gres.conf checked."""
         from slurmgpu.mig.apply import apply_config, slurmd_check
 
-        return apply_config(opts, validate_gres=slurmd_check)
+        return apply_config(opts, validate_gres=slurmd_check, recheck=recheck)
 
     def mig_recover(self, opts: Any) -> Any:
         """`slurmgpu mig apply --recover` of one node: its journal finished or rolled back."""

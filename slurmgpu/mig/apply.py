@@ -804,10 +804,20 @@ def _lock(opts: ApplyOptions, what: str):
     return node_locks(lock_dir(), [opts.node], what)
 
 
-def apply_config(opts: ApplyOptions, **kwargs: Any) -> Journal:
-    """`slurmgpu mig apply`: run the workflow for one node, holding the node's lock (a second
-    apply of the node refuses at once), refusing a pending journal."""
+def apply_config(
+    opts: ApplyOptions,
+    *,
+    recheck: Callable[[], Sequence[str | None]] | None = None,
+    **kwargs: Any,
+) -> Journal:
+    """`slurmgpu mig apply`: run the workflow for one node, holding the node's lock (another
+    command holding it: waited for a bounded time, then refused), refusing a pending journal.
+    `recheck` (the caller's guardrails, read again under the lock before anything is done):
+    any reason it gives refuses the run, nothing touched."""
     with _lock(opts, f"mig apply {opts.config_name}"):
+        why = [w for w in (recheck() if recheck is not None else ()) if w]
+        if why:
+            raise MigApplyFailed(f"{opts.node}: not changed: {'; '.join(why)}")
         if opts.journal.exists():
             pending = Journal.load(opts.journal, opts.node)
             if pending.state == "running":

@@ -56,6 +56,10 @@ def slice_forecast(one_g: float = 2 / 7, three_g: float = 0.0) -> Forecast:
     return Forecast(3600, 2, t0, t0, t0, 10, 2, (), tuple(parts), by="slice")
 
 
+class KilledPass(BaseException):
+    """A SIGKILL of the pass: nothing after it runs."""
+
+
 class MigWorld:
     """Partitions, nodes, jobs and inventories; `mig_apply` records the node and the config
     and changes the inventory the way `mig apply` would (from the config file)."""
@@ -66,6 +70,8 @@ class MigWorld:
         self.jobs = jobs or {}
         self.calls: list[str] = []
         self.fail = fail
+        self.before_lock = lambda world: None  # what happens between the decision and the lock
+        self.kill = False
 
     def partitions(self):
         return [Partition(k, tuple(v)) for k, v in self.parts.items()]
@@ -79,8 +85,17 @@ class MigWorld:
     def inventories(self, site):
         return list(self.invs.values())
 
-    def mig_apply(self, opts):
+    def mig_apply(self, opts, recheck=None):
+        self.before_lock(self)
+        why = [w for w in (recheck() if recheck is not None else ()) if w]
+        if why:  # as `mig.apply.apply_config` refuses, under the node's lock
+            raise SlurmgpuError(f"{opts.node}: not changed: {'; '.join(why)}")
         self.calls.append(f"mig apply {opts.node} {opts.config_name}")
+        if self.kill:  # a SIGKILL of the pass inside mig apply: its journal left running
+            from slurmgpu.mig.apply import Journal
+
+            Journal(opts.node, opts.config_name, done=["drain", "wait_jobs"]).save(opts.journal)
+            raise KilledPass
         if self.fail == opts.config_name:
             raise SlurmgpuError("injected failure")
         inv = self.invs[opts.node]
@@ -276,7 +291,8 @@ def test_a_failed_mig_apply_is_recorded_and_the_pass_says_failed(mig_setup) -> N
     res = run(mode="apply")
     assert res.status == "failed"
     assert any("mig apply gpu03: injected failure" in r for r in res.refusals)
-    assert read_changes(state)[-1].action == "hold"
+    rec = read_changes(state)
+    assert [r.action for r in rec[-2:]] == ["apply", "abort"] and rec[-1].of == rec[-2].id
 
 
 def test_dry_run_and_propose_never_apply_then_approve_applies(mig_setup) -> None:
@@ -522,3 +538,43 @@ def test_a_carve_killed_inside_mig_apply_is_recovered_before_the_layouts_are_rea
     held = run(mode="apply", now=NOW + dt.timedelta(days=2))
     assert held.status == "held" and world.calls == [] and len(held.refusals) == 1
     assert "mig-apply-gpu03.json" in held.refusals[0]
+
+
+@pytest.mark.parametrize(
+    ("late", "needle"),
+    [
+        (lambda w, sw: w.jobs.update({"gpu03": [NodeJob("31", "p0")]}), "runs job 31 (QOS p0)"),
+        (lambda w, sw: sw.symlink_to(sw.parent / "nowhere"), "kill switch"),
+    ],
+)
+def test_a_carve_rechecks_its_guardrails_under_the_nodes_lock(
+    mig_setup, tmp_path, late, needle
+) -> None:
+    run, world, state, _ = mig_setup
+    world.before_lock = lambda w: late(w, tmp_path / "disable")
+    res = run(mode="apply")
+    assert res.status == "failed" and world.calls == [], world.calls
+    assert needle in " ".join(res.refusals), res.refusals
+    rec = read_changes(state)
+    assert [r.action for r in rec] == ["apply", "abort"]
+    from slurmgpu.autopilot import guardrails
+
+    assert guardrails.nodes_today(rec, NOW) == 0
+
+
+def test_a_pass_killed_inside_its_carve_is_settled_by_the_next(mig_setup) -> None:
+    run, world, state, _ = mig_setup
+    world.kill = True
+    with pytest.raises(KilledPass):
+        run(mode="apply")
+    first = read_changes(state)
+    assert [r.action for r in first] == ["apply"]  # the intent, written before acting
+    world.kill = False
+    world.calls.clear()
+    res = run(mode="apply", now=NOW + dt.timedelta(minutes=5))
+    assert world.calls[0].startswith("mig recover gpu03 "), world.calls
+    rec = read_changes(state)
+    assert [r.action for r in rec[:2]] == ["apply", "abort"] and rec[1].of == first[0].id
+    assert "mig apply --recover left gpu03 rolled-back" in rec[1].reasons[0]
+    # settled: the pass read the layouts (whole again) and carved anew
+    assert res.status == "applied" and [r.action for r in rec[2:]] == ["apply"]
