@@ -338,3 +338,46 @@ def test_a_killed_run_is_undone_first_and_a_held_node_lock_is_waited_for(
         assert partition_nodes(cluster, "train") == "gpu[01-02]"
     finally:
         cluster.reset()
+
+
+def test_under_the_locks_an_admins_edit_stops_the_move_and_a_drained_node_stays(
+    fleet_cluster: MultiNodeCluster, tmp_path, monkeypatch
+) -> None:
+    """The plan is read, then the cluster changes before the locks are taken: an admin's
+    partition edit stops the move and is kept (not reverted); a node drained meanwhile is
+    not moved. Nothing is logged either time."""
+    from slurmgpu.fleet.rebalance import (
+        MoveRefused,
+        RebalanceOptions,
+        apply_plan,
+        current_plan,
+        node_problems,
+    )
+    from slurmgpu.sources import queue
+
+    monkeypatch.setenv("SLURMGPU_LOCK_DIR", str(tmp_path / "locks"))
+    cluster, env = fleet_cluster, fleet_cluster.env
+    log = tmp_path / "rebalance.jsonl"
+    cluster.reconfigure(partitions=PARTITIONS)
+    node = None
+    try:
+        _backlog(cluster)
+        plan = current_plan(RebalanceOptions(min_pending_s=0, min_idle_s=0), log, env)
+        (move,) = plan.moves
+        node = move.node
+        # an admin gives infer gpu01 too, after the plan read the partitions
+        cluster.scontrol("update", "PartitionName=infer", "Nodes=gpu[01,03-04]")
+        with pytest.raises(MoveRefused, match=r"partition infer has Nodes=gpu\[01,03-04\] now"):
+            apply_plan(plan, log, env)
+        assert partition_nodes(cluster, "infer") == "gpu[01,03-04]"  # kept, not reverted
+        assert partition_nodes(cluster, "train") == "gpu[01-02]" and not log.exists()
+
+        cluster.scontrol("update", "PartitionName=infer", "Nodes=gpu[03-04]")  # as planned
+        cluster.scontrol("update", f"NodeName={node}", "State=DRAIN", "Reason=broken")
+        with pytest.raises(MoveRefused, match=f"{node} is drained or down now: not moved"):
+            apply_plan(plan, log, env, recheck=lambda: node_problems(plan.moves, queue.nodes(env)))
+        assert partition_nodes(cluster, "infer") == "gpu[03-04]" and not log.exists()
+    finally:
+        if node is not None:
+            cluster.resume_node(node)
+        cluster.reset()
