@@ -272,7 +272,9 @@ def _recover(p: _Pass) -> PassResult | None:
     else:
         p.notes.extend(f"recovered: {line}" for line in p.world.recover(log))
         last = _open_apply(p.records)
-        state = _move_state(log, last.rebalance_time) if last and last.moves else "applied"
+        state = "applied"
+        if last is not None and last.moves:
+            state = _move_state(_log_of(p, last.rebalance_time), last.rebalance_time)
         if last is not None and state != "applied":
             why = {
                 "undone": "a killed pass's half-made move, undone",
@@ -283,6 +285,17 @@ def _recover(p: _Pass) -> PassResult | None:
             )
             p.notes.append(f"change {last.id}: {why}")
     return _recover_mig(p)
+
+
+def _log_of(p: _Pass, stamp: str) -> Path:
+    """The journal that holds the move at `stamp`: the shared one, or STATE_DIR's own where
+    a release before the shared journal logged it."""
+    from slurmgpu.fleet.rebalance import entries
+
+    own = p.state.rebalance_log
+    if p.log == own or not own.exists() or any(e.time == stamp for e in entries(p.log)):
+        return p.log
+    return own if any(e.time == stamp for e in entries(own)) else p.log
 
 
 def _move_state(log: Path, stamp: str) -> str:
@@ -395,7 +408,7 @@ def _rollback(p: _Pass, last: ChangeRecord, after: tuple[Observed, ...], reasons
             )
         )  # fmt: skip
     else:
-        undone = p.world.undo(p.log, last.rebalance_time)
+        undone = p.world.undo(_log_of(p, last.rebalance_time), last.rebalance_time)
         restored = ", ".join(f"{k}={v}" for k, v in sorted(undone.restored.items()))
         p.notes.append(f"rolled back change {last.id}: {restored or 'nothing left to restore'}")
         p.record(

@@ -728,3 +728,20 @@ def test_a_move_that_empties_a_partition_is_refused_before_it_is_logged(tmp_path
     with pytest.raises(UsageError, match="refusing to leave partition spare without nodes"):
         apply_plan(plan, log, live=lambda env: [])
     assert entries(log) == []  # the log stays readable
+
+
+def test_a_move_logged_in_the_state_dirs_own_journal_is_still_judged_with_a_shared_one(
+    setup, tmp_path
+) -> None:
+    """Upgrading to the shared journal: a change logged in STATE/rebalance.jsonl before is
+    neither taken for a killed pass's nor lost to its rollback."""
+    run, world, state, plan = setup
+    t = NOW.timestamp()
+    plan["history"] = [("train", "P1", t - 3600, 100), ("infer", "P2", t - 3600, 900)]
+    assert run().status == "applied" and state.rebalance_log.exists()
+    plan["history"] += [("train", "P1", t + 600, 2000), ("infer", "P2", t + 600, 100)]
+    shared = tmp_path / "rebalance.jsonl"
+    res = run(now=NOW + dt.timedelta(hours=1), rebalance_log=shared)
+    assert res.status == "rolled-back", res
+    assert [r.action for r in read_changes(state)] == ["apply", "rollback"]
+    assert world.parts == {"train": ["gpu01", "gpu02"], "infer": ["gpu03"]}
