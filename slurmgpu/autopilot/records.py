@@ -6,8 +6,9 @@ The state directory (default `/var/lib/slurmgpu/autopilot`) holds:
   proposal, approval, apply (written before the pass acts: its intent), hold, verification,
   rollback, abort (an apply that did not take effect) and hand revert, with the replay's
   prediction and what sacct recorded before and after;
-- `rebalance.jsonl`: the journal of `fleet.rebalance` (what a rollback undoes); the node
-  locks are in `util.lock.lock_dir()`, shared with every acting command;
+- `rebalance.jsonl`: the journal of `fleet.rebalance` (what a rollback undoes), unless the
+  pass is given another (`--rebalance-log`: the one `rebalance apply` writes, by default); the
+  node locks are in `util.lock.lock_dir()`, shared with every acting command;
 - `proposals/ID/`: `proposal.json` (a sealed `Proposal`), the new files and their diff when
   the moves change an include file (`util.emit.emit_files`), `steps.txt`, and `approved`
   once someone ran `slurmgpu autopilot approve ID`;
