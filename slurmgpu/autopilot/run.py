@@ -54,6 +54,7 @@ class AutopilotOptions:
     partitions_conf: Path | None = None  # the include file rebalance owns (durable moves)
     # the node-move journal shared with `rebalance apply` (None: STATE_DIR/rebalance.jsonl)
     rebalance_log: Path | None = None
+    transient: bool = False  # without partitions_conf: moves slurmctld forgets, asked by name
     mig: Any = None  # autopilot.carve.MigSite: MIG layouts decided from the forecast
 
 
@@ -516,6 +517,13 @@ def _act(p: _Pass, plan: Any, record: ChangeRecord) -> str | None:
     from slurmgpu.fleet.rebalance import MoveRefused
     from slurmgpu.util.lock import NodeLocked
 
+    if p.opts.partitions_conf is None and not p.opts.transient:
+        why = (
+            "a live move needs --partitions-conf FILE (the include file, so the next `scontrol "
+            "reconfigure` keeps it) or --transient (moves slurmctld forgets): not moved"
+        )
+        p.record(ChangeRecord(iso(p.now), "hold", moves=record.moves, reasons=(why,)))
+        return why
     stamp = p.now.astimezone().replace(tzinfo=None).isoformat(timespec="seconds")
     p.record(replace(record, rebalance_time=stamp))
     try:

@@ -31,6 +31,10 @@ DEFAULT_REBALANCE_LOG = "/var/lib/slurmgpu/rebalance.jsonl"  # = `rebalance appl
 @click.option("--dry-run", is_flag=True, help="Decide and print; write and change nothing.")
 @click.option("--partitions-conf", type=click.Path(dir_okay=False),
               help="The slurm.conf include file rebalance owns (durable moves).")  # fmt: skip
+@click.option("--transient", is_flag=True,
+              help="Without --partitions-conf: apply node moves in slurmctld's memory only "
+              "(the next `scontrol reconfigure` undoes them); apply mode needs one of the "
+              "two to move nodes.")  # fmt: skip
 @click.option("--no-forecast", is_flag=True, help="Skip the demand forecast.")
 @click.option(
     "--mig-partition",
@@ -137,6 +141,7 @@ def autopilot_options(params: dict):
         forecast=not params["no_forecast"],
         partitions_conf=Path(str(conf)) if conf else None,
         rebalance_log=_rebalance_log(params),
+        transient=bool(params.get("transient")),
         mig=mig,
     )
 

@@ -114,7 +114,7 @@ def mean_wait(rows: list[dict[str, str]], **where: str) -> float:
 def pass_(cluster, policy, state, since, *extra):
     argv = [sys.executable, "-m", "slurmgpu", "autopilot", "--policy", str(policy), "--since",
             since, "--live", "--state-dir", str(state), "--format", "json",
-            "--candidate", "move:train:infer:8", *extra]  # fmt: skip
+            "--candidate", "move:train:infer:8", "--transient", *extra]  # fmt: skip
     proc = cluster.run(argv, check=False, timeout=120)
     assert proc.returncode == 0, proc.stderr + proc.stdout
     return json.loads(proc.stdout)

@@ -221,7 +221,7 @@ def setup(tmp_path, monkeypatch):
             state_dir=tmp_path / "state",
             sacct_files=("given",),
             forecast=False,
-            **kw,
+            **{"transient": True, **kw},  # the fake world has no include file
         )
         return autopilot(opts, world=world, now=now)
 
@@ -462,7 +462,7 @@ def test_dry_run_and_propose_call_no_scontrol_update_and_take_no_lock(setup, tmp
     def live(**kw):
         opts = AutopilotOptions(
             advise=FakeAdvise(), policy=policy(tmp_path), state_dir=state.root,
-            sacct_files=("given",), forecast=False, **kw,
+            sacct_files=("given",), forecast=False, transient=True, **kw,
         )  # fmt: skip
         return autopilot(opts, world=world, now=NOW)
 
@@ -745,3 +745,12 @@ def test_a_move_logged_in_the_state_dirs_own_journal_is_still_judged_with_a_shar
     assert res.status == "rolled-back", res
     assert [r.action for r in read_changes(state)] == ["apply", "rollback"]
     assert world.parts == {"train": ["gpu01", "gpu02"], "infer": ["gpu03"]}
+
+
+def test_a_live_move_is_durable_or_asked_transient_by_name(setup) -> None:
+    run, world, state, _ = setup
+    res = run(transient=False)
+    assert res.status == "held" and world.calls == []
+    assert "a live move needs --partitions-conf FILE" in res.refusals[-1], res.refusals
+    rec = read_changes(state)
+    assert [r.action for r in rec] == ["hold"] and guardrails.nodes_today(rec, NOW) == 0
