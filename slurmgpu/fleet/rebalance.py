@@ -402,8 +402,11 @@ def apply_plan(
 
 
 def pending_intents(log: Path) -> list[LogEntry]:
-    """The intents of runs killed before their apply or undo was logged."""
-    entries = _entries(log)
+    """The intents of runs killed before their apply or undo was logged. Recovery acts from
+    them: an intent line without its checksum (written by hand) is refused, never acted on."""
+    from slurmgpu.util.journal import read_records
+
+    entries = read_records(log, LogEntry, sealed_only=lambda e: e.action == "intent")
     closed = {e.time for e in entries if e.action == "apply"}
     closed |= {e.undoes for e in entries if e.action == "undo"}
     return [e for e in entries if e.action == "intent" and e.time not in closed]

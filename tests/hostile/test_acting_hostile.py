@@ -47,3 +47,27 @@ def test_recover_never_acts_from_an_unsealed_hand_made_journal(tmp_path, check) 
     assert_one_error(run, says="no checksum; it cannot be trusted")
     assert gres.read_text() == "NodeName=gpu01 Name=gpu File=/dev/nvidia0\n"
     assert json.loads((tmp_path / f"mig-apply-{NODE}.json").read_text())["state"] == "running"
+
+
+def test_a_hand_made_intent_in_the_rebalance_log_is_never_acted_on(tmp_path, monkeypatch) -> None:
+    """An intent line without its checksum would make the next run "recover" partitions to
+    the node lists it names: one error line, no scontrol run, the log as it was."""
+    log = tmp_path / "rebalance.jsonl"
+    line = {
+        "time": "2026-01-01T10:00:00",
+        "action": "intent",
+        "moves": [{"node": "gpu03", "source": "infer", "target": "train", "reason": "x"}],
+        "before": {"train": "gpu[01-02]", "infer": "gpu[03-04]"},
+        "after": {"train": "gpu[01-03]", "infer": "gpu04"},
+    }
+    log.write_text(json.dumps(line) + "\n")
+    calls = tmp_path / "calls"
+    bindir = tmp_path / "bin"
+    bindir.mkdir()
+    (bindir / "scontrol").write_text(f'#!/bin/sh\necho "$@" >> {calls}\n')
+    (bindir / "scontrol").chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bindir}:/usr/bin:/bin")
+    for extra in (("--transient",), ("--undo",)):
+        run = cli("rebalance", "apply", *extra, "--log", log)
+        assert_one_error(run, says=f"{log}:1: no checksum; it cannot be trusted")
+    assert not calls.exists() and json.loads(log.read_text()) == line

@@ -196,3 +196,15 @@ def test_the_default_wait_is_bounded_and_zero_refuses_at_once(tmp_path, monkeypa
             assert least <= time.monotonic() - start < least + 3
     finally:
         holder.kill()
+
+
+def test_read_records_refuses_unsealed_lines_where_asked(tmp_path):
+    log = tmp_path / "log.jsonl"
+    append_record(log, Record("sealed"))
+    with log.open("a") as fh:
+        fh.write(json.dumps({"name": "by hand"}) + "\n")
+    assert [r.name for r in read_records(log, Record)] == ["sealed", "by hand"]
+    assert read_records(log, Record, sealed_only=lambda r: r.name == "other")[1].name == "by hand"
+    for only in (True, lambda r: r.name == "by hand"):
+        with pytest.raises(JournalError, match=f"{log}:2: no checksum; it cannot be trusted"):
+            read_records(log, Record, sealed_only=only)
