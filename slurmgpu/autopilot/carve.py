@@ -255,7 +255,7 @@ def judge_carve(p, trace, ropts, plans, changes, carves, refusals) -> CarveDecis
         return refuse(why)
     if tuple(plan.changes) != (text,):
         return refuse(f"the replay's plan {list(plan.changes)} is not the carve {text}")
-    why = guardrails.budget(p.guard, len(changes), guardrails.nodes_today(p.records, p.now))
+    why = guardrails.budget(p.guard, len(changes), p.today())
     if why:
         return refuse(why)
     new_yaml, old_yaml = _yaml_pair(plans, changes)
@@ -278,4 +278,18 @@ def node_options(site: MigSite, change: MigChange, config_file: Path, journal_di
         config_file=config_file,
         journal_dir=journal_dir,
         gres_options=replace(gres, node_name=change.node),
+    )
+
+
+def recover_options(site: MigSite, journal: Any, journal_dir: Path) -> Any:
+    """`mig apply --recover`'s options for a journal a killed pass left (its node, config)."""
+    from slurmgpu.render.gres import GresOptions
+
+    gres = site.apply.gres_options or GresOptions()
+    return replace(
+        site.apply,
+        node=journal.node,
+        config_name=journal.config_name,
+        journal_dir=journal_dir,
+        gres_options=replace(gres, node_name=journal.node),
     )

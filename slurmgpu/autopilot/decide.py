@@ -4,9 +4,9 @@ read-only calls: partitions, nodes, jobs on a node).
 advise proves `move:FROM:TO:GPUS` (whole nodes' GPUs); autopilot picks the nodes: members of
 FROM not in TO, usable, idle ones first (idle longest first), skipping every node the
 guardrails pin (a P0 or non-preemptible job, the cooldown), until GPUS are covered; FROM
-keeps at least one node. A plan with a change autopilot does not act on (a carve, shard or
-tier change: `mig apply` and `qos apply` are run by a person) is not acted on at all: the
-moves alone are not what the replay proved.
+keeps at least one usable node (a drained or down one does not count). A plan with a
+change autopilot does not act on (a carve, shard or tier change: `mig apply` and `qos apply`
+are run by a person) is not acted on at all: the moves alone are not what the replay proved.
 """
 
 from __future__ import annotations
@@ -77,8 +77,10 @@ def _pick(
             f"{change.format()}: only {gpus} of {change.gpus} GPUs of {change.source} can move"
         )
         return None
-    if len(donor) - len(picked) < 1:
-        refusals.append(f"{change.format()}: {change.source} would keep no node")
+    # the floor counts the nodes that can run jobs: a drained or down node keeps none
+    left = [n for n in donor if n in nodes and nodes[n].usable and n not in picked]
+    if len(left) < 1:
+        refusals.append(f"{change.format()}: {change.source} would keep no usable node")
         return None
     return picked
 
@@ -125,7 +127,7 @@ def decide(p: Any, advice: Any, forecast: Sequence[tuple[str, float, float]]) ->
             )
             parts[change.source].remove(name)
             parts[change.target].append(name)
-    why = guardrails.budget(p.guard, len(moves), guardrails.nodes_today(p.records, p.now))
+    why = guardrails.budget(p.guard, len(moves), p.today())
     if why:
         return refuse(*refusals, why)
     return Decision(tuple(moves), changes, score, predicted, tuple(refusals))

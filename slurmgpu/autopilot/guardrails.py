@@ -12,10 +12,23 @@ from slurmgpu.autopilot.records import ChangeRecord
 from slurmgpu.model.policy import AutopilotPolicy, Policy
 
 
+def switch_present(path: str) -> bool:
+    """Whether anything is at the kill switch's path: a file, a directory, or a symlink,
+    dangling or not (lstat: a link to nowhere still says "stop")."""
+    import os
+
+    return os.path.lexists(path)
+
+
 def kill_switch(guard: AutopilotPolicy, exists: bool) -> str | None:
     if exists:
         return f"kill switch {guard.kill_switch} exists: autopilot does nothing"
     return None
+
+
+def _aborted(records: Sequence[ChangeRecord]) -> set[str]:
+    """The ids of applies that never took effect (refused under the locks, undone at once)."""
+    return {r.of for r in records if r.action == "abort"}
 
 
 def hours(guard: AutopilotPolicy, now: dt.datetime) -> str | None:
@@ -92,10 +105,11 @@ def protected_jobs(
 
 def last_changed(records: Sequence[ChangeRecord]) -> dict[str, dt.datetime]:
     """{node: when autopilot last applied or rolled back a change of it (a move or MIG)}."""
+    aborted = _aborted(records)
     by_id = {r.id: r for r in records if r.action == "apply"}
     out: dict[str, dt.datetime] = {}
     for r in records:
-        nodes = r.nodes if r.action == "apply" else ()
+        nodes = r.nodes if r.action == "apply" and r.id not in aborted else ()
         if r.action == "rollback" and r.of in by_id:
             nodes = by_id[r.of].nodes
         for node in nodes:
@@ -118,7 +132,30 @@ def cooldown(
 def nodes_today(records: Sequence[ChangeRecord], now: dt.datetime) -> int:
     """Nodes autopilot changed (applied: moved or re-laid out) in the 24 hours before `now`."""
     day = now - dt.timedelta(days=1)
-    return sum(len(r.nodes) for r in records if r.action == "apply" and r.when > day)
+    aborted = _aborted(records)
+    return sum(
+        len(r.nodes)
+        for r in records
+        if r.action == "apply" and r.when > day and r.id not in aborted
+    )
+
+
+def moved_by_others(log: Any, records: Sequence[ChangeRecord], now: dt.datetime) -> int:
+    """Nodes moved in the 24 hours before `now` by other commands (`rebalance apply`), from
+    the node-move journal the autopilot shares with them: its applies that no autopilot
+    record names."""
+    from slurmgpu.fleet.rebalance import entries
+
+    ours = {r.rebalance_time for r in records if r.action == "apply" and r.rebalance_time}
+    day = (now - dt.timedelta(days=1)).astimezone().replace(tzinfo=None)
+    return sum(
+        len(e.moves)
+        for e in entries(log)
+        if e.action == "apply"
+        and e.time not in ours
+        and not e.by.startswith("autopilot")
+        and dt.datetime.fromisoformat(e.time).replace(tzinfo=None) > day
+    )
 
 
 def budget(guard: AutopilotPolicy, wanted: int, today: int) -> str | None:

@@ -61,27 +61,58 @@ def _write_configs(where: Path, texts: tuple[str, str]) -> list[str]:
 
 
 def _apply(p, cid: str, changes, texts: tuple[str, str], before, kw, reasons=()) -> Any:
-    """`mig apply` of each node in turn; a failure undoes the nodes done before it."""
+    """`mig apply` of each node in turn, the apply recorded first (its intent: a pass killed
+    midway leaves it for the next to settle); a node's guardrails are read again under its
+    lock right before (`_recheck`); a failure or refusal undoes the nodes done before it and
+    records the apply aborted."""
     site, where = p.opts.mig, p.state.mig_dir(cid)
     p.written.extend(_write_configs(where, texts))
-    done: list[MigChange] = []
-    for change in changes:
-        try:
-            p.world.mig_apply(node_options(site, change, where / NEW, p.state.root))
-        except SlurmgpuError as exc:
-            why = [f"mig apply {change.node}: {exc}"]
-            for back in reversed(done):
-                why.append(_undo_node(p, back, where))
-            p.record(ChangeRecord(iso(p.now), "hold", mig=tuple(changes), reasons=tuple(why)))
-            return p.result("failed", **{**kw, "refusals": (*kw["refusals"], *why)})
-        done.append(change)
     p.record(
         ChangeRecord(
             iso(p.now), "apply", id=cid, mig=tuple(changes), changes=kw["changes"],
             score=kw["score"], predicted=kw["predicted"], before=before, reasons=tuple(reasons),
         )
     )  # fmt: skip
+    done: list[MigChange] = []
+    for change in changes:
+        try:
+            opts = node_options(site, change, where / NEW, p.state.root)
+            p.world.mig_apply(opts, recheck=lambda node=change.node: _recheck(p, node))
+        except SlurmgpuError as exc:
+            why = [f"mig apply {change.node}: {exc}"]
+            for back in reversed(done):
+                why.append(_undo_node(p, back, where))
+            p.record(ChangeRecord(iso(p.now), "abort", of=cid, mig=tuple(changes),
+                                  reasons=tuple(why)))  # fmt: skip
+            return p.result("failed", **{**kw, "refusals": (*kw["refusals"], *why)})
+        done.append(change)
     return p.result("applied", **kw)
+
+
+def _recheck(p: Any, node: str) -> list[str | None]:
+    """A node's guardrails read again under its lock, right before `mig apply` drains it:
+    the kill switch, a P0 or non-preemptible job started on it since the decision."""
+    switch = guardrails.kill_switch(p.guard, guardrails.switch_present(p.guard.kill_switch))
+    jobs = guardrails.protected_jobs(node, p.world.jobs_on(node), p.opts.policy, p.guard)
+    return [switch, jobs]
+
+
+def abort_killed(p: Any, last: ChangeRecord, node: str, state: str) -> str:
+    """A killed pass's MIG change whose `node` `mig apply --recover` rolled back: the nodes
+    it had finished go back to their old layouts too, and the change is recorded aborted."""
+    from slurmgpu.mig.apply import Journal
+
+    where = p.state.mig_dir(last.id)
+    why = [f"a killed pass's carve: mig apply --recover left {node} {state}"]
+    for change in last.mig:
+        path = p.state.root / f"mig-apply-{change.node}.json"
+        if change.node == node or not path.exists():
+            continue
+        journal = Journal.load(path, change.node)
+        if journal.state == "done" and journal.config_name == change.config:
+            why.append(_undo_node(p, change, where))
+    p.record(ChangeRecord(iso(p.now), "abort", of=last.id, mig=last.mig, reasons=tuple(why)))
+    return "; ".join(why)
 
 
 def _undo_node(p: Any, change: MigChange, where: Path) -> str:
@@ -162,7 +193,7 @@ def apply_approved_mig(p: Any, prop: Proposal, trace: Any) -> Any:
         why.append(
             guardrails.protected_jobs(c.node, p.world.jobs_on(c.node), p.opts.policy, p.guard)
         )
-    why.append(guardrails.budget(p.guard, len(prop.mig), guardrails.nodes_today(p.records, p.now)))
+    why.append(guardrails.budget(p.guard, len(prop.mig), p.today()))
     refusals = tuple(w for w in why if w)
     kw = dict(
         mig=prop.mig, changes=prop.changes, score=prop.score, predicted=prop.predicted,

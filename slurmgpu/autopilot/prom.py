@@ -8,7 +8,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from slurmgpu.autopilot.records import ChangeRecord
+from slurmgpu.autopilot.guardrails import nodes_today
+from slurmgpu.autopilot.records import ACTIONS, ChangeRecord
 
 STATUSES = (
     "killed",
@@ -26,8 +27,7 @@ STATUSES = (
 def prom_text(result: Any, records: Sequence[ChangeRecord]) -> str:
     now = dt.datetime.fromisoformat(result.time)
     counts = Counter(r.action for r in records)
-    day = now - dt.timedelta(days=1)
-    today = sum(len(r.nodes) for r in records if r.action == "apply" and r.when > day)
+    today = nodes_today(records, now)  # the guardrail's count (aborted applies left out)
     lines = [
         "# HELP slurmgpu_autopilot_last_pass_timestamp_seconds When the last pass ran.",
         "# TYPE slurmgpu_autopilot_last_pass_timestamp_seconds gauge",
@@ -45,7 +45,8 @@ def prom_text(result: Any, records: Sequence[ChangeRecord]) -> str:
     ]
     lines += [
         f'slurmgpu_autopilot_records_total{{action="{a}"}} {counts.get(a, 0)}'
-        for a in ("propose", "approve", "apply", "hold", "verify", "rollback")
+        for a in ACTIONS
+        if a != "skip"
     ]
     lines += [
         "# HELP slurmgpu_autopilot_nodes_changed_24h Nodes applied in the last 24 hours.",

@@ -3,15 +3,17 @@
 The state directory (default `/var/lib/slurmgpu/autopilot`) holds:
 
 - `changes.jsonl`: the change log, one sealed `ChangeRecord` a line (`util.journal`): every
-  proposal, approval, apply, hold, verification and rollback, with the replay's prediction
-  and what sacct recorded before and after;
-- `rebalance.jsonl` and `locks/`: the journal and node locks of `fleet.rebalance` (what a
-  rollback undoes);
+  proposal, approval, apply (written before the pass acts: its intent), hold, verification,
+  rollback, abort (an apply that did not take effect) and hand revert, with the replay's
+  prediction and what sacct recorded before and after;
+- `rebalance.jsonl`: the journal of `fleet.rebalance` (what a rollback undoes), unless the
+  pass is given another (`--rebalance-log`: the one `rebalance apply` writes, by default); the
+  node locks are in `util.lock.lock_dir()`, shared with every acting command;
 - `proposals/ID/`: `proposal.json` (a sealed `Proposal`), the new files and their diff when
   the moves change an include file (`util.emit.emit_files`), `steps.txt`, and `approved`
   once someone ran `slurmgpu autopilot approve ID`;
 - `mig-apply-NODE.json` and `mig/ID/`: the journal of `mig apply` per node (its lock in
-  `locks/`, shared with rebalance), and each MIG change's mig-parted configs: `mig-parted.yaml`
+  `lock_dir()`, shared with rebalance), and each MIG change's mig-parted configs: `mig-parted.yaml`
   (the new layouts) and `old.yaml` (the layouts before, what a rollback applies);
 - `history.sacct`: the last pass's sacct dump (with `--since`);
 - `autopilot.prom`: the Prometheus textfile of the last pass.
@@ -25,7 +27,13 @@ from pathlib import Path
 
 from slurmgpu.model.rebalance import Move
 
-ACTIONS = ("propose", "approve", "apply", "hold", "verify", "rollback", "skip")
+# abort: an apply (written before acting, as its intent) that did not happen or was undone
+# before it took effect (refused under the locks, or a killed pass's half move undone);
+# reverted: an apply found undone by hand before its verification
+ACTIONS = (
+    "propose", "approve", "apply", "hold", "verify", "rollback", "skip", "abort", "reverted",
+)  # fmt: skip
+JUDGED = ("verify", "rollback", "abort", "reverted")
 
 
 @dataclass(frozen=True)
@@ -105,7 +113,7 @@ class ChangeRecord:
             return f"time {self.time!r:.40} is not an ISO time"
         if self.action in ("apply", "propose") and not (self.id and (self.moves or self.mig)):
             return f"an {self.action} without an id, moves or MIG changes"
-        if self.action in ("verify", "rollback", "approve") and not self.of:
+        if self.action in (*JUDGED, "approve") and not self.of:
             return f"a {self.action} that names no change"
         return None
 

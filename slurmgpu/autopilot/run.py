@@ -19,6 +19,7 @@ from slurmgpu.autopilot import guardrails
 from slurmgpu.autopilot.decide import Decision, decide, rebalance_plan
 from slurmgpu.autopilot.measured import measure_sources
 from slurmgpu.autopilot.records import (
+    JUDGED,
     ChangeRecord,
     MigChange,
     Observed,
@@ -51,6 +52,9 @@ class AutopilotOptions:
     forecast_freq: str = "1h"
     forecast_horizon: str = "1d"
     partitions_conf: Path | None = None  # the include file rebalance owns (durable moves)
+    # the node-move journal shared with `rebalance apply` (None: STATE_DIR/rebalance.jsonl)
+    rebalance_log: Path | None = None
+    transient: bool = False  # without partitions_conf: moves slurmctld forgets, asked by name
     mig: Any = None  # autopilot.carve.MigSite: MIG layouts decided from the forecast
 
 
@@ -95,6 +99,18 @@ class _Pass:
     written: list[str] = field(default_factory=list)
     scratch: Any = None  # a dry run's temporary directory for the sacct dump
     files: list[str] = field(default_factory=list)  # the history's files
+
+    @property
+    def log(self) -> Path:
+        """The node-move journal (`fleet.rebalance`), shared with `rebalance apply`."""
+        return Path(self.opts.rebalance_log or self.state.rebalance_log)
+
+    def today(self) -> int:
+        """Nodes changed in the last 24 hours: this autopilot's applies, and the moves that
+        others (`rebalance apply`) logged in the shared journal (the daily budget)."""
+        return guardrails.nodes_today(self.records, self.now) + guardrails.moved_by_others(
+            self.log, self.records, self.now
+        )
 
     def record(self, rec: ChangeRecord) -> None:
         if not self.opts.dry_run:
@@ -144,10 +160,13 @@ def _one_pass(p: _Pass) -> PassResult:
 
     if mode not in MODES:
         raise UsageError(f"--mode {mode!r}: use propose or apply")
-    stop = guardrails.kill_switch(guard, Path(guard.kill_switch).exists())
+    stop = guardrails.kill_switch(guard, guardrails.switch_present(guard.kill_switch))
     if stop:
         return p.result("killed", refusals=(stop,))
     p.records = read_changes(p.state)
+    stuck = _recover(p)
+    if stuck is not None:
+        return stuck
     ropts, trace = _history(p)
     done = _verify(p, trace)
     if done is not None:
@@ -230,10 +249,111 @@ def _history(p: _Pass):
 
 
 def _open_apply(records: list[ChangeRecord]) -> ChangeRecord | None:
-    """The last apply not yet verified or rolled back."""
-    judged = {r.of for r in records if r.action in ("verify", "rollback")}
+    """The last apply not yet verified, rolled back, aborted or found reverted by hand."""
+    judged = {r.of for r in records if r.action in JUDGED}
     applies = [r for r in records if r.action == "apply" and r.id not in judged]
     return applies[-1] if applies else None
+
+
+def _recover(p: _Pass) -> PassResult | None:
+    """Put right what a killed pass left, before this pass reads the cluster: a half-made
+    node move (finished or undone by `fleet.rebalance.recover_pending`, its change recorded
+    aborted when it did not take effect), a `mig apply` journal left running (recovered as
+    `mig apply --recover` does with the pass's --mig-* options, else the pass refuses with
+    one line naming it: its half-carved GPUs are no current layout). A dry run only says."""
+    from slurmgpu.fleet.rebalance import pending_intents
+
+    log = p.log
+    if p.opts.dry_run:
+        p.notes.extend(
+            f"dry run: a killed pass's move of {e.time} is pending in {log}; a pass finishes "
+            "or undoes it first"
+            for e in pending_intents(log)
+        )
+    else:
+        p.notes.extend(f"recovered: {line}" for line in p.world.recover(log))
+        last = _open_apply(p.records)
+        state = "applied"
+        if last is not None and last.moves:
+            state = _move_state(_log_of(p, last.rebalance_time), last.rebalance_time)
+        if last is not None and state != "applied":
+            why = {
+                "undone": "a killed pass's half-made move, undone",
+                "none": "the pass was killed before it moved anything",
+            }[state]
+            p.record(
+                ChangeRecord(iso(p.now), "abort", of=last.id, moves=last.moves, reasons=(why,))
+            )
+            p.notes.append(f"change {last.id}: {why}")
+    return _recover_mig(p)
+
+
+def _log_of(p: _Pass, stamp: str) -> Path:
+    """The journal that holds the move at `stamp`: the shared one, or STATE_DIR's own where
+    a release before the shared journal logged it."""
+    from slurmgpu.fleet.rebalance import entries
+
+    own = p.state.rebalance_log
+    if p.log == own or not own.exists() or any(e.time == stamp for e in entries(p.log)):
+        return p.log
+    return own if any(e.time == stamp for e in entries(own)) else p.log
+
+
+def _move_state(log: Path, stamp: str) -> str:
+    """applied | undone | none: what the rebalance journal says of the move at `stamp`."""
+    from slurmgpu.fleet.rebalance import entries
+
+    found = entries(log)
+    if any(e.action == "apply" and e.time == stamp for e in found):
+        return "applied"
+    return "undone" if any(e.action == "undo" and e.undoes == stamp for e in found) else "none"
+
+
+def _recover_mig(p: _Pass) -> PassResult | None:
+    from slurmgpu.mig.apply import Journal
+    from slurmgpu.util.journal import JournalError
+
+    for path in sorted(p.state.root.glob("mig-apply-*.json")):
+        try:
+            journal = Journal.load(path)
+        except JournalError as exc:
+            why = f"{exc}: fix or remove it (docs/mig.md, recovery); no MIG layout read"
+            return _stuck(p, why)
+        if journal.state != "running":
+            continue
+        if p.opts.mig is None or p.opts.dry_run:
+            return _stuck(
+                p,
+                f"{path}: a killed mig apply of {journal.node} is pending (its GPUs are half "
+                f"carved): run `slurmgpu mig apply --recover --node {journal.node} "
+                f"--journal-dir {p.state.root}` (or give the pass its --mig-* options)",
+            )
+        from slurmgpu.autopilot.carve import recover_options
+
+        done = p.world.mig_recover(recover_options(p.opts.mig, journal, p.state.root))
+        p.notes.append(f"recovered: the killed mig apply of {journal.node}: {done.state}")
+        last = _open_apply(p.records)
+        if done.state != "done" and last is not None and journal.node in last.nodes:
+            from slurmgpu.autopilot.mig_act import abort_killed
+
+            p.notes.append(f"change {last.id}: " + abort_killed(p, last, journal.node, done.state))
+    return None
+
+
+def _stuck(p: _Pass, why: str) -> PassResult:
+    p.record(ChangeRecord(iso(p.now), "hold", reasons=(why,)))
+    return p.result("held", refusals=(why,))
+
+
+def _not_in_place(p: _Pass, last: ChangeRecord) -> str | None:
+    """Why the moves of `last` are no longer live (undone by hand or by a reconfigure)."""
+    if not last.moves:
+        return None
+    live = {x.name: set(x.nodes) for x in p.world.partitions()}
+    for m in last.moves:
+        if m.node not in live.get(m.target, set()) or m.node in live.get(m.source, set()):
+            return f"{m.node} is no longer moved from {m.source} to {m.target}"
+    return None
 
 
 def _verify(p: _Pass, trace: Any) -> PassResult | None:
@@ -241,6 +361,13 @@ def _verify(p: _Pass, trace: Any) -> PassResult | None:
     None: nothing to judge, the pass goes on."""
     last = _open_apply(p.records)
     if last is None:
+        return None
+    gone = _not_in_place(p, last)
+    if gone:
+        p.record(
+            ChangeRecord(iso(p.now), "reverted", of=last.id, moves=last.moves, reasons=(gone,))
+        )
+        p.notes.append(f"change {last.id}: {gone}: recorded as reverted by hand, not verified")
         return None
     age_min = (p.now - last.when).total_seconds() / 60
     if age_min < p.guard.verify_after_min:
@@ -282,7 +409,7 @@ def _rollback(p: _Pass, last: ChangeRecord, after: tuple[Observed, ...], reasons
             )
         )  # fmt: skip
     else:
-        undone = p.world.undo(p.state.rebalance_log)
+        undone = p.world.undo(_log_of(p, last.rebalance_time), last.rebalance_time)
         restored = ", ".join(f"{k}={v}" for k, v in sorted(undone.restored.items()))
         p.notes.append(f"rolled back change {last.id}: {restored or 'nothing left to restore'}")
         p.record(
@@ -367,21 +494,69 @@ def _apply(p: _Pass, decision: Decision, before: tuple[Observed, ...], fc) -> Pa
     if p.opts.dry_run:
         p.notes.append("dry run: nothing applied")
         return p.result("would-apply", **kw)
-    stamp = p.world.apply(plan, p.state.rebalance_log)
-    p.record(
-        ChangeRecord(
-            iso(p.now),
-            "apply",
-            id=cid,
-            moves=decision.moves,
-            changes=decision.changes,
-            score=decision.score,
-            predicted=decision.predicted,
-            before=before,
-            rebalance_time=stamp,
-        )
+    record = ChangeRecord(
+        iso(p.now),
+        "apply",
+        id=cid,
+        moves=decision.moves,
+        changes=decision.changes,
+        score=decision.score,
+        predicted=decision.predicted,
+        before=before,
     )
+    refused = _act(p, plan, record)
+    if refused:
+        return p.result("held", **{**kw, "refusals": (*decision.refusals, refused)})
     return p.result("applied", **kw)
+
+
+def _act(p: _Pass, plan: Any, record: ChangeRecord) -> str | None:
+    """Record the apply first (its intent: a killed pass leaves it for the next to settle),
+    then move under the nodes' locks, the guardrails read again there (`_recheck`). A move
+    refused there is recorded aborted; returns why (None: moved)."""
+    from slurmgpu.fleet.rebalance import MoveRefused
+    from slurmgpu.util.lock import NodeLocked
+
+    if p.opts.partitions_conf is None and not p.opts.transient:
+        why = (
+            "a live move needs --partitions-conf FILE (the include file, so the next `scontrol "
+            "reconfigure` keeps it) or --transient (moves slurmctld forgets): not moved"
+        )
+        p.record(ChangeRecord(iso(p.now), "hold", moves=record.moves, reasons=(why,)))
+        return why
+    stamp = p.now.astimezone().replace(tzinfo=None).isoformat(timespec="seconds")
+    p.record(replace(record, rebalance_time=stamp))
+    try:
+        p.world.apply(
+            plan,
+            p.log,
+            recheck=lambda: _recheck(p, record.moves),
+            by=f"autopilot {record.id}",
+            stamp=stamp,
+        )
+    except (MoveRefused, NodeLocked) as exc:
+        why = f"not applied: {exc}"
+        p.record(
+            ChangeRecord(iso(p.now), "abort", of=record.id, moves=record.moves, reasons=(why,))
+        )
+        return why
+    return None
+
+
+def _recheck(p: _Pass, moves: tuple[Move, ...]) -> list[str | None]:
+    """The guardrails read again under the nodes' locks, right before the move: the kill
+    switch, each node's state (drained or down since) and its jobs (a P0 or non-preemptible
+    job started on it since)."""
+    why = [guardrails.kill_switch(p.guard, guardrails.switch_present(p.guard.kill_switch))]
+    nodes = {n.name: n for n in p.world.nodes()}
+    for m in moves:
+        node = nodes.get(m.node)
+        if node is None or not node.usable:
+            why.append(f"{m.node} is drained or down now")
+        why.append(
+            guardrails.protected_jobs(m.node, p.world.jobs_on(m.node), p.opts.policy, p.guard)
+        )
+    return why
 
 
 def _propose(p: _Pass, decision: Decision, before: tuple[Observed, ...], fc) -> PassResult:
@@ -486,9 +661,7 @@ def _apply_approved(p: _Pass, prop: Proposal, trace: Any) -> PassResult:
         refusals.append(
             guardrails.protected_jobs(m.node, p.world.jobs_on(m.node), p.opts.policy, p.guard)
         )
-    refusals.append(
-        guardrails.budget(p.guard, len(prop.moves), guardrails.nodes_today(p.records, p.now))
-    )
+    refusals.append(guardrails.budget(p.guard, len(prop.moves), p.today()))
     why = tuple(r for r in refusals if r)
     kw = dict(
         moves=prop.moves,
@@ -504,22 +677,21 @@ def _apply_approved(p: _Pass, prop: Proposal, trace: Any) -> PassResult:
         p.notes.append(f"dry run: approved proposal {prop.id} not applied")
         return p.result("would-apply", **kw)
     plan = rebalance_plan([_Part(k, v) for k, v in live.items()], prop.moves)
-    stamp = p.world.apply(plan, p.state.rebalance_log)
     before = observe(trace, 0, p.now.timestamp())
-    p.record(
-        ChangeRecord(
-            iso(p.now),
-            "apply",
-            id=prop.id,
-            moves=prop.moves,
-            changes=prop.changes,
-            score=prop.score,
-            predicted=prop.predicted,
-            before=before,
-            rebalance_time=stamp,
-            reasons=(f"approved proposal {prop.id}",),
-        )
+    record = ChangeRecord(
+        iso(p.now),
+        "apply",
+        id=prop.id,
+        moves=prop.moves,
+        changes=prop.changes,
+        score=prop.score,
+        predicted=prop.predicted,
+        before=before,
+        reasons=(f"approved proposal {prop.id}",),
     )
+    refused = _act(p, plan, record)
+    if refused:
+        return p.result("held", refusals=(refused,), **kw)
     return p.result("applied", **kw)
 
 

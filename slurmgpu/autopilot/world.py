@@ -35,18 +35,25 @@ class LiveWorld:
 
         return sacct_text(since, until, env=self.env)
 
-    def apply(self, plan: Any, log: Path) -> str:
-        """`rebalance apply`'s journaled change; returns the time of its journal entry."""
-        from slurmgpu.fleet.rebalance import LogEntry, apply_plan
-        from slurmgpu.util.journal import read_records
+    def apply(self, plan: Any, log: Path, **kw: Any) -> str:
+        """`rebalance apply`'s journaled change (`fleet.rebalance.apply_plan`: the nodes'
+        locks, the live partitions and `recheck` read again under them, intent logged first);
+        `kw`: its `recheck`, `by`, `stamp`. Returns the time of its journal entry."""
+        from slurmgpu.fleet.rebalance import apply_plan
 
-        apply_plan(plan, log, self.env, partitions_conf=self.partitions_conf)
-        return read_records(log, LogEntry)[-1].time
+        return apply_plan(plan, log, self.env, partitions_conf=self.partitions_conf, **kw)
 
-    def undo(self, log: Path) -> Any:
+    def recover(self, log: Path) -> list[str]:
+        """Finish or undo a killed pass's half-made move (`fleet.rebalance.recover_pending`)."""
+        from slurmgpu.fleet.rebalance import recover_pending
+
+        return recover_pending(log, self.env, partitions_conf=self.partitions_conf)
+
+    def undo(self, log: Path, stamp: str = "") -> Any:
+        """Undo the move logged at `stamp` (this pass's own, though the log is shared)."""
         from slurmgpu.fleet.rebalance import undo_last
 
-        return undo_last(log, self.env, partitions_conf=self.partitions_conf)
+        return undo_last(log, self.env, partitions_conf=self.partitions_conf, time=stamp or None)
 
     def emit(self, plan: Any, directory: Path) -> list[Path]:
         from slurmgpu.fleet.rebalance import emit_plan
@@ -65,11 +72,18 @@ class LiveWorld:
 
         return [nvml.read_inventory(site.apply.host_root)]
 
-    def mig_apply(self, opts: Any) -> Any:
-        """`slurmgpu mig apply` of one node: journaled, its lock held, gres.conf checked."""
+    def mig_apply(self, opts: Any, recheck: Any = None) -> Any:
+        """`slurmgpu mig apply` of one node: journaled, its lock held (`recheck` read under
+        it before anything is done), gres.conf checked."""
         from slurmgpu.mig.apply import apply_config, slurmd_check
 
-        return apply_config(opts, validate_gres=slurmd_check)
+        return apply_config(opts, validate_gres=slurmd_check, recheck=recheck)
+
+    def mig_recover(self, opts: Any) -> Any:
+        """`slurmgpu mig apply --recover` of one node: its journal finished or rolled back."""
+        from slurmgpu.mig.apply import recover, slurmd_check
+
+        return recover(opts, validate_gres=slurmd_check)
 
     def mig_emit(self, site: Any, opts: Any, directory: Path) -> list[Path]:
         """`mig apply --emit DIR` from the node's inventory: the new gres.conf (and

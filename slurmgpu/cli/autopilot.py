@@ -10,6 +10,7 @@ from slurmgpu.cli.advise import advise as _advise_command
 from slurmgpu.cli.replay import replay as _replay_command
 
 DEFAULT_STATE_DIR = "/var/lib/slurmgpu/autopilot"  # = slurmgpu.autopilot.DEFAULT_STATE_DIR
+DEFAULT_REBALANCE_LOG = "/var/lib/slurmgpu/rebalance.jsonl"  # = `rebalance apply --log`'s
 
 
 @click.group("autopilot", invoke_without_command=True)
@@ -19,13 +20,21 @@ DEFAULT_STATE_DIR = "/var/lib/slurmgpu/autopilot"  # = slurmgpu.autopilot.DEFAUL
               help="Site policy: tiers, [objective], [autopilot] guardrails.")  # fmt: skip
 @click.option("--since", help="Without --sacct-file: sacct from then (ISO UTC or age: 7d).")
 @click.option("--state-dir", default=DEFAULT_STATE_DIR, show_default=True,
-              help="Change log, proposals, rebalance journal and locks, textfile.")  # fmt: skip
+              help="Change log, proposals, MIG journals, textfile.")  # fmt: skip
+@click.option("--rebalance-log", type=click.Path(dir_okay=False),
+              help="The node-move journal shared with `rebalance apply --log` (its moves count "
+              "for the daily budget, undo sees both). Default: /var/lib/slurmgpu/rebalance.jsonl "
+              "with the default --state-dir, else STATE_DIR/rebalance.jsonl.")  # fmt: skip
 @click.option("--mode", type=click.Choice(["propose", "apply"]), default=None,
               help="propose: write the plan for approval; apply: act. Default: the "
               "policy's [autopilot] mode (propose).")  # fmt: skip
 @click.option("--dry-run", is_flag=True, help="Decide and print; write and change nothing.")
 @click.option("--partitions-conf", type=click.Path(dir_okay=False),
               help="The slurm.conf include file rebalance owns (durable moves).")  # fmt: skip
+@click.option("--transient", is_flag=True,
+              help="Without --partitions-conf: apply node moves in slurmctld's memory only "
+              "(the next `scontrol reconfigure` undoes them); apply mode needs one of the "
+              "two to move nodes.")  # fmt: skip
 @click.option("--no-forecast", is_flag=True, help="Skip the demand forecast.")
 @click.option(
     "--mig-partition",
@@ -131,8 +140,21 @@ def autopilot_options(params: dict):
         dry_run=bool(params["dry_run"]),
         forecast=not params["no_forecast"],
         partitions_conf=Path(str(conf)) if conf else None,
+        rebalance_log=_rebalance_log(params),
+        transient=bool(params.get("transient")),
         mig=mig,
     )
+
+
+def _rebalance_log(params: dict):
+    """--rebalance-log, or rebalance's own default log beside the default state directory."""
+    from pathlib import Path
+
+    if params.get("rebalance_log"):
+        return Path(str(params["rebalance_log"]))
+    if str(params["state_dir"]) == DEFAULT_STATE_DIR:
+        return Path(DEFAULT_REBALANCE_LOG)
+    return None
 
 
 def mig_site(params: dict, policy, env=None):

@@ -280,6 +280,12 @@ def rebalance_plan(floor, floor_for, min_pending, min_idle, cooldown, max_moves,
     "written there too, so `scontrol reconfigure` keeps them (docs/rebalance.md).",
 )
 @click.option(
+    "--transient",
+    is_flag=True,
+    help="Without --partitions-conf: make the moves in slurmctld's memory only (the next "
+    "`scontrol reconfigure` or restart undoes them); a live apply needs one of the two.",
+)
+@click.option(
     "--emit",
     "emit_dir",
     type=click.Path(file_okay=False),
@@ -297,6 +303,7 @@ def rebalance_apply(
     dry_run,
     undo,
     partitions_conf,
+    transient,
     emit_dir,
 ):
     """Move the nodes with `scontrol update PartitionName=... Nodes=...` and log each move."""
@@ -314,12 +321,17 @@ def rebalance_apply(
             click.echo(f"unchanged PartitionName={name} Nodes={hostlist} (already so: nothing set)")
         return
     opts = _opts(floor, floor_for, min_pending, min_idle, cooldown, max_moves)
+    notes: list[str] = []
     plan = lib.rebalance_apply(
         opts,
         log,
         partitions_conf=conf,
         dry_run=dry_run,
         emit_dir=Path(emit_dir) if emit_dir else None,
+        transient=transient,
+        notes=notes,
     )
+    for note in notes:  # what a killed run had left pending, and what was done about it
+        click.echo(f"recovered: {note}")
     applied = not dry_run and emit_dir is None
     click.echo(render_plan(plan, applied=applied, durable=str(conf) if conf else None), nl=False)

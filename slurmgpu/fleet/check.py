@@ -518,7 +518,8 @@ def apply_health_action(
     another command changes the node (a re-layout stops slurmd and the GPUs change under it),
     the action is skipped, not taken (`HealthAction("skipped", why)`)."""
     from slurmgpu.sources.slurm import scontrol_show
-    from slurmgpu.util.lock import DEFAULT_LOCK_DIR, LockUnavailable, NodeLocked, node_locks
+    from slurmgpu.util.lock import LockUnavailable, NodeLocked, node_locks
+    from slurmgpu.util.lock import lock_dir as shared_lock_dir
     from slurmgpu.util.proc import run
 
     def act() -> HealthAction:
@@ -532,7 +533,8 @@ def apply_health_action(
         return action
 
     try:
-        with node_locks(lock_dir or DEFAULT_LOCK_DIR, [node], "check --health-check"):
+        # a health check skips a node being changed rather than keep slurmd's check waiting
+        with node_locks(lock_dir or shared_lock_dir(), [node], "check --health-check", wait_s=0):
             action = act()
     except NodeLocked as exc:
         action = HealthAction("skipped", str(exc))

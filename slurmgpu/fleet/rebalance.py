@@ -18,8 +18,8 @@ moved nodes are locked (`util.lock`); `undo_last` starts from the live partition
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from slurmgpu.errors import SlurmgpuError, UsageError
@@ -153,23 +153,30 @@ def plan_rebalance(
 
 
 # -- the change log (util.journal: typed, sealed, validated when read back) ---------------------
+ACTIONS = ("intent", "apply", "undo")
+
+
 @dataclass(frozen=True)
 class LogEntry:
-    """One line of the change log: an apply (its moves with reasons, the changed partitions'
-    node lists before and after, the include file it also rewrote) or the undo of one
-    (`undoes`: the apply's time; `after`: the lists it set again)."""
+    """One line of the change log: the intent of a move, written before anything is changed
+    (its moves with reasons, the changed partitions' node lists before and after, the include
+    file it also rewrites, who made it), the apply that completes it once scontrol has done it
+    (the same fields and time), or the undo of one (`undoes`: the apply's or a killed run's
+    intent's time; `after`: the lists it set again). An intent without its apply or undo is
+    a run killed midway: `recover_pending` finishes or undoes it."""
 
     time: str
-    action: str  # apply | undo
+    action: str  # intent | apply | undo
     moves: tuple[Move, ...] = ()
     before: dict[str, str] = field(default_factory=dict)
     after: dict[str, str] = field(default_factory=dict)
     undoes: str = ""
     partitions_conf: str = ""
+    by: str = ""  # the command that made it ("rebalance apply", "autopilot ap-...")
 
     def check(self) -> str | None:
-        if self.action not in ("apply", "undo"):
-            return f"action {self.action!r:.30} is neither apply nor undo"
+        if self.action not in ACTIONS:
+            return f"action {self.action!r:.30} is none of {', '.join(ACTIONS)}"
         for label, stamp in (("time", self.time), ("undoes", self.undoes)):
             if stamp or label == "time":
                 try:
@@ -186,7 +193,7 @@ class LogEntry:
                     return (
                         f"{label}: partition {name!r:.30} has no valid node list {hostlist!r:.40}"
                     )
-        if self.action == "apply":
+        if self.action in ("intent", "apply"):
             if not self.moves or set(self.before) != set(self.after):
                 return "an apply without moves, or with other partitions before than after"
             for m in self.moves:
@@ -197,10 +204,14 @@ class LogEntry:
         return None
 
 
-def _entries(log: Path) -> list[LogEntry]:
+def entries(log: Path) -> list[LogEntry]:
+    """The change log's entries, each validated (none yet: [])."""
     from slurmgpu.util.journal import read_records
 
     return read_records(log, LogEntry)
+
+
+_entries = entries
 
 
 def _now() -> str:
@@ -300,8 +311,44 @@ def _change_live(
         raise
 
 
-def _lock_dir(log: Path) -> Path:
-    return log.parent / "locks"
+class MoveRefused(SlurmgpuError):
+    """A move not made: under the nodes' locks, the live partitions or nodes are no longer
+    what the plan read, or a guardrail refuses now."""
+
+
+def _live_partitions(env: Mapping[str, str] | None, live=None) -> dict[str, set[str]]:
+    from slurmgpu.sources import queue
+
+    return {p.name: set(p.nodes) for p in (live or queue.partitions)(env)}
+
+
+def _drifted(plan: RebalancePlan, changed: Sequence[str], now: Mapping[str, set[str]]) -> list[str]:
+    """The partitions whose live node list is not the one the plan was made from."""
+    out = []
+    for name in changed:
+        have = now.get(name, set())
+        if have != set(plan.before[name]):
+            out.append(
+                f"partition {name} has Nodes={compress_hostlist(sorted(have)) or '(none)'} now, "
+                f"not {compress_hostlist(plan.before[name])} as the plan read: changed since "
+                "(by an admin or another command); not moved"
+            )
+    return out
+
+
+def node_problems(moves: Sequence[Move], nodes: Sequence[NodeState]) -> list[str]:
+    """A moved node that is gone, drained, down or busy now (a fresh read under its lock)."""
+    by_name = {n.name: n for n in nodes}
+    out = []
+    for m in moves:
+        node = by_name.get(m.node)
+        if node is None:
+            out.append(f"{m.node} is no longer a node slurmctld knows: not moved")
+        elif not node.usable:
+            out.append(f"{m.node} is drained or down now: not moved")
+        elif not node.idle:
+            out.append(f"{m.node} runs a job now: not moved")
+    return out
 
 
 def apply_plan(
@@ -310,31 +357,122 @@ def apply_plan(
     env: Mapping[str, str] | None = None,
     *,
     partitions_conf: Path | None = None,
-) -> None:
-    """Change the partitions the plan moves nodes between, holding the moved nodes' locks:
-    log it first (undo needs it), then the include file, then scontrol."""
+    recheck: Callable[[], Sequence[str | None]] | None = None,
+    live: Callable[[Mapping[str, str] | None], Sequence[Partition]] | None = None,
+    by: str = "rebalance apply",
+    stamp: str | None = None,
+) -> str:
+    """Change the partitions the plan moves nodes between, holding the moved nodes' locks
+    (`util.lock.lock_dir()`, shared with every acting command). Under the locks, right
+    before acting: the live partitions must still be the plan's `before` (an admin's edit
+    since is never reverted: MoveRefused) and `recheck` (the caller's guardrails read again
+    now: node state, jobs, kill switch) must find nothing; then the intent is logged (undo
+    and recovery need it), the include file and scontrol changed, and the apply logged.
+    Returns the entry's time (`stamp`, or now)."""
     from slurmgpu.util.journal import append_record
-    from slurmgpu.util.lock import node_locks
+    from slurmgpu.util.lock import lock_dir, node_locks
 
     changed = sorted({m.source for m in plan.moves} | {m.target for m in plan.moves})
     if not changed:
-        return
+        return ""
     lists = {p: plan.after[p] for p in changed}
+    for name, members in lists.items():  # before anything is logged (a log line needs nodes)
+        if not members:
+            raise UsageError(f"refusing to leave partition {name} without nodes")
     if partitions_conf is not None:
         _include_change(partitions_conf, lists)  # refuses before anything is logged or set
-    with node_locks(_lock_dir(log), [m.node for m in plan.moves], "rebalance apply"):
-        append_record(
-            log,
-            LogEntry(
-                time=_now(),
-                action="apply",
-                moves=plan.moves,
-                before={p: compress_hostlist(plan.before[p]) for p in changed},
-                after={p: compress_hostlist(plan.after[p]) for p in changed},
-                partitions_conf=str(partitions_conf or ""),
-            ),
+    with node_locks(lock_dir(), [m.node for m in plan.moves], by):
+        why = _drifted(plan, changed, _live_partitions(env, live))
+        why += [w for w in (recheck() if recheck is not None else ()) if w]
+        if why:
+            raise MoveRefused("; ".join(why))
+        entry = LogEntry(
+            time=stamp or _now(),
+            action="intent",
+            moves=plan.moves,
+            before={p: compress_hostlist(plan.before[p]) for p in changed},
+            after={p: compress_hostlist(plan.after[p]) for p in changed},
+            partitions_conf=str(partitions_conf or ""),
+            by=by,
         )
+        append_record(log, entry)
         _change_live(lists, partitions_conf, env)
+        append_record(log, replace(entry, action="apply"))
+    return entry.time
+
+
+def pending_intents(log: Path) -> list[LogEntry]:
+    """The intents of runs killed before their apply or undo was logged. Recovery acts from
+    them: an intent line without its checksum (written by hand) is refused, never acted on."""
+    from slurmgpu.util.journal import read_records
+
+    entries = read_records(log, LogEntry, sealed_only=lambda e: e.action == "intent")
+    closed = {e.time for e in entries if e.action == "apply"}
+    closed |= {e.undoes for e in entries if e.action == "undo"}
+    return [e for e in entries if e.action == "intent" and e.time not in closed]
+
+
+def recover_pending(
+    log: Path,
+    env: Mapping[str, str] | None = None,
+    *,
+    partitions_conf: Path | None = None,
+    live=None,
+) -> list[str]:
+    """Finish or undo what a killed run left between its intent and its apply, under the
+    nodes' locks, so the live partitions, the include file and the log agree; returns what
+    was done (one line each; none: nothing pending).
+
+    Every partition live at the intent's `after`: the move was made, it is finished (the
+    include file set to it too, the apply logged). Otherwise (killed before or between the
+    scontrol updates: a node in two partitions, or the include file ahead of the live
+    partitions) it is undone: the partitions at `after` set back to `before`, the include
+    file too, the undo logged. A partition at neither (changed by hand since) stops it with
+    one line: a person puts it right."""
+    from slurmgpu.util.atomic import write_atomic
+    from slurmgpu.util.journal import append_record
+    from slurmgpu.util.lock import lock_dir, node_locks
+
+    done = []
+    for intent in pending_intents(log):
+        conf = partitions_conf or (Path(intent.partitions_conf) if intent.partitions_conf else None)
+        nodes = [m.node for m in intent.moves]
+        with node_locks(lock_dir(), nodes, f"recover the killed {intent.by or 'move'}"):
+            now = _live_partitions(env, live)
+            before = {p: expand_hostlist(h) for p, h in intent.before.items()}
+            after = {p: expand_hostlist(h) for p, h in intent.after.items()}
+            at_after = {p for p in after if now.get(p, set()) == set(after[p])}
+            at_before = {p for p in before if now.get(p, set()) == set(before[p])}
+            other = sorted(set(before) - at_after - at_before)
+            what = ", ".join(f"{m.node} {m.source} -> {m.target}" for m in intent.moves)
+            if other:
+                raise SlurmgpuError(
+                    f"{log}: the move of {intent.time} ({what}) by a killed "
+                    f"{intent.by or 'run'} is pending, and partition {other[0]} is now neither "
+                    f"Nodes={intent.before[other[0]]} (before) nor Nodes={intent.after[other[0]]}"
+                    " (after): set it to one of them by hand, then run again"
+                )
+            if at_after == set(after):
+                if conf is not None:
+                    change = _include_change(conf, after)
+                    if change.changed:
+                        write_atomic(conf, change.new)
+                append_record(log, replace(intent, action="apply"))
+                done.append(f"finished the move of {intent.time} a killed run had made ({what})")
+                continue
+            _change_live({p: before[p] for p in sorted(at_after)}, conf, env)
+            if conf is not None:
+                change = _include_change(conf, before)
+                if change.changed:
+                    write_atomic(conf, change.new)
+            append_record(
+                log, LogEntry(time=_now(), action="undo", undoes=intent.time, after=intent.before)
+            )
+            done.append(
+                f"undid the move of {intent.time} a killed run left half made ({what}): "
+                + ", ".join(f"{p}={h}" for p, h in sorted(intent.before.items()))
+            )
+    return done
 
 
 def emit_plan(plan: RebalancePlan, directory: Path, partitions_conf: Path | None) -> list[Path]:
@@ -361,10 +499,30 @@ def rebalance_apply(
     partitions_conf: Path | None = None,
     dry_run: bool = False,
     emit_dir: Path | None = None,
+    transient: bool = False,
     env: Mapping[str, str] | None = None,
+    notes: list[str] | None = None,
 ) -> RebalancePlan:
     """`slurmgpu rebalance apply`: plan from the live queue, then apply it, or with `dry_run`
-    only plan it, or with `emit_dir` hand the include file and its diff over."""
+    only plan it, or with `emit_dir` hand the include file and its diff over.
+
+    A live apply is durable: it needs `partitions_conf` (the include file, so the next
+    `scontrol reconfigure` keeps the moves), or `transient` (moves slurmctld forgets at its
+    next reconfigure or restart, asked for by name). It first finishes or undoes what a
+    killed run left pending (what it did goes into `notes`), and re-reads the moved nodes
+    under their locks: one drained, down or busy since the plan is not moved."""
+    from slurmgpu.sources import queue
+
+    if not dry_run and emit_dir is None and partitions_conf is None and not transient:
+        raise UsageError(
+            "a live rebalance apply needs --partitions-conf FILE (the include file, so the "
+            "next `scontrol reconfigure` keeps the moves), or --transient for moves slurmctld "
+            "forgets at its next reconfigure (docs/rebalance.md)"
+        )
+    if not dry_run and emit_dir is None:
+        found = recover_pending(log, env, partitions_conf=partitions_conf)
+        if notes is not None:
+            notes.extend(found)
     plan = current_plan(opts, log, env)
     if dry_run and partitions_conf is not None:  # what apply would refuse, a dry run says
         changed = {m.source for m in plan.moves} | {m.target for m in plan.moves}
@@ -372,7 +530,11 @@ def rebalance_apply(
     if emit_dir is not None:
         emit_plan(plan, emit_dir, partitions_conf)
     elif not dry_run:
-        apply_plan(plan, log, env, partitions_conf=partitions_conf)
+
+        def recheck() -> list[str]:
+            return node_problems(plan.moves, queue.nodes(env))
+
+        apply_plan(plan, log, env, partitions_conf=partitions_conf, recheck=recheck)
     return plan
 
 
@@ -382,23 +544,28 @@ def undo_last(
     *,
     partitions_conf: Path | None = None,
     live=None,
+    time: str | None = None,
 ) -> UndoResult:
     """Put back the node lists from before the last apply not undone yet, where the live
     partitions still have the apply's lists; one already as before (a reconfigure or restart
     undid the move) is reported unchanged; one changed since by someone else stops the undo.
-    The undo is logged once scontrol has done it."""
+    The undo is logged once scontrol has done it. `time`: undo that apply, not the last one
+    (the autopilot's rollback of its own move in the journal it shares with rebalance)."""
     from slurmgpu.sources import queue
     from slurmgpu.util.journal import append_record
-    from slurmgpu.util.lock import node_locks
+    from slurmgpu.util.lock import lock_dir, node_locks
 
+    recover_pending(log, env, partitions_conf=partitions_conf, live=live)
     entries = _entries(log)
     undone = {e.undoes for e in entries if e.action == "undo"}
     applies = [e for e in entries if e.action == "apply" and e.time not in undone]
+    if time is not None:  # one given apply (the autopilot's own, in a shared log)
+        applies = [e for e in applies if e.time == time]
     if not applies:
-        raise UsageError(f"nothing to undo in {log}")
+        raise UsageError(f"nothing to undo in {log}" + (f" at {time}" if time else ""))
     last = applies[-1]
     conf = partitions_conf or (Path(last.partitions_conf) if last.partitions_conf else None)
-    with node_locks(_lock_dir(log), [m.node for m in last.moves], "rebalance apply --undo"):
+    with node_locks(lock_dir(), [m.node for m in last.moves], "rebalance apply --undo"):
         now = {p.name: set(p.nodes) for p in (live or queue.partitions)(env)}
         restore, unchanged = {}, {}
         for name, hostlist in sorted(last.before.items()):

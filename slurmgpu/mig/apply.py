@@ -167,10 +167,12 @@ class Journal:
 
     @classmethod
     def load(cls, path: Path, node: str | None = None) -> Journal:
-        """The journal at `path`, validated (one JournalError line when it cannot be trusted)."""
+        """The journal at `path`, validated (one JournalError line when it cannot be trusted):
+        sealed (a hand-made journal without its checksum is never acted from, whatever
+        `--no-check` skips), well-formed, of `node`."""
         from slurmgpu.util.journal import JournalError, read_record
 
-        journal = read_record(path, cls)
+        journal = read_record(path, cls, sealed_only=True)
         if node is not None and journal.node != node:
             raise JournalError(f"journal {path} is of node {journal.node!r:.40}, not {node}")
         return journal
@@ -796,15 +798,26 @@ def replace_node_gres(conf: str, node: str, gres: str) -> tuple[str, bool]:
 
 
 def _lock(opts: ApplyOptions, what: str):
-    from slurmgpu.util.lock import node_locks
+    """The node's lock in the one lock directory every acting command shares."""
+    from slurmgpu.util.lock import lock_dir, node_locks
 
-    return node_locks(opts.journal_dir / "locks", [opts.node], what)
+    return node_locks(lock_dir(), [opts.node], what)
 
 
-def apply_config(opts: ApplyOptions, **kwargs: Any) -> Journal:
-    """`slurmgpu mig apply`: run the workflow for one node, holding the node's lock (a second
-    apply of the node refuses at once), refusing a pending journal."""
+def apply_config(
+    opts: ApplyOptions,
+    *,
+    recheck: Callable[[], Sequence[str | None]] | None = None,
+    **kwargs: Any,
+) -> Journal:
+    """`slurmgpu mig apply`: run the workflow for one node, holding the node's lock (another
+    command holding it: waited for a bounded time, then refused), refusing a pending journal.
+    `recheck` (the caller's guardrails, read again under the lock before anything is done):
+    any reason it gives refuses the run, nothing touched."""
     with _lock(opts, f"mig apply {opts.config_name}"):
+        why = [w for w in (recheck() if recheck is not None else ()) if w]
+        if why:
+            raise MigApplyFailed(f"{opts.node}: not changed: {'; '.join(why)}")
         if opts.journal.exists():
             pending = Journal.load(opts.journal, opts.node)
             if pending.state == "running":

@@ -24,7 +24,7 @@ import json
 import os
 import types
 import typing
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -178,8 +178,12 @@ def append_record(path: Path, record: Any) -> None:
         raise JournalError(f"cannot write the change log {path}: {exc.strerror}") from None
 
 
-def read_records(path: Path, cls: type[T]) -> list[T]:
-    """Every record of a JSON-lines change log (none yet: []), each line validated."""
+def read_records(
+    path: Path, cls: type[T], *, sealed_only: bool | Callable[[T], bool] = False
+) -> list[T]:
+    """Every record of a JSON-lines change log (none yet: []), each line validated.
+    `sealed_only`: refuse a line without its checksum (True: any line; a predicate: the
+    records it names, e.g. those a command would act from)."""
     path = Path(path)
     try:
         text = path.read_text(encoding="utf-8")
@@ -197,5 +201,8 @@ def read_records(path: Path, cls: type[T]) -> list[T]:
             obj = json.loads(line)
         except ValueError as exc:
             raise JournalError(f"{where}: not a JSON line ({exc})") from None
-        out.append(from_json(cls, _unseal(obj, where), where))
+        record = from_json(cls, _unseal(obj, where), where)
+        if sealed_only and SEAL not in obj and (sealed_only is True or sealed_only(record)):
+            raise JournalError(f"{where}: no checksum; it cannot be trusted")
+        out.append(record)
     return out

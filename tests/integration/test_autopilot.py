@@ -114,7 +114,7 @@ def mean_wait(rows: list[dict[str, str]], **where: str) -> float:
 def pass_(cluster, policy, state, since, *extra):
     argv = [sys.executable, "-m", "slurmgpu", "autopilot", "--policy", str(policy), "--since",
             since, "--live", "--state-dir", str(state), "--format", "json",
-            "--candidate", "move:train:infer:8", *extra]  # fmt: skip
+            "--candidate", "move:train:infer:8", "--transient", *extra]  # fmt: skip
     proc = cluster.run(argv, check=False, timeout=120)
     assert proc.returncode == 0, proc.stderr + proc.stdout
     return json.loads(proc.stdout)
@@ -156,7 +156,10 @@ def test_autopilot_moves_a_node_sacct_shows_it_and_a_worsening_is_rolled_back(
         assert nodes_of(cluster, "train") == kept
         assert nodes_of(cluster, "infer") in ("gpu[01,03]", "gpu[02-03]")
         journal = [json.loads(x) for x in (state / "rebalance.jsonl").read_text().splitlines()]
-        assert [e["action"] for e in journal] == ["apply"]
+        # the intent logged before scontrol, the apply after it (same time, by the autopilot)
+        assert [e["action"] for e in journal] == ["intent", "apply"]
+        assert journal[0]["time"] == journal[1]["time"]
+        assert journal[1]["by"] == f"autopilot {first['change_id']}"
         assert journal[0]["moves"][0]["node"] == move["node"]
 
         # the shifted mix again, now on two nodes; a burst of whole-node jobs in the donor
@@ -191,7 +194,8 @@ def test_autopilot_moves_a_node_sacct_shows_it_and_a_worsening_is_rolled_back(
         assert any("partition:train" in r and "WORSE" in r for r in second["verification"])
         assert nodes_of(cluster, "train") == "gpu[01-02]" and nodes_of(cluster, "infer") == "gpu03"
         journal = [json.loads(x) for x in (state / "rebalance.jsonl").read_text().splitlines()]
-        assert [e["action"] for e in journal] == ["apply", "undo"]
+        assert [e["action"] for e in journal] == ["intent", "apply", "undo"]
+        assert journal[2]["undoes"] == journal[1]["time"]
         changes = [json.loads(x) for x in (state / "changes.jsonl").read_text().splitlines()]
         assert [c["action"] for c in changes] == ["apply", "rollback"]
         assert changes[1]["of"] == changes[0]["id"] == first["change_id"]

@@ -4,6 +4,7 @@ from another, its job starts, `--undo` puts it back, and a slurmctld restart for
 from __future__ import annotations
 
 import json
+import os
 import re
 import subprocess
 import sys
@@ -63,7 +64,13 @@ def test_a_backlog_takes_an_idle_node(fleet_cluster: MultiNodeCluster, tmp_path)
         assert partition_nodes(fleet_cluster, "train") == "gpu[01-02]"  # unchanged
         assert not log.exists()
 
-        applied = rebalance(fleet_cluster, log, "apply", *FAST)
+        # live without --partitions-conf: the next reconfigure would undo it; refused
+        refused = rebalance(fleet_cluster, log, "apply", *FAST)
+        assert refused.returncode == 2 and refused.stderr.startswith(
+            "slurmgpu: error: a live rebalance apply needs --partitions-conf"
+        ), refused.stderr
+        assert partition_nodes(fleet_cluster, "train") == "gpu[01-02]" and not log.exists()
+        applied = rebalance(fleet_cluster, log, "apply", *FAST, "--transient")
         assert applied.returncode == 0, applied.stderr
         assert f"PartitionName=train Nodes={train_after}" in applied.stdout
         assert f"PartitionName=infer Nodes={kept}" in applied.stdout
@@ -87,7 +94,8 @@ def test_a_backlog_takes_an_idle_node(fleet_cluster: MultiNodeCluster, tmp_path)
         assert rebalance(fleet_cluster, log, "apply", "--undo").returncode == 2  # nothing left
 
         # scontrol's change is memory only: a restarted slurmctld goes back to slurm.conf
-        assert rebalance(fleet_cluster, log, "apply", *FAST, "--cooldown", "0").returncode == 0
+        again = rebalance(fleet_cluster, log, "apply", *FAST, "--cooldown", "0", "--transient")
+        assert again.returncode == 0, again.stderr
         fleet_cluster.restart_slurmctld()
         assert partition_nodes(fleet_cluster, "train") == "gpu[01-02]"
     finally:
@@ -215,7 +223,7 @@ def test_undo_after_a_reconfigure_says_nothing_was_restored(
     cluster.reconfigure(partitions=PARTITIONS)
     try:
         _backlog(cluster)
-        assert rebalance(cluster, log, "apply", *FAST).returncode == 0
+        assert rebalance(cluster, log, "apply", *FAST, "--transient").returncode == 0
         assert partition_nodes(cluster, "train") != "gpu[01-02]"
         cluster.scontrol("reconfigure")  # memory-only moves: slurm.conf wins
         assert partition_nodes(cluster, "train") == "gpu[01-02]"
@@ -244,4 +252,132 @@ def test_the_floor_counts_usable_nodes(fleet_cluster: MultiNodeCluster, tmp_path
             r"^move gpu0[34]: infer -> train", rebalance(cluster, log, "plan", *FAST).stdout, re.M
         )
     finally:
+        cluster.reset()
+
+
+# -- issue 33: a killed run settled first, one lock directory, a held lock waited for ---------
+
+
+def _killed_between_updates(cluster: MultiNodeCluster, log, conf) -> None:
+    """What a run SIGKILLed between its two `scontrol update`s leaves: its intent logged,
+    the include file already written, gpu03 added to train but still in infer."""
+    from slurmgpu.fleet.rebalance import LogEntry
+    from slurmgpu.model.rebalance import Move
+    from slurmgpu.util.journal import append_record
+
+    before = {"train": "gpu[01-02]", "infer": "gpu[03-04]"}
+    after = {"train": "gpu[01-03]", "infer": "gpu04"}
+    append_record(
+        log,
+        LogEntry(
+            time="2026-01-01T10:00:00",
+            action="intent",
+            moves=(Move("gpu03", "infer", "train", "job 1 has waited"),),
+            before=before,
+            after=after,
+            partitions_conf=str(conf),
+            by="rebalance apply",
+        ),
+    )
+    text = conf.read_text()
+    conf.write_text(text.replace("Nodes=gpu[01-02]", "Nodes=gpu[01-03]").replace(
+        "Nodes=gpu[03-04]", "Nodes=gpu04"
+    ))  # fmt: skip
+    cluster.scontrol("update", "PartitionName=train", "Nodes=gpu[01-03]")
+    assert partition_nodes(cluster, "train") == "gpu[01-03]"
+    assert partition_nodes(cluster, "infer") == "gpu[03-04]"  # gpu03 in two partitions
+
+
+def test_a_killed_run_is_undone_first_and_a_held_node_lock_is_waited_for(
+    fleet_cluster: MultiNodeCluster, tmp_path
+) -> None:
+    cluster = fleet_cluster
+    log, locks = tmp_path / "rebalance.jsonl", tmp_path / "locks"
+    try:
+        conf = _include(cluster)
+        original = conf.read_text()
+        _killed_between_updates(cluster, log, conf)
+        # another command (a mig apply, say) holds gpu03 in the one lock directory
+        holder = subprocess.Popen(
+            [
+                sys.executable, "-c",
+                "import time; from slurmgpu.util.lock import lock_dir, node_locks\n"
+                "with node_locks(lock_dir(), ['gpu03'], 'mig apply relayout'):\n"
+                "    print('held', flush=True); time.sleep(120)",
+            ],
+            stdout=subprocess.PIPE, text=True, env={**os.environ, "SLURMGPU_LOCK_DIR": str(locks)},
+        )  # fmt: skip
+        try:
+            assert holder.stdout.readline() == "held\n"
+            argv = ["env", f"SLURMGPU_LOCK_DIR={locks}", sys.executable, "-m", "slurmgpu"]
+            argv += ["rebalance", "apply", *FAST, "--partitions-conf", str(conf), "--log", str(log)]
+            start = time.monotonic()
+            blocked = cluster.run(argv, check=False)
+            waited = time.monotonic() - start
+            assert blocked.returncode == 1, blocked.stderr
+            lines = blocked.stderr.splitlines()
+            assert lines[0].startswith("slurmgpu: gpu03 is held by pid ")
+            assert "mig apply relayout" in lines[0] and "waiting up to 10 s" in lines[0]
+            assert lines[-1].startswith("slurmgpu: error: gpu03: another slurmgpu command")
+            assert "(waited 10 s)" in lines[-1] and 10 <= waited < 40
+            assert partition_nodes(cluster, "infer") == "gpu[03-04]"  # nothing done meanwhile
+        finally:
+            holder.kill()
+            holder.wait()
+        # the holder is gone: the killed run's half move is undone before anything else
+        done = cluster.run(argv, check=False)
+        assert done.returncode == 0, done.stderr
+        assert "recovered: undid the move of 2026-01-01T10:00:00" in done.stdout, done.stdout
+        assert partition_nodes(cluster, "train") == "gpu[01-02]"
+        assert partition_nodes(cluster, "infer") == "gpu[03-04]"
+        assert conf.read_text() == original  # the include file agrees with the live partitions
+        entries = [json.loads(x) for x in log.read_text().splitlines()]
+        assert [e["action"] for e in entries] == ["intent", "undo"]
+        assert entries[1]["undoes"] == "2026-01-01T10:00:00"
+        cluster.scontrol("reconfigure")  # and the file holds what is live
+        assert partition_nodes(cluster, "train") == "gpu[01-02]"
+    finally:
+        cluster.reset()
+
+
+def test_under_the_locks_an_admins_edit_stops_the_move_and_a_drained_node_stays(
+    fleet_cluster: MultiNodeCluster, tmp_path, monkeypatch
+) -> None:
+    """The plan is read, then the cluster changes before the locks are taken: an admin's
+    partition edit stops the move and is kept (not reverted); a node drained meanwhile is
+    not moved. Nothing is logged either time."""
+    from slurmgpu.fleet.rebalance import (
+        MoveRefused,
+        RebalanceOptions,
+        apply_plan,
+        current_plan,
+        node_problems,
+    )
+    from slurmgpu.sources import queue
+
+    monkeypatch.setenv("SLURMGPU_LOCK_DIR", str(tmp_path / "locks"))
+    cluster, env = fleet_cluster, fleet_cluster.env
+    log = tmp_path / "rebalance.jsonl"
+    cluster.reconfigure(partitions=PARTITIONS)
+    node = None
+    try:
+        _backlog(cluster)
+        plan = current_plan(RebalanceOptions(min_pending_s=0, min_idle_s=0), log, env)
+        (move,) = plan.moves
+        node = move.node
+        # an admin gives infer gpu01 too, after the plan read the partitions
+        cluster.scontrol("update", "PartitionName=infer", "Nodes=gpu[01,03-04]")
+        with pytest.raises(MoveRefused, match=r"partition infer has Nodes=gpu\[01,03-04\] now"):
+            apply_plan(plan, log, env)
+        assert partition_nodes(cluster, "infer") == "gpu[01,03-04]"  # kept, not reverted
+        assert partition_nodes(cluster, "train") == "gpu[01-02]" and not log.exists()
+
+        cluster.scontrol("update", "PartitionName=infer", "Nodes=gpu[03-04]")  # as planned
+        cluster.scontrol("update", f"NodeName={node}", "State=DRAIN", "Reason=broken")
+        with pytest.raises(MoveRefused, match=f"{node} is drained or down now: not moved"):
+            apply_plan(plan, log, env, recheck=lambda: node_problems(plan.moves, queue.nodes(env)))
+        assert partition_nodes(cluster, "infer") == "gpu[03-04]" and not log.exists()
+    finally:
+        if node is not None:
+            cluster.resume_node(node)
         cluster.reset()

@@ -67,11 +67,18 @@ def policy(tmp_path: Path, **over: object):
     return dataclasses.replace(pol, autopilot=dataclasses.replace(pol.autopilot, **over))
 
 
+class Killed(BaseException):
+    """A SIGKILL of the pass at that point: nothing after it runs."""
+
+
 class FakeWorld:
     def __init__(self, jobs: dict[str, list[NodeJob]] | None = None) -> None:
         self.parts = {"train": ["gpu01", "gpu02"], "infer": ["gpu03"]}
         self.jobs = jobs or {}
         self.calls: list[str] = []
+        self.drained: set[str] = set()
+        self.before_locks = lambda: None  # what happens between the plan and the locks
+        self.kill_at: str | None = None  # "recheck" | "scontrol" | "after": a SIGKILL there
 
     def partitions(self):
         return [Partition(k, tuple(v)) for k, v in self.parts.items()]
@@ -82,10 +89,11 @@ class FakeWorld:
             NodeState(
                 n,
                 tuple(p for p, v in self.parts.items() if n in v),
-                not self.jobs.get(n),
+                not self.jobs.get(n) and n not in self.drained,
                 8,
                 "h100",
                 900 if n == "gpu02" else 600,
+                usable=n not in self.drained,
             )
             for n in names
         ]
@@ -96,18 +104,55 @@ class FakeWorld:
     def sacct_text(self, since, until):
         raise AssertionError("the tests give the history")
 
-    def apply(self, plan, log):
-        self.calls.append(f"apply {[m.node for m in plan.moves]}")
-        for k, v in plan.after.items():
-            self.parts[k] = list(v)
-        self.undo_to = dict(plan.before)
-        return "2026-03-02T12:00:00"
+    def live(self, env=None):
+        return self.partitions()
 
-    def undo(self, log):
-        self.calls.append("undo")
-        for k, v in self.undo_to.items():
-            self.parts[k] = list(v)
-        return SimpleNamespace(restored={k: ",".join(v) for k, v in self.undo_to.items()})
+    def _scontrol(self):
+        """`fleet.rebalance`'s own apply, undo and recovery (journal, locks, the checks under
+        them) with this world's partitions in place of slurmctld's."""
+        from unittest import mock
+
+        def change_live(lists, conf, env):
+            self.calls.append(f"set {sorted(lists)}")
+            for n, (k, v) in enumerate(sorted(lists.items())):
+                if self.kill_at == "scontrol" and n == 1:
+                    raise Killed  # between the two scontrol updates
+                self.parts[k] = list(v)
+            if self.kill_at == "after":
+                raise Killed  # both updates made, the apply not logged
+
+        return mock.patch("slurmgpu.fleet.rebalance._change_live", change_live)
+
+    def apply(self, plan, log, **kw):
+        from slurmgpu.fleet.rebalance import apply_plan
+
+        self.before_locks()
+        if self.kill_at == "recheck":
+            recheck = kw["recheck"]
+
+            def killed():
+                recheck()
+                raise Killed
+
+            kw = {**kw, "recheck": killed}
+        with self._scontrol():
+            stamp = apply_plan(plan, log, live=self.live, **kw)
+        self.calls[-1] = f"apply {[m.node for m in plan.moves]}"
+        return stamp
+
+    def undo(self, log, stamp=""):
+        from slurmgpu.fleet.rebalance import undo_last
+
+        with self._scontrol():
+            done = undo_last(log, live=self.live, time=stamp or None)
+        self.calls = [c for c in self.calls if not c.startswith("set ")] + ["undo"]
+        return done
+
+    def recover(self, log):
+        from slurmgpu.fleet.rebalance import recover_pending
+
+        with self._scontrol():
+            return recover_pending(log, live=self.live)
 
     def emit(self, plan, directory):
         raise AssertionError("no --partitions-conf in these tests")
@@ -176,7 +221,7 @@ def setup(tmp_path, monkeypatch):
             state_dir=tmp_path / "state",
             sacct_files=("given",),
             forecast=False,
-            **kw,
+            **{"transient": True, **kw},  # the fake world has no include file
         )
         return autopilot(opts, world=world, now=now)
 
@@ -300,7 +345,9 @@ def test_propose_writes_the_plan_and_changes_nothing_live_then_approve_applies(s
         "scontrol update PartitionName=train Nodes=gpu01",
     ]
     assert json.loads((where / "proposal.json").read_text())["moves"][0]["node"] == "gpu02"
-    assert not state.rebalance_log.exists() and not (state.root / "locks").exists()
+    from slurmgpu.util.lock import lock_dir
+
+    assert not state.rebalance_log.exists() and not list(lock_dir().glob("*.lock"))
     # not approved: the next pass applies nothing and points at the same proposal
     again = run(mode="propose", now=NOW + dt.timedelta(minutes=5))
     assert again.status == "proposed" and again.change_id == res.change_id
@@ -415,7 +462,7 @@ def test_dry_run_and_propose_call_no_scontrol_update_and_take_no_lock(setup, tmp
     def live(**kw):
         opts = AutopilotOptions(
             advise=FakeAdvise(), policy=policy(tmp_path), state_dir=state.root,
-            sacct_files=("given",), forecast=False, **kw,
+            sacct_files=("given",), forecast=False, transient=True, **kw,
         )  # fmt: skip
         return autopilot(opts, world=world, now=NOW)
 
@@ -425,7 +472,9 @@ def test_dry_run_and_propose_call_no_scontrol_update_and_take_no_lock(setup, tmp
     assert live(mode="propose").status == "proposed"
     calls = log.read_text().splitlines()
     assert calls and all(c.startswith(("scontrol show", "squeue ")) for c in calls), calls
-    assert not state.rebalance_log.exists() and not (state.root / "locks").exists()
+    from slurmgpu.util.lock import lock_dir
+
+    assert not state.rebalance_log.exists() and not list(lock_dir().glob("*.lock"))
     # the same world does write when applying: the check above would catch a write
     assert live(mode="apply").status == "applied"
     updates = [c for c in log.read_text().splitlines() if c.startswith("scontrol update")]
@@ -433,7 +482,9 @@ def test_dry_run_and_propose_call_no_scontrol_update_and_take_no_lock(setup, tmp
         "scontrol update PartitionName=infer Nodes=gpu[01,03]",
         "scontrol update PartitionName=train Nodes=gpu02",
     ]
-    assert state.rebalance_log.exists() and (state.root / "locks" / "gpu01.lock").exists()
+    from slurmgpu.util.lock import lock_dir
+
+    assert state.rebalance_log.exists() and (lock_dir() / "gpu01.lock").exists()
 
 
 def test_the_command_line_errors_are_one_line(tmp_path) -> None:
@@ -479,3 +530,227 @@ def test_the_forecast_of_a_pass_is_the_mean_and_high_per_partition(tmp_path) -> 
     assert part == "infer" and mean == pytest.approx(2.0, abs=0.3) and high >= mean
     dump.write_text("\n".join([header, *rows[:3]]) + "\n")
     assert run_mod._forecast(pas) == () and "forecast: " in pas.notes[-1]
+
+
+# -- issue 33: killed passes, checks under the locks, hand reverts, floors, kill switch --------
+
+
+def _moved(world) -> dict[str, list[str]]:
+    return {k: sorted(v) for k, v in world.parts.items()}
+
+
+def test_a_dangling_symlink_kill_switch_stops_the_pass(setup, tmp_path) -> None:
+    run, world, state, _ = setup
+    (tmp_path / "disable").symlink_to(tmp_path / "nowhere")
+    res = run()
+    assert res.status == "killed" and "kill switch" in res.refusals[0]
+    assert world.calls == [] and not state.changes.exists()
+
+
+def test_the_donor_floor_counts_usable_nodes_only(setup) -> None:
+    run, world, _, _ = setup
+    world.drained = {"gpu01"}  # train's other node is drained: gpu02 is all it runs on
+    res = run()
+    assert res.status == "held" and world.calls == []
+    assert "train would keep no usable node" in " ".join(res.refusals), res.refusals
+
+
+@pytest.mark.parametrize(
+    ("late", "needle"),
+    [
+        (lambda w, sw: w.drained.add("gpu02"), "gpu02 is drained or down now"),
+        (lambda w, sw: w.jobs.update({"gpu02": [NodeJob("21", "p0")]}), "runs job 21 (QOS p0)"),
+        (lambda w, sw: sw.write_text(""), "kill switch"),
+        (
+            lambda w, sw: w.parts["infer"].append("gpu09"),  # an admin's edit of infer
+            "partition infer has Nodes=gpu[03,09] now, not gpu03 as the plan read",
+        ),
+    ],
+)
+def test_what_changed_after_the_decision_is_seen_under_the_locks(
+    setup, tmp_path, late, needle
+) -> None:
+    run, world, state, _ = setup
+    parts = None
+
+    def snapshot():
+        nonlocal parts
+        late(world, tmp_path / "disable")
+        parts = _moved(world)
+
+    world.before_locks = snapshot
+    res = run()
+    assert res.status == "held" and needle in res.refusals[-1], res.refusals
+    assert world.calls == [] and _moved(world) == parts  # nothing moved, nothing reverted
+    rec = read_changes(state)
+    assert [r.action for r in rec] == ["apply", "abort"] and rec[1].of == rec[0].id
+    assert guardrails.nodes_today(rec, NOW) == 0 and guardrails.last_changed(rec) == {}
+    assert not [e for e in _rebalance_log(state) if e.action != "intent"]
+
+
+def _rebalance_log(state):
+    from slurmgpu.fleet.rebalance import entries
+
+    return entries(state.rebalance_log)
+
+
+@pytest.mark.parametrize(
+    ("at", "recovered", "after"),
+    [
+        ("recheck", "the pass was killed before it moved anything", "abort"),
+        ("scontrol", "a killed pass's half-made move, undone", "abort"),
+        ("after", None, None),  # the move was made: finished, verified later
+    ],
+)
+def test_a_pass_killed_inside_its_move_is_settled_by_the_next_pass(
+    setup, at, recovered, after
+) -> None:
+    run, world, state, _ = setup
+    world.kill_at = at
+    with pytest.raises(Killed):
+        run()
+    if at == "scontrol":  # gpu02 in two partitions now
+        assert "gpu02" in world.parts["infer"] and "gpu02" in world.parts["train"]
+    world.kill_at = None
+    res = run(now=NOW + dt.timedelta(minutes=5))
+    rec = read_changes(state)
+    if recovered is None:
+        assert res.status == "waiting" and [r.action for r in rec] == ["apply"]
+        assert _moved(world) == {"infer": ["gpu02", "gpu03"], "train": ["gpu01"]}
+        assert any("finished the move" in n for n in res.notes), res.notes
+        assert guardrails.nodes_today(rec, NOW) == 1  # counted for the daily budget
+        assert [e.action for e in _rebalance_log(state)] == ["intent", "apply"]
+        return
+    assert [r.action for r in rec[:2]] == ["apply", after] and rec[1].reasons == (recovered,)
+    assert f"change {rec[0].id}: {recovered}" in res.notes, res.notes
+    log = [e.action for e in _rebalance_log(state)]
+    if at == "scontrol":  # undone first: infer (which had gpu02 already) set back
+        assert log[:2] == ["intent", "undo"] and world.calls[1] == "set ['infer']", world.calls
+        assert any(n.startswith("recovered: undid the move") for n in res.notes), res.notes
+    # the records agree with the cluster again (the aborted move counts for no cooldown or
+    # budget), so the pass went on and made the move anew, whole: one partition each
+    assert res.status == "applied" and [r.action for r in rec[2:]] == ["apply"]
+    assert _moved(world) == {"infer": ["gpu02", "gpu03"], "train": ["gpu01"]}
+    assert log[-2:] == ["intent", "apply"] and guardrails.nodes_today(rec, NOW) == 1
+
+
+def test_a_move_undone_by_hand_is_recorded_reverted_not_verified(setup) -> None:
+    run, world, state, plan = setup
+    t = NOW.timestamp()
+    plan["history"] = [("train", "P1", t - 3600, 100), ("infer", "P2", t - 3600, 900)]
+    assert run().status == "applied"
+    world.parts = {"train": ["gpu01", "gpu02"], "infer": ["gpu03"]}  # an admin put it back
+    plan["history"] += [("train", "P1", t + 600, 100), ("infer", "P2", t + 600, 100)]
+    plan["plan"] = advice(score=-0.01)  # no new move this time
+    res = run(now=NOW + dt.timedelta(hours=1))
+    rec = read_changes(state)
+    assert [r.action for r in rec][:2] == ["apply", "reverted"], rec
+    assert "gpu02 is no longer moved from train to infer" in rec[1].reasons[0]
+    assert not [r for r in rec if r.action in ("verify", "rollback")]
+    assert "undo" not in world.calls and res.status == "held"
+
+
+def test_a_killed_mig_apply_is_never_read_as_the_current_layout(setup, tmp_path) -> None:
+    from slurmgpu.mig.apply import Journal
+
+    run, world, state, _ = setup
+    state.root.mkdir(parents=True)
+    Journal("gpu03", "slurmgpu-ap-gpu03", done=["drain", "wait_jobs"]).save(
+        state.root / "mig-apply-gpu03.json"
+    )
+    res = run()
+    assert res.status == "held" and world.calls == []
+    assert len(res.refusals) == 1 and "a killed mig apply of gpu03 is pending" in res.refusals[0]
+    assert "slurmgpu mig apply --recover --node gpu03" in res.refusals[0]
+    assert read_changes(state)[-1].action == "hold"
+
+
+def _rebalance_move(world, log, node: str, source: str, target: str, when: dt.datetime) -> None:
+    """`rebalance apply` moving `node`, logged in the journal it shares with the autopilot."""
+    from slurmgpu.fleet.rebalance import apply_plan
+    from slurmgpu.model.rebalance import RebalancePlan
+
+    before = {k: tuple(sorted(v)) for k, v in world.parts.items() if k in (source, target)}
+    after = {
+        source: tuple(n for n in before[source] if n != node),
+        target: tuple(sorted((*before[target], node))),
+    }
+    plan = RebalancePlan((Move(node, source, target, "job 9 waited"),), before, after)
+    stamp = when.astimezone().replace(tzinfo=None).isoformat(timespec="seconds")
+    with world._scontrol():
+        apply_plan(plan, log, live=world.live, stamp=stamp)
+    world.calls.clear()
+
+
+def test_rebalance_and_autopilot_share_one_journal_budget_and_undo(setup, tmp_path) -> None:
+    run, world, state, plan = setup
+    shared = tmp_path / "rebalance.jsonl"  # `rebalance apply --log`'s
+    world.parts["spare"] = ["gpu06", "gpu07", "gpu08"]
+    _rebalance_move(world, shared, "gpu07", "spare", "infer", NOW - dt.timedelta(hours=2))
+    _rebalance_move(world, shared, "gpu08", "spare", "train", NOW - dt.timedelta(hours=1))
+    # 2 nodes moved today by rebalance: the autopilot's daily budget (2) is used up
+    res = run(rebalance_log=shared)
+    assert res.status == "held" and world.calls == [], res
+    assert "2 node(s) changed in the last 24 h + 1" in " ".join(res.refusals), res.refusals
+    # a day later it moves; rebalance moves another node after it; the rollback undoes the
+    # autopilot's own move, not rebalance's later one
+    t = (NOW + dt.timedelta(days=1)).timestamp()
+    plan["history"] = [("train", "P1", t - 3600, 100), ("infer", "P2", t - 3600, 900)]
+    assert run(now=NOW + dt.timedelta(days=1), rebalance_log=shared).status == "applied"
+    assert "gpu02" in world.parts["infer"]
+    world.parts["debug"] = ["gpu09", "gpu10"]
+    _rebalance_move(world, shared, "gpu09", "debug", "spare", NOW + dt.timedelta(days=1, minutes=9))
+    plan["history"] += [("train", "P1", t + 600, 5000), ("infer", "P2", t + 600, 100)]
+    res = run(now=NOW + dt.timedelta(days=1, hours=1), rebalance_log=shared)
+    assert res.status == "rolled-back", res
+    assert "gpu02" in world.parts["train"] and "gpu09" in world.parts["spare"]
+    from slurmgpu.fleet.rebalance import entries
+
+    log = entries(shared)
+    assert [(e.action, e.by) for e in log if e.action != "intent"][-2:] == [
+        ("apply", "rebalance apply"),
+        ("undo", ""),
+    ]
+    assert log[-1].undoes == read_changes(state)[-2].rebalance_time  # the autopilot's own
+    assert not state.rebalance_log.exists()
+
+
+def test_a_move_that_empties_a_partition_is_refused_before_it_is_logged(tmp_path) -> None:
+    from slurmgpu.fleet.rebalance import apply_plan, entries
+    from slurmgpu.model.rebalance import RebalancePlan
+
+    plan = RebalancePlan(
+        (Move("gpu07", "spare", "infer", "x"),),
+        {"spare": ("gpu07",), "infer": ("gpu03",)},
+        {"spare": (), "infer": ("gpu03", "gpu07")},
+    )
+    log = tmp_path / "rebalance.jsonl"
+    with pytest.raises(UsageError, match="refusing to leave partition spare without nodes"):
+        apply_plan(plan, log, live=lambda env: [])
+    assert entries(log) == []  # the log stays readable
+
+
+def test_a_move_logged_in_the_state_dirs_own_journal_is_still_judged_with_a_shared_one(
+    setup, tmp_path
+) -> None:
+    """Upgrading to the shared journal: a change logged in STATE/rebalance.jsonl before is
+    neither taken for a killed pass's nor lost to its rollback."""
+    run, world, state, plan = setup
+    t = NOW.timestamp()
+    plan["history"] = [("train", "P1", t - 3600, 100), ("infer", "P2", t - 3600, 900)]
+    assert run().status == "applied" and state.rebalance_log.exists()
+    plan["history"] += [("train", "P1", t + 600, 2000), ("infer", "P2", t + 600, 100)]
+    shared = tmp_path / "rebalance.jsonl"
+    res = run(now=NOW + dt.timedelta(hours=1), rebalance_log=shared)
+    assert res.status == "rolled-back", res
+    assert [r.action for r in read_changes(state)] == ["apply", "rollback"]
+    assert world.parts == {"train": ["gpu01", "gpu02"], "infer": ["gpu03"]}
+
+
+def test_a_live_move_is_durable_or_asked_transient_by_name(setup) -> None:
+    run, world, state, _ = setup
+    res = run(transient=False)
+    assert res.status == "held" and world.calls == []
+    assert "a live move needs --partitions-conf FILE" in res.refusals[-1], res.refusals
+    rec = read_changes(state)
+    assert [r.action for r in rec] == ["hold"] and guardrails.nodes_today(rec, NOW) == 0

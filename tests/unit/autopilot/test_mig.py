@@ -56,6 +56,10 @@ def slice_forecast(one_g: float = 2 / 7, three_g: float = 0.0) -> Forecast:
     return Forecast(3600, 2, t0, t0, t0, 10, 2, (), tuple(parts), by="slice")
 
 
+class KilledPass(BaseException):
+    """A SIGKILL of the pass: nothing after it runs."""
+
+
 class MigWorld:
     """Partitions, nodes, jobs and inventories; `mig_apply` records the node and the config
     and changes the inventory the way `mig apply` would (from the config file)."""
@@ -66,6 +70,8 @@ class MigWorld:
         self.jobs = jobs or {}
         self.calls: list[str] = []
         self.fail = fail
+        self.before_lock = lambda world: None  # what happens between the decision and the lock
+        self.kill = False
 
     def partitions(self):
         return [Partition(k, tuple(v)) for k, v in self.parts.items()]
@@ -79,8 +85,17 @@ class MigWorld:
     def inventories(self, site):
         return list(self.invs.values())
 
-    def mig_apply(self, opts):
+    def mig_apply(self, opts, recheck=None):
+        self.before_lock(self)
+        why = [w for w in (recheck() if recheck is not None else ()) if w]
+        if why:  # as `mig.apply.apply_config` refuses, under the node's lock
+            raise SlurmgpuError(f"{opts.node}: not changed: {'; '.join(why)}")
         self.calls.append(f"mig apply {opts.node} {opts.config_name}")
+        if self.kill:  # a SIGKILL of the pass inside mig apply: its journal left running
+            from slurmgpu.mig.apply import Journal
+
+            Journal(opts.node, opts.config_name, done=["drain", "wait_jobs"]).save(opts.journal)
+            raise KilledPass
         if self.fail == opts.config_name:
             raise SlurmgpuError("injected failure")
         inv = self.invs[opts.node]
@@ -101,8 +116,24 @@ class MigWorld:
         (directory / "gres.conf").write_text(f"# new gres.conf of {opts.node}\n")
         return [directory / "gres.conf"]
 
-    def apply(self, plan, log):
+    def apply(self, plan, log, **kw):
         raise AssertionError("no node move in these tests")
+
+    def mig_recover(self, opts):
+        """`mig apply --recover` as the real one ends for a run killed before start_slurmd:
+        rolled back (its journal says so; the layouts were never changed here)."""
+        from slurmgpu.mig.apply import Journal
+
+        self.calls.append(f"mig recover {opts.node} {opts.config_name} {opts.journal_dir}")
+        journal = Journal.load(opts.journal, opts.node)
+        journal.state, journal.error = "rolled-back", "apply_layout: killed"
+        journal.save(opts.journal)
+        return journal
+
+    def recover(self, log):
+        from slurmgpu.fleet.rebalance import recover_pending
+
+        return recover_pending(log, live=lambda env: self.partitions())
 
 
 def mig_holds(state: StateDir) -> list[tuple[str, ...]]:
@@ -260,7 +291,8 @@ def test_a_failed_mig_apply_is_recorded_and_the_pass_says_failed(mig_setup) -> N
     res = run(mode="apply")
     assert res.status == "failed"
     assert any("mig apply gpu03: injected failure" in r for r in res.refusals)
-    assert read_changes(state)[-1].action == "hold"
+    rec = read_changes(state)
+    assert [r.action for r in rec[-2:]] == ["apply", "abort"] and rec[-1].of == rec[-2].id
 
 
 def test_dry_run_and_propose_never_apply_then_approve_applies(mig_setup) -> None:
@@ -366,7 +398,9 @@ def test_dry_run_and_propose_call_no_scontrol_update_nor_mig_apply(mig_setup, tm
     assert prop.status == "proposed", prop
     calls = log.read_text().splitlines()
     assert calls and all(c.startswith(("scontrol show", "squeue ")) for c in calls), calls
-    assert not (state.root / "locks").exists() and not list(state.root.glob("mig-apply-*"))
+    from slurmgpu.util.lock import lock_dir
+
+    assert not list(lock_dir().glob("*.lock")) and not list(state.root.glob("mig-apply-*"))
     assert gres.read_text() == "NodeName=gpu03 Name=gpu Type=h100 File=/dev/nvidia[0-7]\n"
     emitted = state.proposal(prop.change_id) / "gpu03"
     assert "1g.10gb" in (emitted / "gres.conf").read_text()
@@ -374,7 +408,7 @@ def test_dry_run_and_propose_call_no_scontrol_update_nor_mig_apply(mig_setup, tm
     # the same world in apply mode runs mig apply: it takes the node's lock and reads the node
     # live (no NVML here: it fails before draining, and the pass says so)
     done = live(mode="apply")
-    assert done.status == "failed" and (state.root / "locks" / "gpu03.lock").exists()
+    assert done.status == "failed" and (lock_dir() / "gpu03.lock").exists()
     assert any(r.startswith("mig apply gpu03: ") for r in done.refusals), done.refusals
 
 
@@ -479,3 +513,68 @@ def test_collector_summaries_stand_in_for_gpumem_in_the_forecast_and_the_replay(
     assert np.allclose(measured.need_mib, 5000.0), measured.need_mib
     assert np.isnan(bare_trace.need_mib).all()
     assert measured.measure_notes == ()
+
+
+def test_a_carve_killed_inside_mig_apply_is_recovered_before_the_layouts_are_read(
+    mig_setup,
+) -> None:
+    """Issue 33: a pass killed inside its `mig apply` leaves the node's journal running; the
+    next pass recovers it (mig apply --recover, with its --mig-* options) before it reads
+    any layout, and only then decides."""
+    from slurmgpu.mig.apply import Journal
+
+    run, world, state, _ = mig_setup
+    state.root.mkdir(parents=True)
+    Journal("gpu03", "slurmgpu-ap-gpu03", done=["drain", "wait_jobs"]).save(
+        state.root / "mig-apply-gpu03.json"
+    )
+    res = run(mode="apply")
+    assert world.calls[0] == f"mig recover gpu03 slurmgpu-ap-gpu03 {state.root}", world.calls
+    assert "recovered: the killed mig apply of gpu03: rolled-back" in res.notes, res.notes
+    assert res.status == "applied"  # then the pass read the (whole) layouts and carved
+    # a journal that cannot be trusted stops the pass with one line, nothing read or done
+    (state.root / "mig-apply-gpu03.json").write_text("{}")
+    world.calls.clear()
+    held = run(mode="apply", now=NOW + dt.timedelta(days=2))
+    assert held.status == "held" and world.calls == [] and len(held.refusals) == 1
+    assert "mig-apply-gpu03.json" in held.refusals[0]
+
+
+@pytest.mark.parametrize(
+    ("late", "needle"),
+    [
+        (lambda w, sw: w.jobs.update({"gpu03": [NodeJob("31", "p0")]}), "runs job 31 (QOS p0)"),
+        (lambda w, sw: sw.symlink_to(sw.parent / "nowhere"), "kill switch"),
+    ],
+)
+def test_a_carve_rechecks_its_guardrails_under_the_nodes_lock(
+    mig_setup, tmp_path, late, needle
+) -> None:
+    run, world, state, _ = mig_setup
+    world.before_lock = lambda w: late(w, tmp_path / "disable")
+    res = run(mode="apply")
+    assert res.status == "failed" and world.calls == [], world.calls
+    assert needle in " ".join(res.refusals), res.refusals
+    rec = read_changes(state)
+    assert [r.action for r in rec] == ["apply", "abort"]
+    from slurmgpu.autopilot import guardrails
+
+    assert guardrails.nodes_today(rec, NOW) == 0
+
+
+def test_a_pass_killed_inside_its_carve_is_settled_by_the_next(mig_setup) -> None:
+    run, world, state, _ = mig_setup
+    world.kill = True
+    with pytest.raises(KilledPass):
+        run(mode="apply")
+    first = read_changes(state)
+    assert [r.action for r in first] == ["apply"]  # the intent, written before acting
+    world.kill = False
+    world.calls.clear()
+    res = run(mode="apply", now=NOW + dt.timedelta(minutes=5))
+    assert world.calls[0].startswith("mig recover gpu03 "), world.calls
+    rec = read_changes(state)
+    assert [r.action for r in rec[:2]] == ["apply", "abort"] and rec[1].of == first[0].id
+    assert "mig apply --recover left gpu03 rolled-back" in rec[1].reasons[0]
+    # settled: the pass read the layouts (whole again) and carved anew
+    assert res.status == "applied" and [r.action for r in rec[2:]] == ["apply"]

@@ -188,3 +188,17 @@ def test_the_health_check_acts_where_no_lock_directory_can_be_made(tmp_path):
         apply_health_action(
             "gpu03", report, {"PATH": "/nonexistent"}, lock_dir=tmp_path / "file" / "locks"
         )
+
+
+def test_the_health_check_locks_in_the_one_lock_directory_every_acting_command_shares(
+    tmp_path, monkeypatch
+):
+    """A `mig apply` holds the node in `util.lock.lock_dir()` ($SLURMGPU_LOCK_DIR): the
+    health check, given no directory, sees that lock and skips at once."""
+    from slurmgpu.fleet.check import CheckReport, apply_health_action
+    from slurmgpu.util.lock import lock_dir, node_locks
+
+    monkeypatch.setenv("SLURMGPU_LOCK_DIR", str(tmp_path / "shared"))
+    with node_locks(lock_dir(), ["gpu03"], "mig apply relayout"):
+        done = apply_health_action("gpu03", CheckReport(("gpu03",), ()), {"PATH": "/nonexistent"})
+    assert done.action.kind == "skipped" and "mig apply relayout" in done.action.reason

@@ -8,7 +8,7 @@ import pytest
 
 from slurmgpu.errors import UsageError
 from slurmgpu.fleet.rebalance import RebalanceOptions, plan_rebalance, undo_last
-from slurmgpu.model.rebalance import NodeState, Partition, PendingJob
+from slurmgpu.model.rebalance import Move, NodeState, Partition, PendingJob
 
 PARTS = [Partition("train", ("n1", "n2")), Partition("infer", ("n3", "n4", "n5"))]
 NODES = [
@@ -80,8 +80,9 @@ def test_no_move_without_its_log_line(tmp_path):
 
     plan = plan_rebalance([job(gtype="h100")], PARTS, NODES, OPTS)
     (tmp_path / "file").write_text("")
-    with pytest.raises(SlurmgpuError, match=r"cannot (write the change log|create the lock dir)"):
-        apply_plan(plan, tmp_path / "file" / "log.jsonl", env={"PATH": "/nonexistent"})
+    live = _live(**{k: v for k, v in plan.before.items()})
+    with pytest.raises(SlurmgpuError, match=r"cannot write the change log"):
+        apply_plan(plan, tmp_path / "file" / "log.jsonl", env={"PATH": "/nonexistent"}, live=live)
 
 
 def test_cli_bad_log_and_bad_snapshot_dir_are_one_line(tmp_path):
@@ -141,7 +142,7 @@ NO_SCONTROL = {"PATH": "/nonexistent"}
         ("[1, 2]", "not a JSON object but list"),
         ('"x"', "not a JSON object but str"),
         ("null", "not a JSON object but NoneType"),
-        (json.dumps({**APPLY, "action": "boom"}), "neither apply nor undo"),
+        (json.dumps({**APPLY, "action": "boom"}), "none of intent, apply, undo"),
         (json.dumps({**APPLY, "time": 5}), "time: 5 is not str"),
         (json.dumps({**APPLY, "before": {"train": "n[1-"}}), "no valid node list"),
         (json.dumps({**APPLY, "moves": [{"node": "n4"}]}), "field source missing"),
@@ -235,8 +236,9 @@ def test_a_failed_scontrol_puts_the_include_file_back(tmp_path):
     conf = tmp_path / "slurmgpu-partitions.conf"
     conf.write_text(INCLUDE)
     plan = plan_rebalance([job(gtype="h100")], PARTS, NODES, OPTS)
+    live = _live(**plan.before)
     with pytest.raises(SlurmCommandError):
-        apply_plan(plan, tmp_path / "log.jsonl", NO_SCONTROL, partitions_conf=conf)
+        apply_plan(plan, tmp_path / "log.jsonl", NO_SCONTROL, partitions_conf=conf, live=live)
     assert conf.read_text() == INCLUDE
 
 
@@ -262,3 +264,184 @@ def test_emit_writes_the_include_file_and_its_diff_and_touches_nothing(tmp_path)
     assert conf.read_text() == emitted
     with pytest.raises(UsageError, match="--emit needs --partitions-conf"):
         emit_plan(plan, out, None)
+
+
+# -- issue 33: re-checked under the locks, killed runs recovered, durable or refused ------------
+
+
+class FakeSlurm:
+    """A `scontrol` on PATH that records each `update` into a file; `live` reads the node
+    lists back from there (the partitions slurmctld would show)."""
+
+    def __init__(self, tmp_path, **lists):
+        self.bin = tmp_path / "bin"
+        self.bin.mkdir()
+        self.calls = tmp_path / "scontrol.calls"
+        self.lists = {k: tuple(v) for k, v in lists.items()}
+        script = self.bin / "scontrol"
+        script.write_text(f'#!/bin/sh\necho "$@" >> {self.calls}\n')
+        script.chmod(0o755)
+        self.env = {"PATH": f"{self.bin}:/usr/bin:/bin"}
+
+    def updates(self) -> list[str]:
+        return self.calls.read_text().splitlines() if self.calls.exists() else []
+
+    def live(self, env):
+        from slurmgpu.util.hostlist import expand_hostlist
+
+        lists = dict(self.lists)
+        for line in self.updates():
+            words = dict(w.split("=", 1) for w in line.split()[1:])
+            lists[words["PartitionName"]] = tuple(expand_hostlist(words["Nodes"]))
+        return [Partition(k, v) for k, v in lists.items()]
+
+
+def _plan():
+    plan = plan_rebalance([job(gtype="h100")], PARTS, NODES, OPTS)
+    assert [(m.node, m.source, m.target) for m in plan.moves] == [("n4", "infer", "train")]
+    return plan
+
+
+def test_an_admins_partition_edit_since_the_plan_stops_the_move_and_is_kept(tmp_path):
+    from slurmgpu.fleet.rebalance import MoveRefused, apply_plan
+
+    # the admin took n5 out of infer after the plan read the partitions
+    slurm = FakeSlurm(tmp_path, train=("n1", "n2"), infer=("n3", "n4"))
+    log = tmp_path / "log.jsonl"
+    with pytest.raises(MoveRefused, match=r"partition infer has Nodes=n\[3-4\] now, not "):
+        apply_plan(_plan(), log, slurm.env, live=slurm.live)
+    assert slurm.updates() == [] and not log.exists()  # nothing set back, nothing logged
+
+
+def test_the_callers_recheck_under_the_locks_stops_the_move(tmp_path):
+    from slurmgpu.fleet.rebalance import MoveRefused, apply_plan, node_problems
+    from slurmgpu.util.lock import NodeLocked, lock_dir, node_locks
+
+    slurm = FakeSlurm(tmp_path, **_plan().before)
+    log = tmp_path / "log.jsonl"
+    seen = []
+
+    def recheck():  # runs with n4's lock held: another command cannot take it now
+        with pytest.raises(NodeLocked), node_locks(lock_dir(), ["n4"], "other", wait_s=0):
+            pass
+        seen.append("checked")
+        drained = NodeState("n4", ("infer",), False, 8, "h100", 5000, usable=False)
+        return node_problems(_plan().moves, [drained])
+
+    with pytest.raises(MoveRefused, match="n4 is drained or down now: not moved"):
+        apply_plan(_plan(), log, slurm.env, live=slurm.live, recheck=recheck)
+    assert seen == ["checked"] and slurm.updates() == [] and not log.exists()
+    busy = NodeState("n4", ("infer",), False, 8, "h100", 0)
+    assert node_problems(_plan().moves, [busy]) == ["n4 runs a job now: not moved"]
+    assert node_problems(_plan().moves, []) == ["n4 is no longer a node slurmctld knows: not moved"]
+
+
+def test_a_move_is_journaled_as_an_intent_before_scontrol_and_completed_after(tmp_path):
+    from slurmgpu.fleet.rebalance import apply_plan, pending_intents
+
+    slurm = FakeSlurm(tmp_path, **_plan().before)
+    log = tmp_path / "log.jsonl"
+    stamp = apply_plan(_plan(), log, slurm.env, live=slurm.live, by="autopilot ap-1")
+    assert [(e.action, e.time, e.by) for e in _log(log)] == [
+        ("intent", stamp, "autopilot ap-1"),
+        ("apply", stamp, "autopilot ap-1"),
+    ]
+    assert pending_intents(log) == [] and len(slurm.updates()) == 2
+
+
+def _killed(tmp_path, conf=None):
+    """The log a run killed after its intent leaves (no apply, no undo)."""
+    from slurmgpu.fleet.rebalance import LogEntry
+    from slurmgpu.util.journal import append_record
+
+    log = tmp_path / "log.jsonl"
+    entry = LogEntry(**{**APPLY, "action": "intent", "by": "autopilot ap-1"})
+    entry = dataclasses_replace(entry, moves=tuple(Move(**m) for m in APPLY["moves"]))
+    if conf is not None:
+        entry = dataclasses_replace(entry, partitions_conf=str(conf))
+    append_record(log, entry)
+    return log
+
+
+def dataclasses_replace(obj, **kw):
+    import dataclasses
+
+    return dataclasses.replace(obj, **kw)
+
+
+def test_a_run_killed_between_its_scontrol_updates_is_undone_node_in_one_partition(tmp_path):
+    from slurmgpu.fleet.rebalance import pending_intents, recover_pending
+
+    conf = tmp_path / "slurmgpu-partitions.conf"
+    conf.write_text(INCLUDE.replace("n[1-2] ", "n[1-2,4] ").replace("n[3-5]", "n[3,5]"))
+    log = _killed(tmp_path, conf)  # the include file was ahead: it had the move
+    # train got n4, infer was not updated yet: n4 in two partitions
+    slurm = FakeSlurm(tmp_path, train=("n1", "n2", "n4"), infer=("n3", "n4", "n5"))
+    done = recover_pending(log, slurm.env, live=slurm.live)
+    assert len(done) == 1 and done[0].startswith("undid the move of 2026-01-01T10:00:00")
+    assert slurm.updates() == ["update PartitionName=train Nodes=n[1-2]"]
+    assert {p.name: p.nodes for p in slurm.live(None)} == {
+        "train": ("n1", "n2"),
+        "infer": ("n3", "n4", "n5"),
+    }
+    assert conf.read_text() == INCLUDE  # the include file agrees with the live partitions
+    assert [e.action for e in _log(log)] == ["intent", "undo"] and pending_intents(log) == []
+    assert recover_pending(log, slurm.env, live=slurm.live) == []  # once
+
+
+def test_a_run_killed_after_its_scontrol_updates_is_finished(tmp_path):
+    from slurmgpu.fleet.rebalance import recover_pending
+
+    conf = tmp_path / "slurmgpu-partitions.conf"
+    conf.write_text(INCLUDE)  # as before the move (put back by hand): recovery sets it too
+    log = _killed(tmp_path, conf)
+    slurm = FakeSlurm(tmp_path, train=("n1", "n2", "n4"), infer=("n3", "n5"))
+    done = recover_pending(log, slurm.env, live=slurm.live)
+    assert done and done[0].startswith("finished the move of 2026-01-01T10:00:00")
+    assert slurm.updates() == []
+    assert "PartitionName=train Nodes=n[1-2,4] " in conf.read_text()
+    assert [e.action for e in _log(log)] == ["intent", "apply"]
+
+
+def test_a_killed_run_whose_partitions_were_changed_by_hand_since_is_one_error_line(tmp_path):
+    from slurmgpu.errors import SlurmgpuError
+    from slurmgpu.fleet.rebalance import recover_pending
+
+    log = _killed(tmp_path)
+    slurm = FakeSlurm(tmp_path, train=("n1",), infer=("n3", "n4", "n5"))
+    with pytest.raises(SlurmgpuError, match="pending, and partition train is now neither") as err:
+        recover_pending(log, slurm.env, live=slurm.live)
+    assert "\n" not in str(err.value) and slurm.updates() == []
+    assert [e.action for e in _log(log)] == ["intent"]
+
+
+def test_undo_recovers_a_killed_run_first(tmp_path):
+    log = tmp_path / "log.jsonl"
+    log.write_text(json.dumps(APPLY) + "\n")
+    from slurmgpu.fleet.rebalance import LogEntry
+    from slurmgpu.util.journal import append_record
+
+    later = LogEntry(
+        time="2026-01-01T11:00:00", action="intent",
+        moves=(Move("n3", "infer", "train", "x"),),
+        before={"train": "n[1-2,4]", "infer": "n[3,5]"},
+        after={"train": "n[1-4]", "infer": "n5"},
+    )  # fmt: skip
+    append_record(log, later)
+    slurm = FakeSlurm(tmp_path, train=("n1", "n2", "n4"), infer=("n3", "n5"))  # never acted
+    result = undo_last(log, slurm.env, live=slurm.live)
+    assert result.restored == {"train": "n[1-2]", "infer": "n[3-5]"}  # the first apply undone
+    assert [e.action for e in _log(log)] == ["apply", "intent", "undo", "undo"]
+
+
+def test_a_live_apply_is_durable_or_asked_transient_by_name(tmp_path):
+    from click.testing import CliRunner
+
+    from slurmgpu.cli import main
+
+    log = tmp_path / "log.jsonl"
+    result = CliRunner().invoke(main, ["rebalance", "apply", "--log", str(log)])
+    assert result.exit_code == 2 and result.output.count("\n") == 1, result.output
+    assert result.output.startswith("slurmgpu: error: a live rebalance apply needs ")
+    assert "--partitions-conf" in result.output and "--transient" in result.output
+    assert not log.exists()

@@ -548,13 +548,18 @@ def test_recover_of_a_finished_run_reports_its_state(node) -> None:
     assert apply_mod.recover(opts, slurm=SlurmStub(opts.slurm_conf)).state == "done"
 
 
-def test_a_second_apply_of_a_locked_node_refuses_at_once(node) -> None:
-    from slurmgpu.util.lock import NodeLocked, node_locks
+def test_a_second_apply_of_a_locked_node_refuses_after_a_bounded_wait(node, monkeypatch) -> None:
+    """The lock is the node's in the one shared lock directory (`lock_dir()`, not one
+    under the journal directory): a rebalance or autopilot holding it stops mig apply."""
+    from slurmgpu.util import lock
+    from slurmgpu.util.lock import NodeLocked, lock_dir, node_locks
 
+    monkeypatch.setattr(lock, "DEFAULT_WAIT_S", 0.2)
     _double, root, opts, _ = node
     before, files = layout_now(root), _old_files(opts)
     stub = SlurmStub(opts.slurm_conf)
-    with node_locks(opts.journal_dir / "locks", [NODE], "mig apply other"):
+    assert not lock_dir().is_relative_to(opts.journal_dir)
+    with node_locks(lock_dir(), [NODE], "mig apply other"):
         for call in (apply_mod.apply_config, apply_mod.recover):
             with pytest.raises(NodeLocked, match=f"{NODE}: another slurmgpu command") as info:
                 call(opts, slurm=stub)
@@ -631,3 +636,23 @@ def test_dry_run_and_recover_exclude_each_other(tmp_path) -> None:
     assert result.output == (
         "slurmgpu: error: mig apply: --recover acts on a journal; no --dry-run or --emit with it\n"
     )
+
+
+def test_the_callers_recheck_runs_under_the_lock_and_refuses_before_the_drain(node) -> None:
+    """Issue 33: the autopilot's guardrails (kill switch, a P0 job started since) are read
+    again with the node's lock held; a reason refuses the run before anything is touched."""
+    from slurmgpu.util.lock import NodeLocked, lock_dir, node_locks
+
+    _double, root, opts, _ = node
+    before, files = layout_now(root), _old_files(opts)
+    stub = SlurmStub(opts.slurm_conf)
+
+    def recheck():
+        with pytest.raises(NodeLocked), node_locks(lock_dir(), [NODE], "other", wait_s=0):
+            pass  # held by the apply now
+        return [None, f"{NODE} runs job 9 (QOS p0): P0 or not preemptible"]
+
+    with pytest.raises(MigApplyFailed, match=r"not changed: .*runs job 9"):
+        apply_mod.apply_config(opts, slurm=stub, recheck=recheck)
+    assert stub.calls == [] and layout_now(root) == before and _old_files(opts) == files
+    assert not opts.journal.exists()

@@ -128,26 +128,83 @@ def test_records_round_trip_sealed(tmp_path):
         read_records(log, Record)
 
 
-def test_a_lock_held_by_another_process_refuses_at_once_and_dies_with_it(tmp_path):
+def _holder(tmp_path, seconds: float = 60):
     holder = subprocess.Popen(
         [
             sys.executable,
             "-c",
             "import sys, time; from slurmgpu.util.lock import node_locks\n"
             f"with node_locks({str(tmp_path)!r}, ['n1'], 'mig apply x'):\n"
-            "    print('held', flush=True); time.sleep(60)",
+            f"    print('held', flush=True); time.sleep({seconds})",
         ],
         stdout=subprocess.PIPE,
         text=True,
     )
+    assert holder.stdout.readline() == "held\n"
+    return holder
+
+
+def test_a_lock_held_by_another_process_is_reported_waited_for_boundedly_and_dies_with_it(
+    tmp_path,
+):
+    import time
+
+    holder = _holder(tmp_path)
     try:
-        assert holder.stdout.readline() == "held\n"
-        held = rf"n1: .*\(pid {holder.pid}: mig apply x, since"
-        with pytest.raises(NodeLocked, match=held), node_locks(tmp_path, ["n0", "n1"], "x"):
+        held = rf"n1: .*\(pid {holder.pid}: mig apply x, since .*\(waited 0.5 s\)"
+        told: list[str] = []
+        start = time.monotonic()
+        with (
+            pytest.raises(NodeLocked, match=held),
+            node_locks(tmp_path, ["n0", "n1"], "x", wait_s=0.5, on_wait=told.append),
+        ):
             pass
+        assert 0.5 <= time.monotonic() - start < 5  # waited, and not forever
+        assert len(told) == 1 and f"pid {holder.pid}: mig apply x" in told[0], told
         holder.kill()  # SIGKILL: the kernel drops the lock, nothing to clean up
         holder.wait()
         with node_locks(tmp_path, ["n0", "n1"], "rebalance apply"):
             pass
     finally:
         holder.kill()
+
+
+def test_a_lock_released_while_waited_for_is_taken(tmp_path, capsys):
+    holder = _holder(tmp_path, seconds=0.5)
+    try:
+        with node_locks(tmp_path, ["n1"], "autopilot", wait_s=30):
+            assert holder.poll() is not None or holder.wait(5) == 0
+        err = capsys.readouterr().err  # the default report: one line on stderr
+        assert err.startswith("slurmgpu: n1 is held by pid ") and "waiting up to 30 s" in err
+    finally:
+        holder.kill()
+
+
+def test_the_default_wait_is_bounded_and_zero_refuses_at_once(tmp_path, monkeypatch):
+    import time
+
+    from slurmgpu.util import lock
+
+    assert 0 < lock.DEFAULT_WAIT_S <= 60
+    monkeypatch.setattr(lock, "DEFAULT_WAIT_S", 0.3)
+    holder = _holder(tmp_path)
+    try:
+        for kw, least in (({}, 0.3), ({"wait_s": 0}, 0.0)):
+            start = time.monotonic()
+            with pytest.raises(NodeLocked), node_locks(tmp_path, ["n1"], "x", **kw):
+                pass
+            assert least <= time.monotonic() - start < least + 3
+    finally:
+        holder.kill()
+
+
+def test_read_records_refuses_unsealed_lines_where_asked(tmp_path):
+    log = tmp_path / "log.jsonl"
+    append_record(log, Record("sealed"))
+    with log.open("a") as fh:
+        fh.write(json.dumps({"name": "by hand"}) + "\n")
+    assert [r.name for r in read_records(log, Record)] == ["sealed", "by hand"]
+    assert read_records(log, Record, sealed_only=lambda r: r.name == "other")[1].name == "by hand"
+    for only in (True, lambda r: r.name == "by hand"):
+        with pytest.raises(JournalError, match=f"{log}:2: no checksum; it cannot be trusted"):
+            read_records(log, Record, sealed_only=only)
