@@ -8,6 +8,7 @@ import click
 from slurmgpu.cli.advise import SHARED
 from slurmgpu.cli.advise import advise as _advise_command
 from slurmgpu.cli.replay import replay as _replay_command
+from slurmgpu.util import strict
 
 DEFAULT_STATE_DIR = "/var/lib/slurmgpu/autopilot"  # = slurmgpu.autopilot.DEFAULT_STATE_DIR
 DEFAULT_REBALANCE_LOG = "/var/lib/slurmgpu/rebalance.jsonl"  # = `rebalance apply --log`'s
@@ -50,7 +51,7 @@ DEFAULT_REBALANCE_LOG = "/var/lib/slurmgpu/rebalance.jsonl"  # = `rebalance appl
 )
 @click.option(
     "--mig-keep-whole",
-    type=click.IntRange(min=0),
+    type=strict.IntRange(min=0),
     default=0,
     show_default=True,
     help="GPUs per node mig plan leaves whole.",
@@ -70,7 +71,7 @@ DEFAULT_REBALANCE_LOG = "/var/lib/slurmgpu/rebalance.jsonl"  # = `rebalance appl
 @click.option("--mig-host-root", default="/", show_default=True, help="mig apply: host tree.")
 @click.option(
     "--mig-drain-timeout",
-    type=float,
+    type=strict.FloatRange(min=0),
     default=3600.0,
     show_default=True,
     help="mig apply: seconds to wait for the node's jobs.",

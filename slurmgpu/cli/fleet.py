@@ -11,6 +11,7 @@ from collections.abc import Sequence
 import click
 
 from slurmgpu.errors import ConfigCheckError
+from slurmgpu.util import strict
 
 
 def gen_cluster_gres(
@@ -201,29 +202,44 @@ def check(
 def _rebalance_options(f):
     """The thresholds both `rebalance plan` and `rebalance apply` take."""
     options = [
-        click.option("--floor", default=1, show_default=True, help="Nodes every partition keeps."),
+        click.option(
+            "--floor",
+            type=strict.IntRange(min=0),
+            default=1,
+            show_default=True,
+            help="Nodes every partition keeps.",
+        ),
         click.option(
             "--floor-for", multiple=True, metavar="PARTITION=N", help="Floor of one partition."
         ),
         click.option(
             "--min-pending",
+            type=strict.IntRange(min=0),
             default=300,
             show_default=True,
             help="Seconds a GPU job must have waited before nodes move for it.",
         ),
         click.option(
             "--min-idle",
+            type=strict.IntRange(min=0),
             default=600,
             show_default=True,
             help="Seconds a node must have been idle to be moved.",
         ),
         click.option(
             "--cooldown",
+            type=strict.IntRange(min=0),
             default=1800,
             show_default=True,
             help="Seconds before a moved node may move again.",
         ),
-        click.option("--max-moves", default=4, show_default=True, help="Moves per run."),
+        click.option(
+            "--max-moves",
+            type=strict.IntRange(min=0),
+            default=4,
+            show_default=True,
+            help="Moves per run.",
+        ),
         click.option(
             "--log",
             "log_path",

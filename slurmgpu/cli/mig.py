@@ -143,13 +143,22 @@ def plan(
 )
 @click.option("--host-root", default="/", show_default=True, help="Host tree for inventory.")
 @click.option(
-    "--drain-timeout", default=3600.0, show_default=True, help="Seconds to wait for jobs."
+    "--drain-timeout",
+    type=strict.FloatRange(min=0),
+    default=3600.0,
+    show_default=True,
+    help="Seconds to wait for jobs.",
 )
 @click.option(
-    "--poll", default=10.0, show_default=True, help="Seconds between looks at the node's jobs."
+    "--poll",
+    type=strict.FloatRange(min=0, min_open=True),
+    default=10.0,
+    show_default=True,
+    help="Seconds between looks at the node's jobs.",
 )
 @click.option(
     "--verify-timeout",
+    type=strict.FloatRange(min=0),
     default=60.0,
     show_default=True,
     help="Seconds to wait for slurmctld to show the new Gres.",
