@@ -143,7 +143,7 @@ def with_idle_section(text: str, report: IdleReport, fmt: str) -> str:
         doc["idle"] = summary
         return json.dumps(doc, indent=2, ensure_ascii=False, allow_nan=False) + "\n"
     if fmt == "prom":
-        return text + _prom_lines(summary)
+        return text + _prom_lines(summary, report.ranking("partition"))
     if fmt == "html":
         from slurmgpu.render.templating import render
 
@@ -176,7 +176,9 @@ def _section_text(summary: dict, report: IdleReport) -> str:
     return "\n".join(lines)
 
 
-def _prom_lines(summary: dict) -> str:
+def _prom_lines(summary: dict, partitions: list[dict]) -> str:
+    """The retrospective's gauges; `partitions` is `IdleReport.ranking("partition")`."""
+
     def label(value: str) -> str:
         return value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
 
@@ -200,6 +202,35 @@ def _prom_lines(summary: dict) -> str:
         f'slurmgpu_idle_account_gpu_hours{{account="{label(r["account"])}"}} '
         f"{r['idle_gpu_hours']!r}"
         for r in summary["ranking"]["accounts"]
+    ]
+    out += [
+        "# HELP slurmgpu_idle_partition_gpu_hours Idle GPU-hours per partition (flagged and "
+        "exempt runs)",
+        "# TYPE slurmgpu_idle_partition_gpu_hours gauge",
+    ]
+    out += [
+        f'slurmgpu_idle_partition_gpu_hours{{partition="{label(r["partition"])}"}} '
+        f"{r['idle_gpu_hours']!r}"
+        for r in partitions
+    ]
+    out += [
+        "# HELP slurmgpu_idle_partition_reclaimable_gpu_hours GPU-hours the [idle] policy would "
+        "have reclaimed per partition",
+        "# TYPE slurmgpu_idle_partition_reclaimable_gpu_hours gauge",
+    ]
+    out += [
+        f'slurmgpu_idle_partition_reclaimable_gpu_hours{{partition="{label(r["partition"])}"}} '
+        f"{r['reclaimable_gpu_hours']!r}"
+        for r in partitions
+    ]
+    out += [
+        "# HELP slurmgpu_idle_flagged_runs Runs the [idle] policy flags in the report window",
+        "# TYPE slurmgpu_idle_flagged_runs gauge",
+        f"slurmgpu_idle_flagged_runs {summary['flagged_runs']}",
+        "# HELP slurmgpu_idle_exempt_gpu_hours Idle GPU-hours of exempt runs (waste the policy "
+        "lets stand)",
+        "# TYPE slurmgpu_idle_exempt_gpu_hours gauge",
+        f"slurmgpu_idle_exempt_gpu_hours {summary['exempt_idle_gpu_hours']!r}",
     ]
     return "\n".join(out) + "\n"
 
