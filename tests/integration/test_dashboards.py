@@ -398,3 +398,22 @@ def test_the_decisions_view_shows_the_pending_proposal_and_calibration(prometheu
                   time=str(END))["result"]  # fmt: skip
     counts = {r["metric"]["action"]: r["value"][1] for r in records}
     assert (counts["apply"], counts["rollback"], counts["propose"]) == ("2", "1", "1")
+
+
+def test_the_waste_view_shows_the_idle_jobs_of_the_dump(prometheus):
+    """Jobs 4243 (2 GPUs, 3 h) and 4101 (1 GPU, 2 h) are idle from the start: the 60-minute
+    window flags them, and the rest of each run is what the policy reclaims."""
+
+    def instant(query: str) -> list:
+        return api(prometheus, "query", query=query, time=str(END))["result"]
+
+    flagged = {
+        r["metric"]["jobid"]: float(r["value"][1])
+        for r in instant("slurmgpu_idle_flagged_job_gpu_hours")
+    }
+    assert flagged == {"4243": 4.0, "4101": 1.0}
+    by_partition = {
+        r["metric"]["partition"]: float(r["value"][1])
+        for r in instant("slurmgpu_idle_partition_reclaimable_gpu_hours")
+    }
+    assert by_partition == {"gpu": 4.0, "debug": 1.0}

@@ -133,6 +133,23 @@ def test_variables_are_defined_and_the_datasource_is_the_provisioned_one(path):
     assert used - set(names) - BUILT_IN == set()
 
 
+def test_data_links_open_a_dashboard_of_these_files_with_its_variables():
+    boards = {load(p)["uid"]: load(p) for p in DASHBOARDS}
+    links = [
+        link["url"]
+        for board in boards.values()
+        for p in board["panels"]
+        for link in p.get("fieldConfig", {}).get("defaults", {}).get("links", [])
+    ]
+    assert links
+    for url in links:
+        m = re.match(r"^/d/([\w-]+)/[\w-]+\?(.*)$", url)
+        assert m and m[1] in boards, url
+        names = {v["name"] for v in boards[m[1]]["templating"]["list"]}
+        given = re.findall(r"var-(\w+)=", m[2])
+        assert given and set(given) <= names, url
+
+
 def test_the_provisioning_files_point_at_the_datasource_and_the_dashboards():
     ds = yaml.safe_load((GRAFANA / "provisioning" / "datasources" / "slurmgpu.yaml").read_text())
     assert ds["apiVersion"] == 1

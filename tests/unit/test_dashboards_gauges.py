@@ -42,6 +42,40 @@ def test_report_prom_gives_idle_hours_per_partition_and_the_flagged_runs(tmp_pat
     assert got["slurmgpu_idle_flagged_runs"] == 2
     assert got["slurmgpu_idle_exempt_gpu_hours"] == 0.0
     assert got["slurmgpu_idle_reclaimable_gpu_hours"] == 4.0
+    flagged = {k: v for k, v in got.items() if k.startswith("slurmgpu_idle_flagged_job_")}
+    name = "slurmgpu_idle_flagged_job_gpu_hours"
+    assert flagged == {
+        f'{name}{{jobid="1",user="bob",account="ml",partition="gpu"}}': 2.0,
+        f'{name}{{jobid="4",user="bob",account="ml",partition="gpu"}}': 2.0,
+    }
+
+
+def test_flagged_jobs_are_one_series_each_and_bounded(monkeypatch):
+    from slurmgpu.views import idle
+
+    def run(job, hours, user="u"):
+        return SimpleNamespace(job_id=job, user=user, account="a", partition="p",
+                               reclaimable_gpu_hours=hours)  # fmt: skip
+
+    summary = {"reclaimable_gpu_hours": 0.0, "flagged_runs": 3, "exempt_idle_gpu_hours": 0.0,
+               "ranking": {"users": [], "accounts": []}}  # fmt: skip
+    # a requeued job's two runs: one series (two would be a duplicate sample), their sum
+    text = idle._prom_lines(summary, [], [run("7", 1.5), run("7", 0.5), run("8", 1.0, 'x"y')])
+    check_prom_text(text)
+    got = samples(text)
+    assert (
+        got['slurmgpu_idle_flagged_job_gpu_hours{jobid="7",user="u",account="a",partition="p"}']
+        == 2.0
+    )
+    assert (
+        got['slurmgpu_idle_flagged_job_gpu_hours{jobid="8",user="x\\"y",account="a",partition="p"}']
+        == 1.0
+    )
+    monkeypatch.setattr(idle, "PROM_FLAGGED_JOBS", 1)
+    text = idle._prom_lines(summary, [], [run("8", 1.0), run("7", 1.5), run("9", 3.0)])
+    assert [k for k in samples(text) if "flagged_job" in k] == [
+        'slurmgpu_idle_flagged_job_gpu_hours{jobid="9",user="u",account="a",partition="p"}'
+    ]
 
 
 def fidelity(name: str, factor: float | None, calibrated: bool) -> PartitionFidelity:
