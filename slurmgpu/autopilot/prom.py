@@ -99,8 +99,9 @@ def _pending_lines(prop: ChangeRecord | None) -> list[str]:
         f"{prop.when.timestamp():.0f}",
         "# HELP slurmgpu_autopilot_pending_proposal_score Its replayed score (negative: a gain).",
         "# TYPE slurmgpu_autopilot_pending_proposal_score gauge",
-        f"slurmgpu_autopilot_pending_proposal_score{{{pid}}} {prop.score:g}",
     ]
+    if (score := _number(prop.score)) is not None:
+        lines.append(f"slurmgpu_autopilot_pending_proposal_score{{{pid}}} {score}")
     waits, changes = [], []
     wait_name = "slurmgpu_autopilot_pending_predicted_mean_wait_seconds"
     change_name = "slurmgpu_autopilot_pending_predicted_wait_change_seconds"

@@ -126,7 +126,10 @@ def test_variables_are_defined_and_the_datasource_is_the_provisioned_one(path):
         if v["type"] == "query":
             assert v["datasource"] == {"type": "prometheus", "uid": "${datasource}"}
             assert v["definition"] == v["query"]["query"]
-            assert re.fullmatch(r"label_values\(\w+, \w+\)", v["definition"])
+            # Grafana builds the label-values query (qryType 1) from metric and label
+            query = v["query"]
+            assert query["qryType"] == 1
+            assert v["definition"] == f"label_values({query['metric']}, {query['label']})"
     text = json.dumps([p.get("targets", []) for p in board["panels"]])
     text += json.dumps([p.get("options", {}).get("content", "") for p in board["panels"]])
     used = {a or b for a, b in VARIABLE_USE.findall(text)}
