@@ -32,6 +32,7 @@ import pytest
 from click.testing import CliRunner
 
 from tests.harness.prometheus import PrometheusServer, missing_programs
+from tests.unit.idle.test_cli import js1  # a jobstats summary as its epilog stores it
 
 pytestmark = [
     pytest.mark.integration,
@@ -68,21 +69,6 @@ OCT, NOV = 1_760_522_400, 1_763_200_800  # 2025-10-15 10:00 and 2025-11-15 10:00
 
 
 # -- the writers' inputs ---------------------------------------------------------------------
-
-
-def js1(util: float, gpus: int) -> str:
-    """A jobstats summary as its epilog stores it in AdminComment."""
-    import base64
-    import gzip
-
-    stats = {
-        "gpu_utilization": {str(g): util for g in range(gpus)},
-        "gpu_used_memory": {str(g): 2 * 2**30 for g in range(gpus)},
-        "gpu_total_memory": {str(g): 80 * 2**30 for g in range(gpus)},
-    }
-    doc = {"nodes": {"gpu01": stats}, "total_time": 7200, "gpus": gpus}
-    raw = json.dumps(doc, separators=(",", ":")).encode()
-    return "JS1:" + base64.b64encode(gzip.compress(raw)).decode()
 
 
 def sacct_rows() -> list[str]:
