@@ -243,6 +243,7 @@ def judge_carve(p, trace, ropts, plans, changes, carves, refusals) -> CarveDecis
     except UsageError as exc:
         return CarveDecision((), text, 0.0, (), (*refusals, f"advise {text}: {exc}"))
     p.notes.extend(advice.notes)
+    p.calibration = advice.fidelity
     plan = advice.plan
     score, predicted = float(plan.score), predicted_of(plan)
 

@@ -99,6 +99,7 @@ class _Pass:
     written: list[str] = field(default_factory=list)
     scratch: Any = None  # a dry run's temporary directory for the sacct dump
     files: list[str] = field(default_factory=list)  # the history's files
+    calibration: Any = None  # the last replay's Calibration (for the textfile)
 
     @property
     def log(self) -> Path:
@@ -129,7 +130,7 @@ class _Pass:
         if not self.opts.dry_run:
             from slurmgpu.autopilot.prom import write_prom
 
-            write_prom(self.state.prom, res, self.records)
+            write_prom(self.state.prom, res, self.records, self.calibration)
             self.written.append(str(self.state.prom))
         return replace(res, written=tuple(self.written))
 
@@ -195,6 +196,7 @@ def _one_pass(p: _Pass) -> PassResult:
     except UsageError as exc:  # e.g. a given move the live cluster cannot make any more
         p.record(ChangeRecord(iso(p.now), "hold", reasons=(f"advise: {exc}",)))
         return p.result("held", refusals=(f"advise: {exc}",), forecast=fc)
+    p.calibration = advice.fidelity if advice is not None else None
     if advice is None:
         p.record(ChangeRecord(iso(p.now), "hold", reasons=("no node move to try",)))
         return p.result("held", refusals=("advise generates no node move to try",), forecast=fc)

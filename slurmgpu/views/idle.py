@@ -7,6 +7,9 @@ import json
 from slurmgpu.idle.retrospective import IdleReport
 
 FORMATS = ("text", "json", "html")
+# the flagged runs `report --format prom` gives one series each (the largest, by reclaimable
+# GPU-hours): a job id label is one new series per job, so the textfile keeps a bounded number
+PROM_FLAGGED_JOBS = 50
 
 
 def render_idle(report: IdleReport, fmt: str) -> str:
@@ -145,7 +148,7 @@ def with_idle_section(text: str, report: IdleReport, fmt: str) -> str:
         doc["idle"] = summary
         return json.dumps(doc, indent=2, ensure_ascii=False, allow_nan=False) + "\n"
     if fmt == "prom":
-        return text + _prom_lines(summary)
+        return text + _prom_lines(summary, report.ranking("partition"), report.jobs)
     if fmt == "html":
         from slurmgpu.render.templating import render
 
@@ -178,7 +181,10 @@ def _section_text(summary: dict, report: IdleReport) -> str:
     return "\n".join(lines)
 
 
-def _prom_lines(summary: dict) -> str:
+def _prom_lines(summary: dict, partitions: list[dict], flagged=()) -> str:
+    """The retrospective's gauges; `partitions` is `IdleReport.ranking("partition")`,
+    `flagged` the flagged runs (`IdleReport.jobs`)."""
+
     def label(value: str) -> str:
         return value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
 
@@ -202,6 +208,50 @@ def _prom_lines(summary: dict) -> str:
         f'slurmgpu_idle_account_gpu_hours{{account="{label(r["account"])}"}} '
         f"{r['idle_gpu_hours']!r}"
         for r in summary["ranking"]["accounts"]
+    ]
+    out += [
+        "# HELP slurmgpu_idle_partition_gpu_hours Idle GPU-hours per partition (flagged and "
+        "exempt runs)",
+        "# TYPE slurmgpu_idle_partition_gpu_hours gauge",
+    ]
+    out += [
+        f'slurmgpu_idle_partition_gpu_hours{{partition="{label(r["partition"])}"}} '
+        f"{r['idle_gpu_hours']!r}"
+        for r in partitions
+    ]
+    out += [
+        "# HELP slurmgpu_idle_partition_reclaimable_gpu_hours GPU-hours the [idle] policy would "
+        "have reclaimed per partition",
+        "# TYPE slurmgpu_idle_partition_reclaimable_gpu_hours gauge",
+    ]
+    out += [
+        f'slurmgpu_idle_partition_reclaimable_gpu_hours{{partition="{label(r["partition"])}"}} '
+        f"{r['reclaimable_gpu_hours']!r}"
+        for r in partitions
+    ]
+    out += [
+        "# HELP slurmgpu_idle_flagged_runs Runs the [idle] policy flags in the report window",
+        "# TYPE slurmgpu_idle_flagged_runs gauge",
+        f"slurmgpu_idle_flagged_runs {summary['flagged_runs']}",
+        "# HELP slurmgpu_idle_exempt_gpu_hours Idle GPU-hours of exempt runs (waste the policy "
+        "lets stand)",
+        "# TYPE slurmgpu_idle_exempt_gpu_hours gauge",
+        f"slurmgpu_idle_exempt_gpu_hours {summary['exempt_idle_gpu_hours']!r}",
+    ]
+    out += [
+        "# HELP slurmgpu_idle_flagged_job_gpu_hours GPU-hours the [idle] policy would have "
+        f"reclaimed from a flagged job (its runs; the {PROM_FLAGGED_JOBS} largest)",
+        "# TYPE slurmgpu_idle_flagged_job_gpu_hours gauge",
+    ]
+    per_job: dict[tuple[str, str, str, str], float] = {}
+    for j in flagged:  # a requeued job's runs share the labels: one series, their sum
+        key = (j.job_id, j.user, j.account, j.partition)
+        per_job[key] = per_job.get(key, 0.0) + j.reclaimable_gpu_hours
+    largest = sorted(per_job.items(), key=lambda kv: (-kv[1], kv[0]))[:PROM_FLAGGED_JOBS]
+    out += [
+        f'slurmgpu_idle_flagged_job_gpu_hours{{jobid="{label(job)}",user="{label(user)}",'
+        f'account="{label(account)}",partition="{label(part)}"}} {round(hours, 4)!r}'
+        for (job, user, account, part), hours in largest
     ]
     return "\n".join(out) + "\n"
 

@@ -198,7 +198,7 @@ def advice(changes=("move:train:infer:8",), score=-0.4, high=-600.0, violations=
             effect("spare", None, None, None, None),
         ),
     )
-    return SimpleNamespace(plan=plan, notes=())
+    return SimpleNamespace(plan=plan, notes=(), fidelity=None)
 
 
 @pytest.fixture
