@@ -313,7 +313,7 @@ def _maybe_act(run: _Run, job: IdleJob, rule: IdleRule, state: dict) -> None:
             argv = ["scontrol", "requeue", _name(job)]
         if argv:
             run.emitted_commands.append(f"# job {_name(job)} ({job.user}): {detail}")
-            run.emitted_commands.append(" ".join(argv))
+            run.emitted_commands.append(_only_while_running(_name(job), argv))
         return
     if rule.action != "notify":
         try:
@@ -658,6 +658,16 @@ def _save_state(state_dir: Path, state: dict) -> None:
 
     text = json.dumps(state, sort_keys=True, indent=1) + "\n"
     write_atomic(state_dir / "state.json", text, mode=0o600, backup=False)
+
+
+def _only_while_running(name: str, argv: list[str]) -> str:
+    """The emitted line acts only on a job still RUNNING when a person runs the script, so a
+    second run (the job already cancelled, or requeued and pending) does nothing and exits 0."""
+    import shlex
+
+    job = shlex.quote(name)
+    state = f'"$(squeue -h -j {job} -o %T 2>/dev/null)"'
+    return f"if [ {state} = RUNNING ]; then {shlex.join(argv)}; fi"
 
 
 def _emit(directory: Path, run: _Run) -> None:
