@@ -13,11 +13,18 @@ from __future__ import annotations
 
 import os
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
 
+from slurmgpu.advice.explain import (
+    Explanation,
+    OwnersSource,
+    explain,
+    owners_from_history,
+    resolve_owners,
+)
 from slurmgpu.replay import ReplayOptions, build_model, load_for_replay
 from slurmgpu.replay.engine import ReplayOutcome
 from slurmgpu.replay.engine import replay as run_engine
@@ -68,6 +75,8 @@ class PartitionFidelity:
     mean_wait_factor: float | None  # baseline / recorded mean wait (None: a side has none)
     calibrated: bool
     why: str  # what is off, "" when calibrated
+    # why it misses (`advice.explain`): only for a partition that is not calibrated
+    explanation: Explanation | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -79,6 +88,7 @@ class PartitionFidelity:
             "mean_wait_factor": self.mean_wait_factor,
             "calibrated": self.calibrated,
             "why": self.why or None,
+            "explanation": self.explanation.to_dict() if self.explanation else None,
         }
 
 
@@ -112,6 +122,15 @@ class Calibration:
                 "by_partition": [p.to_dict() for p in self.by_partition],
             }
         )
+
+
+def not_advised_text(partition: str, why: str) -> str:
+    """The one wording for a change on a partition the replay cannot reproduce: `advise`
+    rejects its candidates with it, `analyze` and `report` print it beside a recommendation."""
+    return (
+        f"not advised: partition {partition}'s baseline is off by more than the policy's "
+        f"tolerance ({why})"
+    )
 
 
 def _summary(waits: np.ndarray) -> WaitSummary:
@@ -163,8 +182,11 @@ def calibration_of(
     baseline: ResultBlock,
     recorded: ResultBlock | None,
     tolerance: Tolerance,
+    owners: OwnersSource = None,
 ) -> Calibration:
-    """Compare a baseline replay's outcome with the trace's recorded starts."""
+    """Compare a baseline replay's outcome with the trace's recorded starts; each partition
+    that is not calibrated gets its `Explanation` (`advice.explain`; `owners`: the jobs' users
+    and accounts, or a loader of them called only then)."""
     rows = []
     rec_wait = trace.recorded_start_s - trace.submit_s
     base_wait = np.where(np.isfinite(outcome.start_s), outcome.start_s - trace.submit_s, np.nan)
@@ -184,11 +206,21 @@ def calibration_of(
         rows.append(
             PartitionFidelity(name, int(both.sum()), rec, base, order, factor, not why, why)
         )
+    off = [p.partition for p in rows if not p.calibrated]
+    if off:
+        gpus = {p.partition: p.gpus for p in baseline.by_partition}
+        found = explain(
+            trace, outcome.start_s, off, gpus, resolve_owners(owners), tolerance.wait_slack_s
+        )
+        rows = [replace(p, explanation=found.get(p.partition)) for p in rows]
     return Calibration(tuple(rows), tolerance, baseline, recorded)
 
 
 def calibrate_trace(
-    trace: ReplayTrace, options: ReplayOptions, tolerance: Tolerance | None = None
+    trace: ReplayTrace,
+    options: ReplayOptions,
+    tolerance: Tolerance | None = None,
+    owners: OwnersSource = None,
 ) -> Calibration:
     """Replay the recorded window once (the baseline) and compare it with the record."""
     model = build_model(options)
@@ -197,7 +229,7 @@ def calibrate_trace(
     gpus = {p.name: p.total_gpus for p in model.partitions}
     baseline = block_from_outcome("baseline", trace, outcome, gpus, window)
     recorded = recorded_block(trace, gpus, window)
-    return calibration_of(trace, outcome, baseline, recorded, tolerance or Tolerance())
+    return calibration_of(trace, outcome, baseline, recorded, tolerance or Tolerance(), owners)
 
 
 def calibrate(
@@ -207,4 +239,6 @@ def calibrate(
 ) -> Calibration:
     """`slurmgpu replay --calibrate`: load the dumps and calibrate the baseline on them."""
     options, trace = load_for_replay(sacct_files, options)
-    return calibrate_trace(trace, options, tolerance)
+    return calibrate_trace(
+        trace, options, tolerance, lambda: owners_from_history(trace, sacct_files, options)
+    )

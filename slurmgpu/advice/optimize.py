@@ -24,8 +24,9 @@ from typing import Any
 
 import numpy as np
 
-from slurmgpu.advice.calibrate import Calibration, Tolerance, calibration_of
+from slurmgpu.advice.calibrate import Calibration, Tolerance, calibration_of, not_advised_text
 from slurmgpu.advice.candidates import candidate_changes, partitions_touched
+from slurmgpu.advice.explain import OwnersSource, owners_from_history
 from slurmgpu.advice.objective import Verdict, verdict
 from slurmgpu.errors import UsageError
 from slurmgpu.model.changes import Together, format_change, parse_change
@@ -215,11 +216,17 @@ def perturbed(trace: ReplayTrace, rng: np.random.Generator, objective: Objective
 def advise(sacct_files: Sequence[str | os.PathLike[str]], options: AdviseOptions) -> Advice:
     """Load the dumps and advise on them."""
     replay_opts, trace = load_for_replay(sacct_files, options.replay)
-    return advise_trace(trace, replace(options, replay=replay_opts))
+    return advise_trace(
+        trace,
+        replace(options, replay=replay_opts),
+        owners=lambda: owners_from_history(trace, sacct_files, replay_opts),
+    )
 
 
-def advise_trace(trace: ReplayTrace, options: AdviseOptions) -> Advice:
-    """Calibrate, generate and judge candidates, search a plan, measure its uncertainty."""
+def advise_trace(trace: ReplayTrace, options: AdviseOptions, owners: OwnersSource = None) -> Advice:
+    """Calibrate, generate and judge candidates, search a plan, measure its uncertainty
+    (`owners`: the jobs' users and accounts, or their loader, for the explanation of a
+    partition that is not calibrated)."""
     if not len(trace):
         raise UsageError("advise: the dumps hold no GPU job that ran: nothing to replay")
     obj = options.objective
@@ -233,7 +240,8 @@ def advise_trace(trace: ReplayTrace, options: AdviseOptions) -> Advice:
     tolerance = Tolerance(
         wait_factor=obj.calibration_wait_factor, allocation_points=obj.calibration_allocation_points
     )
-    cal = calibration_of(trace, outcome, base, recorded_block(trace, gpus, window), tolerance)
+    recorded = recorded_block(trace, gpus, window)
+    cal = calibration_of(trace, outcome, base, recorded, tolerance, owners)
     if options.candidates is None:
         texts = candidate_changes(trace, model, base)
     else:
@@ -272,11 +280,13 @@ def advise_trace(trace: ReplayTrace, options: AdviseOptions) -> Advice:
     notes = []
     if not judged:
         notes.append("no candidate improves the objective without breaking a limit: no change")
-    off = [p.partition for p in cal.by_partition if not p.calibrated]
+    off = [p for p in cal.by_partition if not p.calibrated]
     if off:
         notes.append(
-            "not advised on (baseline off by more than the policy's tolerance): " + ", ".join(off)
+            "not advised on (baseline off by more than the policy's tolerance): "
+            + ", ".join(p.partition for p in off)
         )
+        notes += [f"why {p.partition} misses: {p.explanation.text()}" for p in off if p.explanation]
     return Advice(
         fidelity=cal,
         plan=plan,
@@ -298,13 +308,7 @@ def _calibrated_only(
         off = [p for p in partitions_touched(change, trace) if not cal.calibrated(p)]
         if off:
             why = cal.partition(off[0]).why  # type: ignore[union-attr]
-            rejected.append(
-                Rejected(
-                    format_change(change),
-                    f"not advised: partition {off[0]}'s baseline is off by more than the "
-                    f"policy's tolerance ({why})",
-                )
-            )
+            rejected.append(Rejected(format_change(change), not_advised_text(off[0], why)))
         else:
             runnable.append(change)
     return rejected, runnable

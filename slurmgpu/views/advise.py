@@ -51,6 +51,31 @@ def _fidelity_rows(fid: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
     return header, rows
 
 
+HOURS_SHOWN = 8  # the hours of an explanation printed in text and HTML (all in the JSON)
+
+
+def _explanation_line(e: dict[str, Any]) -> str:
+    return (
+        f"why it misses: {e['label']} ({e['cause']}): {e['evidence']} [unseen "
+        f"{e['unseen_gpu_hours']:,.1f} GPU-hours, delayed by the replay "
+        f"{e['delayed_gpu_hours']:,.1f}]"
+    )
+
+
+def _hour_rows(e: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
+    """The explanation's hours with the most unseen (or delayed) GPU-time, in time order."""
+    header = ["hour (UTC)", "unseen GPU-h", "delayed GPU-h", "starts", "waiting jobs"]
+    key = "unseen_gpu_hours" if e["unseen_gpu_hours"] >= e["delayed_gpu_hours"] else (
+        "delayed_gpu_hours")  # fmt: skip
+    top = sorted(e["by_hour"], key=lambda h: -h[key])[:HOURS_SHOWN]
+    rows = [
+        [h["hour"], f"{h['unseen_gpu_hours']:,.1f}", f"{h['delayed_gpu_hours']:,.1f}",
+         str(h["starts"]), str(h["waiting_jobs"])]
+        for h in sorted(top, key=lambda h: h["hour"])
+    ]  # fmt: skip
+    return header, rows
+
+
 def _fidelity_text(fid: dict[str, Any]) -> list[str]:
     header, rows = _fidelity_rows(fid)
     lines = ["Calibration: the baseline replay against the recorded history", ""]
@@ -58,6 +83,13 @@ def _fidelity_text(fid: dict[str, Any]) -> list[str]:
     for p in fid["by_partition"]:
         if not p["calibrated"]:
             lines.append(f"  {p['partition']}: {p['why']}")
+            e = p.get("explanation")
+            if e:
+                lines.append(f"    {_explanation_line(e)}")
+                if e["by_hour"]:
+                    lines.append(f"    its {min(HOURS_SHOWN, len(e['by_hour']))} most held "
+                                 f"hours of {len(e['by_hour'])}:")  # fmt: skip
+                    lines += ["      " + x for x in _table(*_hour_rows(e))]
     return lines
 
 
@@ -123,7 +155,7 @@ def _html_table(header: list[str], rows: list[list[str]]) -> str:
 
 def _html_fidelity(fid: dict[str, Any]) -> str:
     off = "".join(
-        f"<li>{html.escape(p['partition'])}: {html.escape(p['why'])}</li>"
+        f"<li>{html.escape(p['partition'])}: {html.escape(p['why'])}{_html_explanation(p)}</li>"
         for p in fid["by_partition"]
         if not p["calibrated"]
     )
@@ -132,6 +164,14 @@ def _html_fidelity(fid: dict[str, Any]) -> str:
         + _html_table(*_fidelity_rows(fid))
         + (f"<ul>{off}</ul>" if off else "")
     )
+
+
+def _html_explanation(p: dict[str, Any]) -> str:
+    e = p.get("explanation")
+    if not e:
+        return ""
+    out = f"<p class='explanation'>{html.escape(_explanation_line(e))}</p>"
+    return out + (_html_table(*_hour_rows(e)) if e["by_hour"] else "")
 
 
 def _html_plan(doc: dict[str, Any]) -> str:
