@@ -124,6 +124,14 @@ class Calibration:
         )
 
 
+def tolerance_of(objective: Any) -> Tolerance:
+    """The calibration tolerance of the site's objective (`model.policy.Objective`)."""
+    return Tolerance(
+        wait_factor=objective.calibration_wait_factor,
+        allocation_points=objective.calibration_allocation_points,
+    )
+
+
 def not_advised_text(partition: str, why: str) -> str:
     """The one wording for a change on a partition the replay cannot reproduce: `advise`
     rejects its candidates with it, `analyze` and `report` print it beside a recommendation."""

@@ -142,7 +142,12 @@ def owners_from_history(
     loaded = load_history(
         sacct_files, timezone=options.timezone, store=options.store, clusters=options.clusters
     )
-    frame = loaded.frame
+    return owners_from_frame(trace, loaded.frame)
+
+
+def owners_from_frame(trace: ReplayTrace, frame: Any) -> JobOwners | None:
+    """The trace's jobs' users and accounts from the accounting frame it was built from
+    (matched by job id). None when the frame has no user or account column."""
     if not {"job_id", "user", "account"} <= set(frame.columns):
         return None
     users: dict[str, str] = {}

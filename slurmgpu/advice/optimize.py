@@ -24,7 +24,7 @@ from typing import Any
 
 import numpy as np
 
-from slurmgpu.advice.calibrate import Calibration, Tolerance, calibration_of, not_advised_text
+from slurmgpu.advice.calibrate import Calibration, calibration_of, not_advised_text, tolerance_of
 from slurmgpu.advice.candidates import candidate_changes, partitions_touched
 from slurmgpu.advice.explain import OwnersSource, owners_from_history
 from slurmgpu.advice.objective import Verdict, verdict
@@ -237,9 +237,7 @@ def advise_trace(trace: ReplayTrace, options: AdviseOptions, owners: OwnersSourc
     window = window_of(trace, outcome)
     gpus = {p.name: p.total_gpus for p in model.partitions}
     base = block_from_outcome("baseline", trace, outcome, gpus, window)
-    tolerance = Tolerance(
-        wait_factor=obj.calibration_wait_factor, allocation_points=obj.calibration_allocation_points
-    )
+    tolerance = tolerance_of(obj)
     recorded = recorded_block(trace, gpus, window)
     cal = calibration_of(trace, outcome, base, recorded, tolerance, owners)
     if options.candidates is None:
