@@ -45,7 +45,7 @@ from __future__ import annotations
 import datetime as dt
 import os
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -53,6 +53,7 @@ import numpy as np
 from slurmgpu.replay.jobs import ReplayTrace
 
 STEP_S = 60.0  # the occupancy grid
+SLOT_S = 600.0  # the inferred load's resolution (`advice.background`)
 MIN_BLOCK_HOURS = 2  # a reservation or outage: at least this many hours with no start
 BLOCK_SHARE = 0.5  # ... holding at least half of the unseen GPU-hours
 LIMIT_SHARE = 0.8  # a limit: a few owners hold 80 % of the GPU-hours waited with room ...
@@ -109,6 +110,11 @@ class Explanation:
     delayed_gpu_hours: float  # the replay held back jobs the record started
     suspect: str | None  # the account, user, other partition or hours it names
     by_hour: tuple[HourMiss, ...]  # the hours with unseen or delayed GPU-time
+    # the GPU-hours a background load must hold for the waits with room to happen (enough
+    # of the free GPUs that the smallest request waiting with room does not fit), and that
+    # load per `SLOT_S` slot: (slot start in trace seconds, GPUs); `advice.background`
+    held_gpu_hours: float = 0.0
+    hold: tuple[tuple[float, int], ...] = field(default=(), repr=False, compare=False)
 
     @property
     def label(self) -> str:
@@ -125,6 +131,7 @@ class Explanation:
             "suspect": self.suspect,
             "unseen_gpu_hours": round(self.unseen_gpu_hours, 3),
             "delayed_gpu_hours": round(self.delayed_gpu_hours, 3),
+            "held_gpu_hours": round(self.held_gpu_hours, 3),
             "by_hour": [h.to_dict() for h in self.by_hour],
         }
 
@@ -270,13 +277,21 @@ def explain_partition(
     room_steps = np.zeros(len(jobs))
     sizes = _classes(req[jobs]) if len(jobs) else np.array([])
     cls = np.searchsorted(sizes, req[jobs]) if len(jobs) else np.array([], int)
+    min_fit = np.full(grid.n, np.inf)  # the smallest request waiting with room
     for c, size in enumerate(sizes):
         room = free >= size - 1e-9
         of = cls == c
-        fit_demand += room * grid.level(ws[jobs][of], until[jobs][of], req[jobs][of])
+        level = grid.level(ws[jobs][of], until[jobs][of], req[jobs][of])
+        fit_demand += room * level
+        min_fit = np.where(np.isinf(min_fit) & room & (level > 1e-9), size, min_fit)
         counts = np.concatenate([[0], np.cumsum(room)])
         room_steps[of] = counts[e_idx[of]] - counts[s_idx[of]]
     unseen = np.minimum(free, fit_demand)
+    # the load that explains the waits: enough of the free GPUs that the smallest request
+    # waiting with room no longer fits (`advice.background` holds it, `--inferred-load`)
+    fits = np.isfinite(min_fit)
+    hold = np.zeros(grid.n)
+    hold[fits] = np.minimum(np.floor(free[fits] - min_fit[fits] + 1e-9) + 1, np.ceil(free[fits]))
     step_h = STEP_S / 3600
     unseen_h = grid.per_hour(unseen) * step_h
     room_frac = grid.per_hour(unseen > 1e-9) / (3600 / STEP_S)
@@ -297,12 +312,20 @@ def explain_partition(
         if unseen_h[h] > 1e-6 or delayed_h[h] > 1e-6
     )  # fmt: skip
     total_unseen, total_delayed = float(unseen_h.sum()), float(delayed_h.sum())
+    per_slot = int(SLOT_S / STEP_S)
+    slots = np.zeros(-(-grid.n // per_slot) * per_slot)
+    slots[: grid.n] = hold
+    slot_gpus = np.floor(slots.reshape(-1, per_slot).mean(axis=1) + 0.5).astype(int)
+    held = tuple((grid.g0 + i * SLOT_S, int(g)) for i, g in enumerate(slot_gpus) if g > 0)
     facts = _Facts(
         trace, grid, name, k, cap, busy, free, jobs, req, until, ws, room_steps, unseen_h,
         room_frac, starts_h, waiting_h, total_unseen, total_delayed, owners,
     )  # fmt: skip
     cause, evidence, suspect = _cause(facts, base_start)
-    return Explanation(cause, evidence, total_unseen, total_delayed, suspect, by_hour)
+    return Explanation(
+        cause, evidence, total_unseen, total_delayed, suspect, by_hour,
+        held_gpu_hours=float(hold.sum() * step_h), hold=held,
+    )  # fmt: skip
 
 
 @dataclass

@@ -46,7 +46,8 @@ def _fidelity_rows(fid: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
             _pct(b["allocation_ratio"]), _h(r["wait_s"]["mean"]), _h(b["wait_s"]["mean"]),
             _h(r["wait_s"]["p95"]), _h(b["wait_s"]["p95"]),
             "-" if order is None else f"{100 * order:.1f}%",
-            "yes" if p["calibrated"] else "NO",
+            ("yes" if p["calibrated"] else "NO")
+            + (" (inferred load)" if p.get("calibrated_on") == "inferred load" else ""),
         ])  # fmt: skip
     return header, rows
 
@@ -81,8 +82,15 @@ def _fidelity_text(fid: dict[str, Any]) -> list[str]:
     lines = ["Calibration: the baseline replay against the recorded history", ""]
     lines += _table(header, rows)
     for p in fid["by_partition"]:
-        if not p["calibrated"]:
+        if p.get("calibrated_on") == "inferred load":
+            lines.append(
+                f"  {p['partition']}: calibrated on inferred load: the baseline held "
+                f"{p['inferred_gpu_hours']:,.1f} GPU-hours as background"
+                + (f"; still off: {p['why']}" if p["why"] else "")
+            )
+        elif not p["calibrated"]:
             lines.append(f"  {p['partition']}: {p['why']}")
+        if p.get("calibrated_on") == "inferred load" or not p["calibrated"]:
             e = p.get("explanation")
             if e:
                 lines.append(f"    {_explanation_line(e)}")
@@ -126,7 +134,10 @@ def render_advice(doc: dict[str, Any], fmt: str) -> str:
     plan = doc["plan"]
     lines = [*_fidelity_text(doc["fidelity"]), ""]
     if plan["changes"]:
-        lines.append("Plan (changes applied together): " + " + ".join(plan["changes"]))
+        basis = (
+            "; CALIBRATED ON INFERRED LOAD" if doc.get("calibrated_on") == "inferred load" else ""
+        )
+        lines.append(f"Plan (changes applied together{basis}): " + " + ".join(plan["changes"]))
         lines.append(
             f"  score {plan['score']:+.3f}; useful GPU-hours "
             f"{plan['useful_gpu_hours']['before']:,.1f} -> "
@@ -155,15 +166,22 @@ def _html_table(header: list[str], rows: list[list[str]]) -> str:
 
 def _html_fidelity(fid: dict[str, Any]) -> str:
     off = "".join(
-        f"<li>{html.escape(p['partition'])}: {html.escape(p['why'])}{_html_explanation(p)}</li>"
+        f"<li>{html.escape(p['partition'])}: {html.escape(_state(p))}{_html_explanation(p)}</li>"
         for p in fid["by_partition"]
-        if not p["calibrated"]
+        if not p["calibrated"] or p.get("calibrated_on") == "inferred load"
     )
     return (
         "<h2>Calibration</h2>"
         + _html_table(*_fidelity_rows(fid))
         + (f"<ul>{off}</ul>" if off else "")
     )
+
+
+def _state(p: dict[str, Any]) -> str:
+    if p.get("calibrated_on") != "inferred load":
+        return p["why"] or ""
+    held = f"calibrated on inferred load: {p['inferred_gpu_hours']:,.1f} GPU-hours held"
+    return held + (f"; still off: {p['why']}" if p["why"] else "")
 
 
 def _html_explanation(p: dict[str, Any]) -> str:
@@ -177,6 +195,8 @@ def _html_explanation(p: dict[str, Any]) -> str:
 def _html_plan(doc: dict[str, Any]) -> str:
     plan = doc["plan"]
     title = " + ".join(plan["changes"]) or "no change"
+    if plan["changes"] and doc.get("calibrated_on") == "inferred load":
+        title += " (calibrated on inferred load)"
     out = f"<h2>Plan: {html.escape(title)}</h2>"
     if plan["changes"]:
         out += _html_table(*_plan_rows(plan))
