@@ -263,7 +263,12 @@ def hold_inferred_load(
     with the explanation the load came from). Unchanged when there is nothing to hold."""
     from slurmgpu.advice.background import background_qos, load_of, strip, with_background
 
-    explained = {p.partition: p.explanation for p in cal.by_partition if p.explanation}
+    # where the replay is the slower one, more load would only take it further off
+    explained = {
+        p.partition: p.explanation
+        for p in cal.by_partition
+        if p.explanation and p.explanation.cause not in ("more-capacity", "replay-slower")
+    }
     model = build_model(options)
     chunk = {p.name: max(p.nodes) for p in model.partitions if p.nodes}
     load = load_of(explained, chunk)

@@ -109,3 +109,19 @@ def test_the_cli_marks_it_and_autopilot_cannot_ask_for_it(tmp_path):
     policy.write_text('default_tier = "P2"\n[tiers.P2]\nqos = "normal"\npriority = 100\n')
     ctx = autopilot.make_context("autopilot", [*common, "--policy", str(policy)])
     assert autopilot_options(ctx.params).advise.inferred_load is False
+
+
+def test_no_load_is_held_where_the_replay_is_the_slower_one():
+    # the record ran 16 GPUs at once on a model of 8: more load could only make it worse
+    rows = [{"submit": h * H, "start": h * H, "duration": H, "gpus": 8, "user": "u",
+             "account": "a"} for h in range(6)]  # fmt: skip
+    rows += [{**r, "submit": r["submit"] + 1, "start": r["start"] + 1} for r in rows]
+    # and one small job that waited half an hour on the empty partition: load to hold there
+    rows.append({"submit": 7 * H, "start": 7.5 * H, "duration": 600.0, "gpus": 1, "user": "v",
+                 "account": "b"})  # fmt: skip
+    trace, owners = _trace(rows)
+    p = calibrate_trace(trace, ReplayOptions(capacity={"gpu": 8}), owners=owners,
+                        inferred_load=True).partition("gpu")  # fmt: skip
+    assert p.calibrated_on == "recorded" and p.inferred_gpu_hours == 0
+    assert not p.calibrated and p.explanation.cause == "more-capacity"
+    assert p.explanation.held_gpu_hours > 0  # what would have been held
