@@ -8,7 +8,18 @@ from __future__ import annotations
 
 import html
 import json
+import re
 from typing import Any
+
+from slurmgpu.views.safe_text import neutralise
+
+_CONTROL = re.compile("[\x00-\x1f\x7f]")
+
+
+def _printable(text: str) -> str:
+    """A site string (an account or user name in an explanation) on one line: control
+    characters written as escapes (`\\n`), bidi controls shown (`neutralise`)."""
+    return neutralise(_CONTROL.sub(lambda m: repr(m.group())[1:-1], text))
 
 
 def _h(value: Any) -> str:
@@ -56,7 +67,7 @@ HOURS_SHOWN = 8  # the hours of an explanation printed in text and HTML (all in 
 
 
 def _explanation_line(e: dict[str, Any]) -> str:
-    return (
+    return _printable(
         f"why it misses: {e['label']} ({e['cause']}): {e['evidence']} [unseen "
         f"{e['unseen_gpu_hours']:,.1f} GPU-hours, delayed by the replay "
         f"{e['delayed_gpu_hours']:,.1f}]"
@@ -121,8 +132,8 @@ def render_calibration(doc: dict[str, Any], fmt: str) -> str:
     if fmt == "json":
         return json.dumps(doc, indent=2, sort_keys=True) + "\n"
     if fmt == "html":
-        return _html("slurmgpu replay --calibrate", _html_fidelity(doc["fidelity"]))
-    return "\n".join(_fidelity_text(doc["fidelity"])) + "\n"
+        return neutralise(_html("slurmgpu replay --calibrate", _html_fidelity(doc["fidelity"])))
+    return neutralise("\n".join(_fidelity_text(doc["fidelity"])) + "\n")
 
 
 def render_advice(doc: dict[str, Any], fmt: str) -> str:
@@ -130,7 +141,9 @@ def render_advice(doc: dict[str, Any], fmt: str) -> str:
     if fmt == "json":
         return json.dumps(doc, indent=2, sort_keys=True) + "\n"
     if fmt == "html":
-        return _html("slurmgpu advise", _html_fidelity(doc["fidelity"]) + _html_plan(doc))
+        return neutralise(
+            _html("slurmgpu advise", _html_fidelity(doc["fidelity"]) + _html_plan(doc))
+        )
     plan = doc["plan"]
     lines = [*_fidelity_text(doc["fidelity"]), ""]
     if plan["changes"]:
@@ -152,8 +165,8 @@ def render_advice(doc: dict[str, Any], fmt: str) -> str:
         lines.append("Plan: no change")
     lines += ["", f"Candidates: {doc['candidates']} ({doc['replays']} replays); rejected:"]
     lines += [f"  {r['change']}: {r['why']}" for r in doc["rejected"]] or ["  none"]
-    lines += [f"note: {n}" for n in doc["notes"]]
-    return "\n".join(lines) + "\n"
+    lines += [f"note: {_printable(n)}" for n in doc["notes"]]
+    return neutralise("\n".join(lines) + "\n")
 
 
 def _html_table(header: list[str], rows: list[list[str]]) -> str:

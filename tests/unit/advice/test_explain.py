@@ -240,3 +240,21 @@ def test_calibrate_and_advise_print_the_explanation_in_text_json_and_html(tmp_pa
     assert "why it misses: a per-account limit (account-limit)" in text
     assert "why it misses: a per-account limit" in run("advise", "--processes", "1",
                                                        "--format", "html")  # fmt: skip
+
+
+def test_an_account_name_cannot_break_or_reorder_the_printed_explanation():
+    from slurmgpu.views.advise import render_calibration
+
+    evil = "ev\nil\u202e"
+    cal = _explained(_capped(("a1", "a2"), evil) + _steady_others(12), {"gpu": 32})
+    e = cal.partition("gpu").explanation
+    assert e.cause == "account-limit" and e.suspect == evil
+    doc = {"fidelity": cal.to_dict()}
+    text = render_calibration(doc, "text")
+    [line] = [ln for ln in text.splitlines() if "why it misses" in ln]
+    assert "account ev\\nil<U+202E> held 100%" in line
+    assert "\u202e" not in text
+    html = render_calibration(doc, "html")
+    assert "\u202e" not in html and "ev\\nil&lt;U+202E&gt; held" in html
+    # the JSON keeps the name as it is
+    assert render_calibration(doc, "json").count("\\u202e") >= 1
