@@ -11,13 +11,21 @@ allocation ratio within `allocation_points`.
 
 from __future__ import annotations
 
+import functools
 import os
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
 
+from slurmgpu.advice.explain import (
+    Explanation,
+    OwnersSource,
+    explain,
+    owners_from_history,
+    resolve_owners,
+)
 from slurmgpu.replay import ReplayOptions, build_model, load_for_replay
 from slurmgpu.replay.engine import ReplayOutcome
 from slurmgpu.replay.engine import replay as run_engine
@@ -68,6 +76,13 @@ class PartitionFidelity:
     mean_wait_factor: float | None  # baseline / recorded mean wait (None: a side has none)
     calibrated: bool
     why: str  # what is off, "" when calibrated
+    # why it misses (`advice.explain`): only for a partition that is not calibrated (with
+    # inferred load: the miss that load was inferred from)
+    explanation: Explanation | None = None
+    # "recorded" or "inferred load": the baseline held the explanation's unseen GPU-hours
+    # as background load (`advice.background`, `--inferred-load`)
+    calibrated_on: str = "recorded"
+    inferred_gpu_hours: float = 0.0  # the background load held on this partition
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -79,6 +94,9 @@ class PartitionFidelity:
             "mean_wait_factor": self.mean_wait_factor,
             "calibrated": self.calibrated,
             "why": self.why or None,
+            "explanation": self.explanation.to_dict() if self.explanation else None,
+            "calibrated_on": self.calibrated_on,
+            "inferred_gpu_hours": self.inferred_gpu_hours,
         }
 
 
@@ -112,6 +130,23 @@ class Calibration:
                 "by_partition": [p.to_dict() for p in self.by_partition],
             }
         )
+
+
+def tolerance_of(objective: Any) -> Tolerance:
+    """The calibration tolerance of the site's objective (`model.policy.Objective`)."""
+    return Tolerance(
+        wait_factor=objective.calibration_wait_factor,
+        allocation_points=objective.calibration_allocation_points,
+    )
+
+
+def not_advised_text(partition: str, why: str) -> str:
+    """The one wording for a change on a partition the replay cannot reproduce: `advise`
+    rejects its candidates with it, `analyze` and `report` print it beside a recommendation."""
+    return (
+        f"not advised: partition {partition}'s baseline is off by more than the policy's "
+        f"tolerance ({why})"
+    )
 
 
 def _summary(waits: np.ndarray) -> WaitSummary:
@@ -163,8 +198,11 @@ def calibration_of(
     baseline: ResultBlock,
     recorded: ResultBlock | None,
     tolerance: Tolerance,
+    owners: OwnersSource = None,
 ) -> Calibration:
-    """Compare a baseline replay's outcome with the trace's recorded starts."""
+    """Compare a baseline replay's outcome with the trace's recorded starts; each partition
+    that is not calibrated gets its `Explanation` (`advice.explain`; `owners`: the jobs' users
+    and accounts, or a loader of them called only then)."""
     rows = []
     rec_wait = trace.recorded_start_s - trace.submit_s
     base_wait = np.where(np.isfinite(outcome.start_s), outcome.start_s - trace.submit_s, np.nan)
@@ -184,27 +222,94 @@ def calibration_of(
         rows.append(
             PartitionFidelity(name, int(both.sum()), rec, base, order, factor, not why, why)
         )
+    off = [p.partition for p in rows if not p.calibrated]
+    if off:
+        gpus = {p.partition: p.gpus for p in baseline.by_partition}
+        found = explain(
+            trace, outcome.start_s, off, gpus, resolve_owners(owners), tolerance.wait_slack_s
+        )
+        rows = [replace(p, explanation=found.get(p.partition)) for p in rows]
     return Calibration(tuple(rows), tolerance, baseline, recorded)
 
 
 def calibrate_trace(
-    trace: ReplayTrace, options: ReplayOptions, tolerance: Tolerance | None = None
+    trace: ReplayTrace,
+    options: ReplayOptions,
+    tolerance: Tolerance | None = None,
+    owners: OwnersSource = None,
+    inferred_load: bool = False,
 ) -> Calibration:
-    """Replay the recorded window once (the baseline) and compare it with the record."""
+    """Replay the recorded window once (the baseline) and compare it with the record
+    (`inferred_load`: then again holding each miss's unseen GPU-hours as background load)."""
+    tolerance = tolerance or Tolerance()
     model = build_model(options)
     outcome = run_engine(trace, model, options.config)
     window = window_of(trace, outcome)
     gpus = {p.name: p.total_gpus for p in model.partitions}
     baseline = block_from_outcome("baseline", trace, outcome, gpus, window)
     recorded = recorded_block(trace, gpus, window)
-    return calibration_of(trace, outcome, baseline, recorded, tolerance or Tolerance())
+    cal = calibration_of(trace, outcome, baseline, recorded, tolerance, owners)
+    if inferred_load:
+        cal = hold_inferred_load(trace, options, cal, owners)[2]
+    return cal
+
+
+def hold_inferred_load(
+    trace: ReplayTrace, options: ReplayOptions, cal: Calibration, owners: OwnersSource = None
+) -> tuple[ReplayTrace, ReplayOptions, Calibration]:
+    """The trace with the unseen GPU-hours of each explained miss as background jobs
+    (`advice.background`), the options whose model holds their QOS, and the calibration of
+    the baseline replayed with them (their partitions marked `calibrated_on="inferred load"`,
+    with the explanation the load came from). Unchanged when there is nothing to hold."""
+    from slurmgpu.advice.background import background_qos, load_of, strip, with_background
+
+    # where the replay is the slower one, more load would only take it further off
+    explained = {
+        p.partition: p.explanation
+        for p in cal.by_partition
+        if p.explanation and p.explanation.cause not in ("more-capacity", "replay-slower")
+    }
+    model = build_model(options)
+    chunk = {p.name: max(p.nodes) for p in model.partitions if p.nodes}
+    load = load_of(explained, chunk)
+    if not load.hours:
+        return trace, options, cal
+    held = with_background(trace, load)
+    options = replace(options, qos=background_qos(tuple(options.qos)))
+    model = build_model(options)
+    real, outcome = strip(held, run_engine(held, model, options.config))
+    window = window_of(real, outcome)
+    gpus = {p.name: p.total_gpus for p in model.partitions}
+    baseline = block_from_outcome("baseline", real, outcome, gpus, window)
+    recorded = recorded_block(real, gpus, window)
+    again = calibration_of(real, outcome, baseline, recorded, cal.tolerance, owners)
+    per = load.gpu_hours()
+    rows = []
+    for p in again.by_partition:
+        if p.partition in per:
+            first = cal.partition(p.partition)
+            p = replace(
+                p,
+                calibrated_on="inferred load",
+                inferred_gpu_hours=per[p.partition],
+                explanation=first.explanation if first else p.explanation,
+            )
+        rows.append(p)
+    return held, options, replace(again, by_partition=tuple(rows))
 
 
 def calibrate(
     sacct_files: Sequence[str | os.PathLike[str]],
     options: ReplayOptions,
     tolerance: Tolerance | None = None,
+    inferred_load: bool = False,
 ) -> Calibration:
     """`slurmgpu replay --calibrate`: load the dumps and calibrate the baseline on them."""
     options, trace = load_for_replay(sacct_files, options)
-    return calibrate_trace(trace, options, tolerance)
+    return calibrate_trace(
+        trace,
+        options,
+        tolerance,
+        functools.cache(lambda: owners_from_history(trace, sacct_files, options)),
+        inferred_load,
+    )

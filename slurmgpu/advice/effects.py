@@ -23,16 +23,25 @@ from typing import Any
 import numpy as np
 
 from slurmgpu.accounting.document import ReplayedEffect
+from slurmgpu.advice.calibrate import Calibration, calibration_of, not_advised_text, tolerance_of
+from slurmgpu.advice.candidates import partitions_touched
+from slurmgpu.advice.explain import owners_from_frame
 from slurmgpu.advice.objective import verdict
 from slurmgpu.errors import UsageError
-from slurmgpu.model.changes import Change, format_change, parse_change
+from slurmgpu.model.changes import Change, Together, format_change, parse_change
 from slurmgpu.model.policy import Objective
 from slurmgpu.replay import ReplayOptions, _gpus_by_partition, build_model
 from slurmgpu.replay.cluster import ClusterModel, apply_change
 from slurmgpu.replay.engine import SchedConfig, warm_up
 from slurmgpu.replay.engine import replay as run_engine
 from slurmgpu.replay.jobs import ReplayTrace
-from slurmgpu.replay.results import ResultBlock, Window, block_from_outcome, window_of
+from slurmgpu.replay.results import (
+    ResultBlock,
+    Window,
+    block_from_outcome,
+    recorded_block,
+    window_of,
+)
 from slurmgpu.util.json_safe import json_safe
 
 
@@ -67,6 +76,18 @@ class TierEffect:
 
 
 @dataclass(frozen=True)
+class PartitionFidelityNote:
+    """Whether the baseline replay reproduces a partition a recommendation touches
+    (`advice.calibrate`, the same judgement and words as `slurmgpu advise`)."""
+
+    partition: str
+    calibrated: bool
+    why: str | None  # what is off (None: calibrated)
+    note: str | None  # `calibrate.not_advised_text` (None: calibrated)
+    explanation: dict[str, Any] | None = None  # `explain.Explanation.to_dict()`, by_hour left out
+
+
+@dataclass(frozen=True)
 class Effect:
     """A recommendation's replayed effect over the analysis window."""
 
@@ -87,6 +108,14 @@ class Effect:
     # every limit of the site's objective the change breaks in this replay (`advice.objective`
     # `verdict`): a recommendation with any is marked "replay shows harm: ...", never advised
     harm: tuple[str, ...] = ()
+    # the baseline's fidelity on each partition the change touches: a recommendation on one
+    # the replay does not reproduce is printed "not advised: partition X's baseline is off ..."
+    fidelity: tuple[PartitionFidelityNote, ...] = ()
+
+    @property
+    def not_reproduced(self) -> tuple[str, ...]:
+        """The `not advised` notes of the partitions the replay does not reproduce."""
+        return tuple(f.note for f in self.fidelity if not f.calibrated and f.note)
 
     def to_dict(self) -> dict[str, Any]:
         return json_safe({"basis": "replay", **asdict(self)})
@@ -169,6 +198,7 @@ def estimate_effects(
     gpu_memory_mib: np.ndarray | None = None,
     objective: Objective | None = None,
     top_tier: str | None = None,
+    owners: Any = None,
 ) -> dict[str, Effect | EffectUnavailable]:
     """Replay the baseline and each entry of `changes` (a change string, or a recommendation's
     list of changes applied together) on `runs`; `{effect_key(entry): Effect}`.
@@ -179,6 +209,11 @@ def estimate_effects(
 
     `runs` is the accounting frame (one row per run, as `analyze` holds it; `gpu_memory_mib`
     its per-run GPU memory, so small whole-GPU jobs may use slices) or a `ReplayTrace`.
+    Each effect carries the baseline's fidelity on the partitions its change touches
+    (`advice.calibrate` against the runs' recorded starts, the objective's tolerance; `owners`:
+    the jobs' users and accounts for the explanation of one that is not calibrated, read from
+    the frame when `runs` is one).
+
     Returns {} when the cluster model is unknown (`options.capacity` empty).
     """
     if not options.capacity or not any(changes):
@@ -195,7 +230,14 @@ def estimate_effects(
         return {k: EffectUnavailable(g, f"the cluster model: {exc}") for k, g in groups.items()}
     baseline = run_engine(trace, model, options.config)
     window = window_of(trace, baseline)
-    before = block_from_outcome("baseline", trace, baseline, _gpus_by_partition(model), window)
+    gpus = _gpus_by_partition(model)
+    before = block_from_outcome("baseline", trace, baseline, gpus, window)
+    judge = objective or getattr(options.tiers, "objective", None) or Objective()
+    if owners is None and not isinstance(runs, ReplayTrace):
+        owners = lambda: owners_from_frame(trace, runs)  # noqa: E731
+    cal = calibration_of(
+        trace, baseline, before, recorded_block(trace, gpus, window), tolerance_of(judge), owners
+    )
     out: dict[str, Effect | EffectUnavailable] = {}
     todo = []
     for key, group in groups.items():
@@ -209,13 +251,36 @@ def estimate_effects(
             continue
         todo.append((key, (trace, changed, parsed, options.config, window)))
     blocks = _replay_all([job for _, job in todo], options.processes)
-    judge = objective or getattr(options.tiers, "objective", None) or Objective()
     for (key, job), block in zip(todo, blocks, strict=True):
         harm = verdict(before, block, judge, top_tier).violations
+        fidelity = _fidelity_notes(cal, partitions_touched(Together(job[2]), trace))
         out[key] = replace(
-            effect_of(before, block, tuple(format_change(c) for c in job[2])), harm=harm
+            effect_of(before, block, tuple(format_change(c) for c in job[2])),
+            harm=harm,
+            fidelity=fidelity,
         )
     return {k: out[k] for k in groups}  # in the order asked
+
+
+def _fidelity_notes(cal: Calibration, names: Sequence[str]) -> tuple[PartitionFidelityNote, ...]:
+    notes = []
+    for name in names:
+        p = cal.partition(name)
+        if p is None:  # no jobs there (the new partition of a move): nothing to be off by
+            continue
+        explanation = None
+        if p.explanation is not None:
+            explanation = {k: v for k, v in p.explanation.to_dict().items() if k != "by_hour"}
+        notes.append(
+            PartitionFidelityNote(
+                name,
+                p.calibrated,
+                p.why or None,
+                None if p.calibrated else not_advised_text(name, p.why),
+                explanation,
+            )
+        )
+    return tuple(notes)
 
 
 def _trace(frame: Any, gpu_memory_mib: np.ndarray | None) -> ReplayTrace:

@@ -17,6 +17,7 @@
 
 from __future__ import annotations
 
+import functools
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
@@ -24,8 +25,16 @@ from typing import Any
 
 import numpy as np
 
-from slurmgpu.advice.calibrate import Calibration, Tolerance, calibration_of
+from slurmgpu.advice.background import BackgroundTrace, rebuild, strip
+from slurmgpu.advice.calibrate import (
+    Calibration,
+    calibration_of,
+    hold_inferred_load,
+    not_advised_text,
+    tolerance_of,
+)
 from slurmgpu.advice.candidates import candidate_changes, partitions_touched
+from slurmgpu.advice.explain import OwnersSource, owners_from_history
 from slurmgpu.advice.objective import Verdict, verdict
 from slurmgpu.errors import UsageError
 from slurmgpu.model.changes import Together, format_change, parse_change
@@ -58,6 +67,10 @@ class AdviseOptions:
     # the candidates' first round as one Slurm job array (`replay --via-slurm`'s sweep);
     # the greedy steps and the perturbed replays run here
     slurm: Any = None  # replay.sweep.SlurmSweepOptions
+    # hold the unseen occupancy each uncalibrated partition's explanation infers as
+    # background load in every replay (`advice.background`): the plan is then marked
+    # "calibrated on inferred load", its ranges wider; autopilot never sets it
+    inferred_load: bool = False
 
 
 @dataclass(frozen=True)
@@ -156,12 +169,17 @@ class Advice:
     candidates: int
     replays: int
     notes: tuple[str, ...] = ()
+    # "recorded", or "inferred load" when some partition's baseline held background load
+    calibrated_on: str = "recorded"
+    inferred_load: tuple[tuple[str, float], ...] = ()  # (partition, GPU-hours held)
 
     def to_dict(self) -> dict[str, Any]:
         from slurmgpu.util.json_safe import json_safe
 
         return json_safe(
             {
+                "calibrated_on": self.calibrated_on,
+                "inferred_load": [{"partition": p, "gpu_hours": h} for p, h in self.inferred_load],
                 "fidelity": self.fidelity.to_dict(),
                 "plan": self.plan.to_dict(),
                 "rejected": [r.to_dict() for r in self.rejected],
@@ -177,7 +195,8 @@ class Advice:
 def _block(args: tuple) -> ResultBlock:
     trace, model, change, config, window = args
     changed = apply_change(model, change) if change is not None else model
-    outcome = run_engine(trace, changed, config)
+    # a trace with inferred background load: its result is the real jobs' alone
+    trace, outcome = strip(trace, run_engine(trace, changed, config))
     gpus = {p.name: p.total_gpus for p in changed.partitions}
     label = format_change(change) if change is not None else "baseline"
     return block_from_outcome(label, trace, outcome, gpus, window)
@@ -195,7 +214,10 @@ def _replay_many(jobs: list[tuple], processes: int) -> list[ResultBlock]:
 
 def perturbed(trace: ReplayTrace, rng: np.random.Generator, objective: Objective) -> ReplayTrace:
     """A copy of the trace with durations x lognormal(0, perturb_duration) (never past the
-    limit) and submits + normal(0, perturb_submit_s) (never before 0), re-sorted by submit."""
+    limit) and submits + normal(0, perturb_submit_s) (never before 0), re-sorted by submit.
+    A trace with inferred background load: its real jobs perturbed, the same load again."""
+    if isinstance(trace, BackgroundTrace) and trace.real is not None:
+        return rebuild(trace, perturbed(trace.real, rng, objective))
     n = len(trace)
     dur = trace.duration_s * rng.lognormal(0.0, objective.perturb_duration, n)
     dur = np.minimum(np.floor(dur), trace.timelimit_s)
@@ -215,11 +237,17 @@ def perturbed(trace: ReplayTrace, rng: np.random.Generator, objective: Objective
 def advise(sacct_files: Sequence[str | os.PathLike[str]], options: AdviseOptions) -> Advice:
     """Load the dumps and advise on them."""
     replay_opts, trace = load_for_replay(sacct_files, options.replay)
-    return advise_trace(trace, replace(options, replay=replay_opts))
+    return advise_trace(
+        trace,
+        replace(options, replay=replay_opts),
+        owners=functools.cache(lambda: owners_from_history(trace, sacct_files, replay_opts)),
+    )
 
 
-def advise_trace(trace: ReplayTrace, options: AdviseOptions) -> Advice:
-    """Calibrate, generate and judge candidates, search a plan, measure its uncertainty."""
+def advise_trace(trace: ReplayTrace, options: AdviseOptions, owners: OwnersSource = None) -> Advice:
+    """Calibrate, generate and judge candidates, search a plan, measure its uncertainty
+    (`owners`: the jobs' users and accounts, or their loader, for the explanation of a
+    partition that is not calibrated)."""
     if not len(trace):
         raise UsageError("advise: the dumps hold no GPU job that ran: nothing to replay")
     obj = options.objective
@@ -230,17 +258,22 @@ def advise_trace(trace: ReplayTrace, options: AdviseOptions) -> Advice:
     window = window_of(trace, outcome)
     gpus = {p.name: p.total_gpus for p in model.partitions}
     base = block_from_outcome("baseline", trace, outcome, gpus, window)
-    tolerance = Tolerance(
-        wait_factor=obj.calibration_wait_factor, allocation_points=obj.calibration_allocation_points
-    )
-    cal = calibration_of(trace, outcome, base, recorded_block(trace, gpus, window), tolerance)
+    tolerance = tolerance_of(obj)
+    recorded = recorded_block(trace, gpus, window)
+    cal = calibration_of(trace, outcome, base, recorded, tolerance, owners)
+    real = trace
+    if options.inferred_load:
+        if options.slurm is not None:
+            raise UsageError("--inferred-load runs the candidates here: drop --via-slurm")
+        trace, ropts, cal = hold_inferred_load(trace, ropts, cal, owners)
+        model, base = build_model(ropts), cal.baseline
     if options.candidates is None:
-        texts = candidate_changes(trace, model, base)
+        texts = candidate_changes(real, model, base)
     else:
         texts = list(options.candidates)
     changes = [parse_change(t) for t in texts]
-    check_changes(model, trace, changes)
-    rejected, runnable = _calibrated_only(changes, trace, cal)
+    check_changes(model, real, changes)
+    rejected, runnable = _calibrated_only(changes, real, cal)
     blocks, failed = _first_round(trace, model, runnable, options, window)
     rejected += failed
     replays = 1 + len(runnable)
@@ -272,12 +305,29 @@ def advise_trace(trace: ReplayTrace, options: AdviseOptions) -> Advice:
     notes = []
     if not judged:
         notes.append("no candidate improves the objective without breaking a limit: no change")
-    off = [p.partition for p in cal.by_partition if not p.calibrated]
+    off = [p for p in cal.by_partition if not p.calibrated]
     if off:
         notes.append(
-            "not advised on (baseline off by more than the policy's tolerance): " + ", ".join(off)
+            "not advised on (baseline off by more than the policy's tolerance): "
+            + ", ".join(p.partition for p in off)
+        )
+        notes += [f"why {p.partition} misses: {p.explanation.text()}" for p in off if p.explanation]
+    held = tuple(
+        (p.partition, p.inferred_gpu_hours)
+        for p in cal.by_partition
+        if p.calibrated_on == "inferred load"
+    )
+    if held:
+        notes.append(
+            "calibrated on inferred load: the baseline held "
+            + ", ".join(f"{h:,.1f} GPU-hours on {p}" for p, h in held)
+            + " as background (what the explanation of each miss infers, not what the dump "
+            "shows): the plan's ranges are wider by the load's share; autopilot does not act "
+            "on such a plan"
         )
     return Advice(
+        calibrated_on="inferred load" if held else "recorded",
+        inferred_load=held,
         fidelity=cal,
         plan=plan,
         rejected=tuple(rejected),
@@ -298,13 +348,7 @@ def _calibrated_only(
         off = [p for p in partitions_touched(change, trace) if not cal.calibrated(p)]
         if off:
             why = cal.partition(off[0]).why  # type: ignore[union-attr]
-            rejected.append(
-                Rejected(
-                    format_change(change),
-                    f"not advised: partition {off[0]}'s baseline is off by more than the "
-                    f"policy's tolerance ({why})",
-                )
-            )
+            rejected.append(Rejected(format_change(change), not_advised_text(off[0], why)))
         else:
             runnable.append(change)
     return rejected, runnable
@@ -380,6 +424,16 @@ def _side(block: ResultBlock, name: str) -> tuple[Side, int]:
     return Side(row.allocation_ratio, w.mean, w.p50, w.p95), row.gpus
 
 
+def _inferred_share(cal: Calibration, name: str, held: float) -> float:
+    """The inferred load's share of the partition's GPU-hours (held / (held + recorded
+    allocated)): how much of its baseline rests on what the dump does not show."""
+    row = None
+    if cal.recorded is not None:
+        row = next((p for p in cal.recorded.by_partition if p.partition == name), None)
+    allocated = row.gpu_hours_allocated if row is not None else 0.0
+    return held / (held + allocated) if held + allocated > 0 else 0.0
+
+
 def _range(changes: list[float], before, after, miss: float) -> Range:
     """The perturbed replays' range of a change, widened by `miss` x the nominal change."""
     if not changes or before is None or after is None:
@@ -413,7 +467,7 @@ def _plan(
         rng = np.random.default_rng(options.seed)
         for _ in range(obj.uncertainty_replays):
             t = perturbed(trace, rng, obj)
-            w = window_of(t)
+            w = window_of(t.real if isinstance(t, BackgroundTrace) and t.real else t)
             jobs += [(t, model, None, options.replay.config, w),
                      (t, model, change, options.replay.config, w)]  # fmt: skip
         blocks = _replay_many(jobs, max(1, options.replay.processes))
@@ -432,6 +486,8 @@ def _plan(
         fid = cal.partition(n)
         factor = fid.mean_wait_factor if fid is not None else None
         miss = abs(factor - 1) if factor is not None and np.isfinite(factor) else 0.0
+        if fid is not None and fid.calibrated_on == "inferred load":
+            miss += _inferred_share(cal, n, fid.inferred_gpu_hours)
         mean_r = _range([x for x, _ in d], sb.mean, sa.mean, miss)
         p95_r = _range([y for _, y in d], sb.p95, sa.p95, miss)
         rows.append(PartitionPlanEffect(n, gb, ga, sb, sa, mean_r, p95_r, miss))

@@ -48,13 +48,23 @@ def replay_effects(result: AnalysisResult, when: str = "auto", tiers=None) -> An
         top_tier=_top_tier(tiers),
     )  # fmt: skip
     recommendations = []
+    off: list[str] = []  # partitions the replay does not reproduce, under a recommendation
+    unfaithful = 0
     for rec in doc.recommendations:
         effect = effects.get(effect_key(list(rec.changes))) if rec.changes else None
         if effect is not None:
             rec = replace(rec, replayed=replayed_effect(effect))
+            bad = [f.partition for f in getattr(effect, "fidelity", ()) if not f.calibrated]
+            unfaithful += bool(bad)
+            off += [p for p in bad if p not in off]
         recommendations.append(rec)
     harmful = sum(1 for r in recommendations if r.replayed is not None and r.replayed.harm)
     notes = doc.notes
+    if unfaithful:
+        notes = (*notes, f"{unfaithful} of {len(wanted)} recommendations are not advised: they "
+                 f"touch a partition whose baseline replay is off by more than the policy's "
+                 f"tolerance ({', '.join(off)}): the replay cannot judge them; `slurmgpu replay "
+                 "--calibrate` says why it misses")  # fmt: skip
     if harmful:
         notes = (*notes, f"{harmful} of {len(wanted)} recommendations are not advised: their "
                  "replay breaks the site's objective (replay shows harm); `slurmgpu advise` "

@@ -57,7 +57,11 @@ def advise(fmt: str, output: str, **params: object) -> None:
     _write(render_advice(run_advise(sacct_files, options).to_dict(), fmt), output)
 
 
-advise.params[:0] = [p for p in _replay_command.params if p.name in SHARED]
+# --inferred-load is advise's and replay --calibrate's only: not in SHARED, so that autopilot
+# (which takes SHARED) can never advise, and act, on inferred load
+advise.params[:0] = [
+    p for p in _replay_command.params if p.name in SHARED or p.name == "inferred_load"
+]
 
 
 def advise_options(params: dict):
@@ -86,6 +90,8 @@ def advise_options(params: dict):
         candidates=tuple(params["candidates"]) or None,
         seed=int(params["seed"]),
         slurm=slurm,
+        # autopilot builds its options here without it: it never acts on inferred load
+        inferred_load=bool(params.get("inferred_load", False)),
     )
 
 

@@ -156,6 +156,13 @@ WORKDIR_DEFAULT = "slurmgpu-sweep"
     "(allocation, mean and p95 wait, start order); the policy's [objective] sets the tolerance.",
 )
 @click.option(
+    "--inferred-load",
+    is_flag=True,
+    help="With --calibrate (and in advise): hold the GPU-time each uncalibrated partition's "
+    "explanation infers (held outside the model) as background load in the baseline; its "
+    "partitions are then marked 'calibrated on inferred load'.",
+)
+@click.option(
     "--compile-only",
     is_flag=True,
     help="Only compile the replay engine into this install's cache (or find it there) and "
@@ -171,9 +178,14 @@ def replay(sacct_files: tuple[str, ...], fmt: str, output: str, **params: object
     from slurmgpu.views.replay import render_replay
 
     warn_engine()
+    inferred = params.pop("inferred_load")
     if params.pop("calibrate"):
-        _write(_calibrate(list(sacct_files), params, fmt), output)
+        _write(_calibrate(list(sacct_files), params, fmt, inferred), output)
         return
+    if inferred:
+        from slurmgpu.errors import UsageError
+
+        raise UsageError("--inferred-load goes with --calibrate (or slurmgpu advise)")
     slurm = sweep_options(params)
     if slurm is None:
         report = run_replay(list(sacct_files), replay_options(params))
@@ -222,7 +234,7 @@ def warn_engine() -> None:
         click.secho(f"slurmgpu: warning: {warning}", fg="yellow", err=True)
 
 
-def _calibrate(sacct_files: list[str], params: dict, fmt: str) -> str:
+def _calibrate(sacct_files: list[str], params: dict, fmt: str, inferred: bool = False) -> str:
     """`replay --calibrate`: the calibration document, rendered."""
     from slurmgpu.advice.calibrate import Tolerance, calibrate
     from slurmgpu.errors import UsageError
@@ -241,7 +253,8 @@ def _calibrate(sacct_files: list[str], params: dict, fmt: str) -> str:
         if obj is not None
         else Tolerance()
     )
-    return render_calibration({"fidelity": calibrate(sacct_files, options, tol).to_dict()}, fmt)
+    cal = calibrate(sacct_files, options, tol, inferred_load=inferred)
+    return render_calibration({"fidelity": cal.to_dict()}, fmt)
 
 
 def _write(text: str, output: str) -> None:

@@ -8,7 +8,18 @@ from __future__ import annotations
 
 import html
 import json
+import re
 from typing import Any
+
+from slurmgpu.views.safe_text import neutralise
+
+_CONTROL = re.compile("[\x00-\x1f\x7f]")
+
+
+def _printable(text: str) -> str:
+    """A site string (an account or user name in an explanation) on one line: control
+    characters written as escapes (`\\n`), bidi controls shown (`neutralise`)."""
+    return neutralise(_CONTROL.sub(lambda m: repr(m.group())[1:-1], text))
 
 
 def _h(value: Any) -> str:
@@ -46,8 +57,34 @@ def _fidelity_rows(fid: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
             _pct(b["allocation_ratio"]), _h(r["wait_s"]["mean"]), _h(b["wait_s"]["mean"]),
             _h(r["wait_s"]["p95"]), _h(b["wait_s"]["p95"]),
             "-" if order is None else f"{100 * order:.1f}%",
-            "yes" if p["calibrated"] else "NO",
+            ("yes" if p["calibrated"] else "NO")
+            + (" (inferred load)" if p.get("calibrated_on") == "inferred load" else ""),
         ])  # fmt: skip
+    return header, rows
+
+
+HOURS_SHOWN = 8  # the hours of an explanation printed in text and HTML (all in the JSON)
+
+
+def _explanation_line(e: dict[str, Any]) -> str:
+    return _printable(
+        f"why it misses: {e['label']} ({e['cause']}): {e['evidence']} [unseen "
+        f"{e['unseen_gpu_hours']:,.1f} GPU-hours, delayed by the replay "
+        f"{e['delayed_gpu_hours']:,.1f}]"
+    )
+
+
+def _hour_rows(e: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
+    """The explanation's hours with the most unseen (or delayed) GPU-time, in time order."""
+    header = ["hour (UTC)", "unseen GPU-h", "delayed GPU-h", "starts", "waiting jobs"]
+    key = "unseen_gpu_hours" if e["unseen_gpu_hours"] >= e["delayed_gpu_hours"] else (
+        "delayed_gpu_hours")  # fmt: skip
+    top = sorted(e["by_hour"], key=lambda h: -h[key])[:HOURS_SHOWN]
+    rows = [
+        [h["hour"], f"{h['unseen_gpu_hours']:,.1f}", f"{h['delayed_gpu_hours']:,.1f}",
+         str(h["starts"]), str(h["waiting_jobs"])]
+        for h in sorted(top, key=lambda h: h["hour"])
+    ]  # fmt: skip
     return header, rows
 
 
@@ -56,8 +93,22 @@ def _fidelity_text(fid: dict[str, Any]) -> list[str]:
     lines = ["Calibration: the baseline replay against the recorded history", ""]
     lines += _table(header, rows)
     for p in fid["by_partition"]:
-        if not p["calibrated"]:
+        if p.get("calibrated_on") == "inferred load":
+            lines.append(
+                f"  {p['partition']}: calibrated on inferred load: the baseline held "
+                f"{p['inferred_gpu_hours']:,.1f} GPU-hours as background"
+                + (f"; still off: {p['why']}" if p["why"] else "")
+            )
+        elif not p["calibrated"]:
             lines.append(f"  {p['partition']}: {p['why']}")
+        if p.get("calibrated_on") == "inferred load" or not p["calibrated"]:
+            e = p.get("explanation")
+            if e:
+                lines.append(f"    {_explanation_line(e)}")
+                if e["by_hour"]:
+                    lines.append(f"    its {min(HOURS_SHOWN, len(e['by_hour']))} most held "
+                                 f"hours of {len(e['by_hour'])}:")  # fmt: skip
+                    lines += ["      " + x for x in _table(*_hour_rows(e))]
     return lines
 
 
@@ -81,8 +132,8 @@ def render_calibration(doc: dict[str, Any], fmt: str) -> str:
     if fmt == "json":
         return json.dumps(doc, indent=2, sort_keys=True) + "\n"
     if fmt == "html":
-        return _html("slurmgpu replay --calibrate", _html_fidelity(doc["fidelity"]))
-    return "\n".join(_fidelity_text(doc["fidelity"])) + "\n"
+        return neutralise(_html("slurmgpu replay --calibrate", _html_fidelity(doc["fidelity"])))
+    return neutralise("\n".join(_fidelity_text(doc["fidelity"])) + "\n")
 
 
 def render_advice(doc: dict[str, Any], fmt: str) -> str:
@@ -90,11 +141,16 @@ def render_advice(doc: dict[str, Any], fmt: str) -> str:
     if fmt == "json":
         return json.dumps(doc, indent=2, sort_keys=True) + "\n"
     if fmt == "html":
-        return _html("slurmgpu advise", _html_fidelity(doc["fidelity"]) + _html_plan(doc))
+        return neutralise(
+            _html("slurmgpu advise", _html_fidelity(doc["fidelity"]) + _html_plan(doc))
+        )
     plan = doc["plan"]
     lines = [*_fidelity_text(doc["fidelity"]), ""]
     if plan["changes"]:
-        lines.append("Plan (changes applied together): " + " + ".join(plan["changes"]))
+        basis = (
+            "; CALIBRATED ON INFERRED LOAD" if doc.get("calibrated_on") == "inferred load" else ""
+        )
+        lines.append(f"Plan (changes applied together{basis}): " + " + ".join(plan["changes"]))
         lines.append(
             f"  score {plan['score']:+.3f}; useful GPU-hours "
             f"{plan['useful_gpu_hours']['before']:,.1f} -> "
@@ -109,8 +165,8 @@ def render_advice(doc: dict[str, Any], fmt: str) -> str:
         lines.append("Plan: no change")
     lines += ["", f"Candidates: {doc['candidates']} ({doc['replays']} replays); rejected:"]
     lines += [f"  {r['change']}: {r['why']}" for r in doc["rejected"]] or ["  none"]
-    lines += [f"note: {n}" for n in doc["notes"]]
-    return "\n".join(lines) + "\n"
+    lines += [f"note: {_printable(n)}" for n in doc["notes"]]
+    return neutralise("\n".join(lines) + "\n")
 
 
 def _html_table(header: list[str], rows: list[list[str]]) -> str:
@@ -123,9 +179,9 @@ def _html_table(header: list[str], rows: list[list[str]]) -> str:
 
 def _html_fidelity(fid: dict[str, Any]) -> str:
     off = "".join(
-        f"<li>{html.escape(p['partition'])}: {html.escape(p['why'])}</li>"
+        f"<li>{html.escape(p['partition'])}: {html.escape(_state(p))}{_html_explanation(p)}</li>"
         for p in fid["by_partition"]
-        if not p["calibrated"]
+        if not p["calibrated"] or p.get("calibrated_on") == "inferred load"
     )
     return (
         "<h2>Calibration</h2>"
@@ -134,9 +190,26 @@ def _html_fidelity(fid: dict[str, Any]) -> str:
     )
 
 
+def _state(p: dict[str, Any]) -> str:
+    if p.get("calibrated_on") != "inferred load":
+        return p["why"] or ""
+    held = f"calibrated on inferred load: {p['inferred_gpu_hours']:,.1f} GPU-hours held"
+    return held + (f"; still off: {p['why']}" if p["why"] else "")
+
+
+def _html_explanation(p: dict[str, Any]) -> str:
+    e = p.get("explanation")
+    if not e:
+        return ""
+    out = f"<p class='explanation'>{html.escape(_explanation_line(e))}</p>"
+    return out + (_html_table(*_hour_rows(e)) if e["by_hour"] else "")
+
+
 def _html_plan(doc: dict[str, Any]) -> str:
     plan = doc["plan"]
     title = " + ".join(plan["changes"]) or "no change"
+    if plan["changes"] and doc.get("calibrated_on") == "inferred load":
+        title += " (calibrated on inferred load)"
     out = f"<h2>Plan: {html.escape(title)}</h2>"
     if plan["changes"]:
         out += _html_table(*_plan_rows(plan))

@@ -29,6 +29,7 @@ from slurmgpu.views.report.tables import (
     _totals_lines,
     _wait,
     accelerator_rows,
+    fidelity_text,
     fmt_duration,
     fmt_gpu_hours,
     fmt_int,
@@ -55,6 +56,7 @@ def _html_context(analysis: AnalysisDocument) -> dict[str, Any]:
             "effect": _effect_text(r.estimated_effect.to_json()),
             "replayed": replayed_text(r.replayed) if r.replayed is not None else "",
             "harm": harm_text(r.replayed),
+            "fidelity": fidelity_text(r.replayed),
         }
         for r in analysis.recommendations
     ]

@@ -393,6 +393,25 @@ def _by_count(item: tuple[str, Any]) -> tuple[float, str]:
     return (-float(item[1]) if is_known(item[1]) else 0.0, item[0])
 
 
+def fidelity_text(effect: Any) -> str:
+    """The `not advised: partition X's baseline is off by more than the policy's tolerance
+    (...)` note (`advice.calibrate.not_advised_text`, as `slurmgpu advise` words it) of each
+    partition a recommendation touches that its replay does not reproduce, else "". Read from
+    the replayed effect's JSON (`fidelity`), so a document read back says it too."""
+    if effect is None:
+        return ""
+    full = getattr(effect, "full", None) or {}
+    notes = []
+    for f in full.get("fidelity") or ():
+        if isinstance(f, dict) and not f.get("calibrated", True) and f.get("note"):
+            line = str(f["note"])
+            why = f.get("explanation")
+            if isinstance(why, dict) and why.get("label"):
+                line += f"; why it misses: {why['label']} ({why.get('cause')})"
+            notes.append(line)
+    return "; ".join(notes)
+
+
 def harm_text(effect: Any) -> str:
     """`replay shows harm: ...` for a recommendation whose replay breaks the site's objective
     (`ReplayedEffect.harm`), else ""."""

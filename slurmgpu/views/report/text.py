@@ -22,6 +22,7 @@ from slurmgpu.views.report.tables import (
     _source_line,
     _totals_lines,
     accelerator_rows,
+    fidelity_text,
     fmt_gpu_hours,
     fmt_int,
     harm_text,
@@ -111,8 +112,13 @@ def _recommendation_lines(recs: tuple) -> list[str]:
         out.append("  none")
     for i, rec in enumerate(recs, 1):
         harm = harm_text(rec.replayed)
+        fidelity = fidelity_text(rec.replayed)
         mark = "[not advised: its replay shows harm] " if harm else ""
+        if fidelity:
+            mark = "[not advised: the replay does not reproduce its partition] "
         out.append(f"  {i}. {mark}{printable(rec.title)}")
+        if fidelity:
+            out.append(f"     {printable(fidelity)}")
         if harm:
             out.append(f"     {printable(harm)}")
         if rec.detail:
