@@ -28,7 +28,8 @@ from slurmgpu.util.proc import run
 SACCT_FIELDS: tuple[str, ...] = (
     "JobIDRaw", "JobID", "Cluster", "Partition", "QOS", "Account", "User", "Submit",
     "Eligible", "Start", "End", "ElapsedRaw", "TimelimitRaw", "State", "NNodes", "ReqTRES",
-    "AllocTRES", "NodeList", "TRESUsageInAve", "TRESUsageInMax", "Reason", "AdminComment",
+    "AllocTRES", "NodeList", "TRESUsageInAve", "TRESUsageInMax", "ConsumedEnergyRaw",
+    "Reason", "AdminComment",
     "Comment", "JobName",
 )  # fmt: skip
 DELIMITER = "\x1f"
