@@ -14,6 +14,7 @@ import math
 import os
 import re
 import tomllib
+from typing import Any
 
 from slurmgpu.errors import PolicyError
 from slurmgpu.model.catalog import GPU_MODELS, model_for_type
@@ -433,8 +434,7 @@ def parse_policy(source: str, path: str = "<policy>") -> Policy:
 
     gpu_memory = _gpu_memory(check, data.get("gpu_memory", {}))
     objective = _objective(check, data.get("objective", {}), tier_names)
-    idle, autopilot = _optional_tables(check, data, tier_names, {p.name for p in partitions})
-    energy = _energy(check, data["energy"]) if "energy" in data else None
+    optional = _optional_tables(check, data, tier_names, {p.name for p in partitions})
     if check.errors:
         raise PolicyError("\n".join(check.errors), tuple(check.errors))
     return Policy(
@@ -448,17 +448,22 @@ def parse_policy(source: str, path: str = "<policy>") -> Policy:
         shards_per_gpu=shards_per_gpu,
         priority_weight_qos=weight or 10000,
         source=path,
-        idle=idle,
-        autopilot=autopilot,
-        energy=energy,
+        **optional,
     )
 
 
-def _optional_tables(check: _Checker, data: dict, tier_names: set[str], partitions: set[str]):
-    """(`[idle]`, `[autopilot]`): each None when the policy has no such table."""
-    idle = _idle(check, data["idle"], tier_names, partitions) if "idle" in data else None
-    auto = _autopilot(check, data["autopilot"], tier_names) if "autopilot" in data else None
-    return idle, auto
+def _optional_tables(
+    check: _Checker, data: dict, tier_names: set[str], partitions: set[str]
+) -> dict[str, Any]:
+    """`idle`, `autopilot`, `energy` (the `Policy` fields of these tables): each None when
+    the policy has no such table."""
+    return {
+        "idle": _idle(check, data["idle"], tier_names, partitions) if "idle" in data else None,
+        "autopilot": _autopilot(check, data["autopilot"], tier_names)
+        if "autopilot" in data
+        else None,
+        "energy": _energy(check, data["energy"]) if "energy" in data else None,
+    }
 
 
 _ENERGY_NUMBERS = {  # key -> (lowest, highest)
