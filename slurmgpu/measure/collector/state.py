@@ -23,7 +23,7 @@ import fcntl
 import json
 import os
 from collections.abc import Iterator
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 
 from slurmgpu.measure.collector.cgroup import JobOwner, ProcessMapper
@@ -107,14 +107,21 @@ class CollectorState:
                 first=j["first"],
                 last=j["last"],
                 samples=j["samples"],
-                gpus={k: GpuAccum(**g) for k, g in j["gpus"].items()},
+                gpus={k: GpuAccum(**_known(GpuAccum, g)) for k, g in j["gpus"].items()},
                 meter_first={k: list(v) for k, v in j.get("meter_first", {}).items()},
             )
             for job, j in data["jobs"].items()
         }
-        meters = {k: Meter(**m) for k, m in data.get("meters", {}).items()}
+        meters = {k: Meter(**_known(Meter, m)) for k, m in data.get("meters", {}).items()}
         whole = {k: float(v) for k, v in data["whole_gpus"].items()}
         return cls(jobs=jobs, whole_gpus=whole, meters=meters)
+
+
+def _known(cls: type, data: dict) -> dict:
+    """The keys of `data` that are fields of `cls`: a state file written by a later version
+    (with keys this one does not know) still loads instead of losing every summary."""
+    names = {f.name for f in fields(cls)}
+    return {k: v for k, v in data.items() if k in names}
 
 
 @dataclass(frozen=True)

@@ -139,3 +139,14 @@ def test_idle_share_rule():
     r = IDLE_POWER_RATIO
     assert got.tolist()[:4] == pytest.approx([1.0, 1.0, 0.5 * r / (0.5 * r + 0.5), 0.0])
     assert got[4] == 0.0  # unknown utilization: not idle
+
+
+def test_the_store_keeps_slurms_energy(tmp_path):
+    from slurmgpu.accounting import store
+
+    rows = [row(1, "a100", 0, 3600, 1, 1_800_000), row(2, "a100", 0, 3600, 1, 0)]
+    path = dump(tmp_path, rows)
+    store.ingest(tmp_path / "s", [path])
+    stored = analyze(AnalysisOptions(store=tmp_path / "s", capacity={"gpu": 16})).to_json()
+    assert stored["energy"] == analyzed(path)["energy"]
+    assert stored["energy"]["kwh"] == pytest.approx(0.5) and stored["energy"]["coverage"] == 0.5

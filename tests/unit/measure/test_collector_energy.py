@@ -203,3 +203,16 @@ def test_a_negative_energy_in_a_summary_is_refused():
                 }
             )
         )
+
+
+def test_a_state_file_with_keys_this_version_does_not_know_still_loads(tmp_path):
+    from slurmgpu.measure.collector.state import load_state
+
+    gpu = {"minor": 0, "gi": None, "profile": None, "uuid": "GPU-0", "mem_total_mib": 80.0,
+           "energy_j": 5.0, "from_a_later_version": 1}  # fmt: skip
+    job = {"user": "u", "first": 1, "last": 2, "samples": 1, "gpus": {"0": gpu}}
+    meter = {"total_j": 9.0, "t": 2, "source": "counter", "later": True}
+    text = json.dumps({"v": 1, "jobs": {"7": job}, "whole_gpus": {"0": 80}, "meters": {"0": meter}})
+    (tmp_path / "state.json").write_text(text)
+    state = load_state(tmp_path / "state.json")
+    assert state.jobs["7"].gpus["0"].energy_j == 5.0 and state.meters["0"].total_j == 9.0
