@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from slurmgpu.accounting.columns import objects
+from slurmgpu.accounting.columns import codes
 from slurmgpu.accounting.document import Energy, EnergyCost, PartitionEnergy
 
 # an idle GPU's power over a busy one's: roughly 70 W of an H100 SXM's 700 W, 55 W of an
@@ -49,8 +49,9 @@ def energy_of(frame: Any, work: Any, idle_util_pct: float = 1.0) -> Energy:
     total_hours = float(hours[gpu].sum())
     both = known & ~np.isnan(util)
     used = float((hours[both] * np.clip(util[both], 0, 100) / 100.0).sum())
-    parts = objects(frame, "partition", "").astype(str)
-    names, index = np.unique(parts[gpu], return_inverse=True)
+    row_code, all_names = codes(frame, "partition")  # integer codes: no Python per row
+    index = row_code[gpu]
+    names = np.array(all_names, dtype=object)
     by_kwh = np.bincount(index, weights=measured[gpu], minlength=len(names))
     by_idle = np.bincount(index, weights=idle[gpu], minlength=len(names))
     order = sorted(range(len(names)), key=lambda i: (-by_kwh[i], names[i]))
