@@ -150,3 +150,24 @@ def test_the_store_keeps_slurms_energy(tmp_path):
     stored = analyze(AnalysisOptions(store=tmp_path / "s", capacity={"gpu": 16})).to_json()
     assert stored["energy"] == analyzed(path)["energy"]
     assert stored["energy"]["kwh"] == pytest.approx(0.5) and stored["energy"]["coverage"] == 0.5
+
+
+def test_the_monthly_trend_has_each_months_kwh(tmp_path):
+    from slurmgpu.accounting.trend import ALL, trend
+    from slurmgpu.views.report.trend import render_trend
+
+    # B is 2025-12-01: a run in December, one in January (31 days on)
+    jan = 31 * 86400
+    rows = [
+        row(1, "a100", 0, 3600, 1, 1_800_000),
+        row(2, "a100", jan, jan + 3600, 1, 3_600_000),
+        row(3, "h100", jan, jan + 3600, 1, 0),
+    ]
+    doc = trend(AnalysisOptions(files=[dump(tmp_path, rows)]))
+    got = {(r.month, r.partition): r.energy_kwh for r in doc.rows}
+    assert got[("2025-12", ALL)] == pytest.approx(0.5)
+    assert got[("2026-01", ALL)] == pytest.approx(1.0)
+    assert got[("2026-01", "a100")] == pytest.approx(1.0) and got[("2026-01", "h100")] is None
+    prom = render_trend(doc, "prom")
+    assert 'slurmgpu_trend_gpu_energy_joules{month="2026-01",partition="*"} 3600000' in prom
+    assert "GPU kWh" in render_trend(doc, "text")
