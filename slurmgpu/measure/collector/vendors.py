@@ -100,8 +100,12 @@ def _amd_device(amd, handle, holders) -> DeviceSample:
 def _amd_energy(amd, handle) -> EnergyReading | None:
     """amdsmi's energy accumulator in joules (`amdsmi_get_energy_count`: the accumulator --
     `energy_accumulator`, `power` in older amdsmi -- times `counter_resolution` in uJ); None
-    where this amdsmi or GPU does not give it."""
+    where this amdsmi or GPU does not give it, and on a package split into compute
+    partitions (CPX...): each partition would show the package's energy, and charging every
+    partition's job all of it would count it several times."""
     try:
+        if str(amd.amdsmi_get_gpu_compute_partition(handle)).upper() != "SPX":
+            return None
         got = amd.amdsmi_get_energy_count(handle)
     except (AttributeError, amd.AmdSmiException):
         return None
