@@ -171,3 +171,13 @@ def test_the_monthly_trend_has_each_months_kwh(tmp_path):
     prom = render_trend(doc, "prom")
     assert 'slurmgpu_trend_gpu_energy_joules{month="2026-01",partition="*"} 3600000' in prom
     assert "GPU kWh" in render_trend(doc, "text")
+
+
+def test_the_example_policys_energy_block_parses_when_uncommented():
+    import re
+    from pathlib import Path
+
+    text = (Path(__file__).resolve().parents[3] / "etc" / "slurmgpu.toml").read_text()
+    keys = r"^# (\[energy\]|pue|price_per_kwh|currency|gco2_per_kwh)"
+    energy = parse_policy(re.sub(keys, r"\1", text, flags=re.MULTILINE)).energy
+    assert energy is not None and energy.pue == 1.3 and energy.currency == "EUR"
