@@ -180,9 +180,10 @@ def update(
             seen.add(row.owner.job_id)
             job.samples += 1
             job.last = now
+        first_pass = d.key not in job.gpus
         fresh = GpuAccum(d.minor, d.gi, d.profile, d.uuid, d.mem_total_mib)
         acc = job.gpus.setdefault(d.key, fresh)
-        _charge(acc, d, jobs_on.get(d.key, 1), added)
+        _charge(acc, d, jobs_on.get(d.key, 1), {} if first_pass else added)
         acc.samples += 1
         acc.mem_max_mib = max(acc.mem_max_mib, row.mem_used_mib)
         if d.util_pct is not None:
@@ -197,15 +198,17 @@ def update(
 
 def _charge(acc: GpuAccum, d: DeviceSample, jobs: int, added: dict[str, float]) -> None:
     """Charge the job its split of this pass's energy on a MIG instance or shared GPU (a
-    whole GPU of its own is charged from the meter snapshots instead)."""
+    whole GPU of its own is charged from the meter snapshots instead). `added` is empty on
+    the pass that first sees the job on the device: the interval before it is not the job's
+    (as a whole GPU's figure starts at the job's first pass)."""
+    if d.gi is not None or jobs > 1:
+        acc.energy_split = True
     parent = str(d.minor) if d.gi is not None else d.key
     if parent not in added:
         return
     share = 1.0 if d.gi is None else mig_share(d.profile)
     if share is None:
         return  # a MIG profile whose slices are unknown: no energy rather than a guess
-    if d.gi is not None or jobs > 1:
-        acc.energy_split = True
     acc.energy_j += added[parent] * share / max(jobs, 1)
     acc.energy_passes += 1
 

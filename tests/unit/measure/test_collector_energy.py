@@ -216,3 +216,13 @@ def test_a_state_file_with_keys_this_version_does_not_know_still_loads(tmp_path)
     (tmp_path / "state.json").write_text(text)
     state = load_state(tmp_path / "state.json")
     assert state.jobs["7"].gpus["0"].energy_j == 5.0 and state.meters["0"].total_j == 9.0
+
+
+def test_a_mig_job_is_not_charged_the_interval_before_it_was_seen(nvml, tmp_path, monkeypatch):
+    # the meters run before the job: its first pass starts its figure, as on a whole GPU
+    mj = [{1: {"total_energy_mj": 1_000_000 + i * 7_000_000}} for i in range(3)]
+    passes(nvml, tmp_path, monkeypatch, "dgx-a100-mig", lambda d: None, mj[:1])
+    passes(nvml, tmp_path, monkeypatch, "dgx-a100-mig", load_mig, mj[1:], t0=1_800_000_060)
+    _, summary = stored(tmp_path, "4250")
+    on_gpu1 = [g.energy_j for g in summary.gpus if g.minor == 1]
+    assert on_gpu1 == [pytest.approx(3000.0), pytest.approx(3000.0)]  # one interval, 3/7 each
