@@ -181,3 +181,29 @@ def test_the_example_policys_energy_block_parses_when_uncommented():
     keys = r"^# (\[energy\]|pue|price_per_kwh|currency|gco2_per_kwh)"
     energy = parse_policy(re.sub(keys, r"\1", text, flags=re.MULTILINE)).energy
     assert energy is not None and energy.pue == 1.3 and energy.currency == "EUR"
+
+
+def test_sacct_json_steps_energy_tres_is_the_runs_energy():
+    from slurmgpu.accounting.load import load_records
+    from slurmgpu.sources.sacct import json_records
+
+    def step(name, joules):
+        energy = {"type": "energy", "name": "", "id": 3, "count": joules}  # as 22.05-25.11
+        return {"step": {"id": f"9.{name}", "name": name}, "state": "COMPLETED",
+                "time": {"start": B, "end": B + 3600, "elapsed": 3600},
+                "tres": {"allocated": [], "requested": {"max": [], "average": [energy],
+                                                        "total": [energy]}}}  # fmt: skip
+
+    job = {
+        "job_id": 9, "partition": "gpu", "qos": "n", "user": "u", "state": "COMPLETED",
+        "time": {"submission": B, "start": B, "end": B + 3600, "elapsed": 3600},
+        "tres": {"allocated": [{"type": "gres", "name": "gpu", "count": 1}]},
+        "steps": [step("batch", 1_000_000), step("0", 800_000), step("extern", 0)],
+    }  # fmt: skip
+    recs = list(json_records({"jobs": [job]}))
+    assert recs[0]["ConsumedEnergyRaw"] == "1800000"
+    frame = load_records(recs, name="json").frame
+    assert frame["energy_j"].iloc[0] == 1_800_000
+    nothing = dict(job, steps=[step("batch", 0)])  # no energy plugin: 0, not recorded
+    frame = load_records(list(json_records({"jobs": [nothing]})), name="json").frame
+    assert frame["energy_j"].isna().all()
