@@ -17,11 +17,12 @@ import re
 import subprocess
 import sys
 import time
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
 
+from slurmgpu.accounting import AnalysisOptions, analyze
 from slurmgpu.measure.jobstats import JobstatsSource
 from slurmgpu.measure.summary import CollectorSource, decode, tokens
 from slurmgpu.model.measure import RunRef
@@ -165,6 +166,14 @@ def test_epilog_stores_the_summary_where_sacct_and_the_spool_give_it_back(epilog
     expected_j = sum(counter_mj(g, 1) - counter_mj(g, 0) for g in held) / 1000
     assert measure.energy_j == pytest.approx(expected_j, rel=0.01)
     assert not measure.energy_estimated
+    # `analyze` of the live history over the job's run: its energy, measured for every
+    # GPU-hour of the window
+    since = run.start.replace(tzinfo=UTC)
+    until = run.end.replace(tzinfo=UTC) + timedelta(seconds=1)
+    opts = AnalysisOptions(since=since, until=until, env=c.env, measure_sources=[CollectorSource()])
+    energy = analyze(opts).to_json()["energy"]
+    assert energy["coverage"] == 1.0
+    assert energy["kwh"] == pytest.approx(expected_j / 3.6e6, rel=0.01)
 
     # the same summary from the spool alone (a site that keeps AdminComment for jobstats)
     spooled = list((paths["spool"] / c.cluster_name).glob(f"{job}.gpu01.*.sg1"))
