@@ -820,6 +820,93 @@ class Recommendation:
 
 
 @dataclass(frozen=True)
+class PartitionEnergy:
+    """One partition's energy in the window (kWh; docs/energy.md)."""
+
+    partition: str
+    kwh: float
+    kwh_idle: float
+
+    def to_json(self) -> dict[str, Json]:
+        return {"partition": self.partition, "kwh": self.kwh, "kwh_idle": self.kwh_idle}
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> PartitionEnergy:
+        return cls(str(data["partition"]), float(data["kwh"]), float(data["kwh_idle"]))
+
+
+@dataclass(frozen=True)
+class Energy:
+    """The energy the window's GPU runs drew, where measured (docs/energy.md).
+
+    `kwh`: measured energy inside the window; `kwh_idle`: the part drawn while the GPUs were
+    idle (the rule of docs/energy.md); `kwh_per_used_gpu_hour`: kWh over the used GPU-hours
+    of the runs with both an energy and a utilization (None: no such hour); `coverage`:
+    the share of allocated GPU-hours whose run has an energy measure (0..1)."""
+
+    kwh: float
+    kwh_idle: float
+    kwh_per_used_gpu_hour: float | None
+    coverage: float
+    by_partition: tuple[PartitionEnergy, ...] = ()
+
+    def to_json(self) -> dict[str, Json]:
+        return {
+            "kwh": self.kwh,
+            "kwh_idle": self.kwh_idle,
+            "kwh_per_used_gpu_hour": self.kwh_per_used_gpu_hour,
+            "coverage": self.coverage,
+            "by_partition": [p.to_json() for p in self.by_partition],
+        }
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> Energy:
+        return cls(
+            kwh=float(data["kwh"]),
+            kwh_idle=float(data["kwh_idle"]),
+            kwh_per_used_gpu_hour=_opt_float(data["kwh_per_used_gpu_hour"]),
+            coverage=float(data["coverage"]),
+            by_partition=tuple(PartitionEnergy.from_json(p) for p in data["by_partition"]),
+        )
+
+
+@dataclass(frozen=True)
+class EnergyCost:
+    """The window's energy in money and CO2, from the policy's `[energy]` table: facility
+    kWh = kWh x PUE; cost = facility kWh x price; CO2 = facility kWh x grams per kWh. None
+    where the policy gives no price or no CO2 intensity."""
+
+    pue: float
+    facility_kwh: float
+    facility_kwh_idle: float
+    currency: str
+    price_per_kwh: float | None
+    cost: float | None
+    cost_idle: float | None
+    gco2_per_kwh: float | None
+    co2_kg: float | None
+    co2_kg_idle: float | None
+
+    def to_json(self) -> dict[str, Json]:
+        return {f.name: getattr(self, f.name) for f in fields(EnergyCost)}
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> EnergyCost:
+        return cls(
+            pue=float(data["pue"]),
+            facility_kwh=float(data["facility_kwh"]),
+            facility_kwh_idle=float(data["facility_kwh_idle"]),
+            currency=str(data["currency"]),
+            price_per_kwh=_opt_float(data["price_per_kwh"]),
+            cost=_opt_float(data["cost"]),
+            cost_idle=_opt_float(data["cost_idle"]),
+            gco2_per_kwh=_opt_float(data["gco2_per_kwh"]),
+            co2_kg=_opt_float(data["co2_kg"]),
+            co2_kg_idle=_opt_float(data["co2_kg_idle"]),
+        )
+
+
+@dataclass(frozen=True)
 class AnalysisDocument:
     """Everything the analysis found, in the order of the JSON document."""
 
@@ -845,6 +932,9 @@ class AnalysisDocument:
     recommendations: tuple[Recommendation, ...]  # at least one (`none` when nothing fires)
     # per accelerator kind across vendors (GPUs, MIG slices, AMD partitions, NPUs)
     by_accelerator: tuple[AcceleratorRow, ...] = ()
+    # measured GPU energy (None only in documents written before it was added)
+    energy: Energy | None = None
+    energy_cost: EnergyCost | None = None  # None: the policy has no `[energy]` table
 
     # (attribute, the JSON key naming a row's group) of each by_* table
     GROUPINGS = (
@@ -876,6 +966,9 @@ class AnalysisDocument:
             recommendations=[r.to_json() for r in self.recommendations],
             by_accelerator=[r.to_json() for r in self.by_accelerator],
         )
+        if self.energy is not None:
+            out["energy"] = self.energy.to_json()
+            out["energy_cost"] = self.energy_cost.to_json() if self.energy_cost else None
         return json_safe(out)
 
     @classmethod
@@ -909,6 +1002,11 @@ class AnalysisDocument:
             by_accelerator=tuple(
                 AcceleratorRow.from_json(r) for r in data.get("by_accelerator", ())
             ),
+            # energy came later: documents written before it read as having none
+            energy=Energy.from_json(data["energy"]) if data.get("energy") else None,
+            energy_cost=EnergyCost.from_json(data["energy_cost"])
+            if data.get("energy_cost")
+            else None,
         )
 
 
@@ -948,12 +1046,15 @@ __all__ = [
     "AnalysisDocument",
     "AnalysisResult",
     "ClusterFacts",
+    "Energy",
+    "EnergyCost",
     "FitFraction",
     "FitShare",
     "FitShares",
     "GroupRow",
     "GroupStats",
     "MeasureWarning",
+    "PartitionEnergy",
     "Recommendation",
     "Rejected",
     "Source",

@@ -48,6 +48,7 @@ KNOWN_COLUMNS = (
     "TimelimitRaw", "State", "ExitCode", "NNodes", "NCPUS", "ReqTRES", "AllocTRES",
     "NodeList", "Restarts", "Flags", "Reason", "JobName", "AdminComment", "Comment",
     "SystemComment", "TRESUsageInAve", "TRESUsageInMax", "TRESUsageInTot", "NTasks",
+    "ConsumedEnergyRaw",
 )  # fmt: skip
 # One of each tuple must be present. Account, Cluster, ReqTRES, Timelimit, NodeList, the
 # comments and TRESUsageIn* are optional (their metrics are then "unknown").

@@ -435,6 +435,7 @@ def _allocation_table(chunk: _Chunk, p: _Allocations, keep: np.ndarray, file: st
             "kind": pc.if_else(pc.equal(tag_kind, ""), "unknown", tag_kind),
             **({"admin_comment": admin} if chunk.opts.keep_admin_comment else {}),
             **({"sluid": text("SLUID")} if "SLUID" in columns else {}),  # sacct --json 26.05+
+            **_slurm_energy(columns, alloc_m, km),
             "file_index": pa.repeat(pa.scalar(chunk.acc.file_index(file), pa.int32()), k),
             "line": _fa(chunk.lines[rows]),
         }
@@ -443,6 +444,37 @@ def _allocation_table(chunk: _Chunk, p: _Allocations, keep: np.ndarray, file: st
         i = table.schema.get_field_index(name)
         table = table.set_column(i, name, pc.dictionary_encode(table.column(name)))
     return table
+
+
+# joules as sacct prints them: digits (NO_VAL64 and larger are "not set")
+_JOULES = r"^[0-9]{1,19}$"
+_ENERGY_TRES = r"(?:^|,)energy=(?P<v>[0-9]{1,19})(?:,|$)"
+_NOT_SET_J = 2.0**63
+
+
+def _slurm_energy(columns: Mapping[str, pa.Array], alloc_m: pa.Array, km: pa.Array) -> dict:
+    """`energy_j`: Slurm's own energy of each run (`acct_gather_energy`), joules; null where
+    not recorded. sacct's ConsumedEnergyRaw of the allocation row, else the `energy` TRES
+    of its TRESUsageInTot. 0 is "not recorded" (what sacct prints without an energy plugin),
+    as are NO_VAL64 and text that is not a number. No column, no `energy_j` column."""
+    found = []
+    for name, pattern in (("ConsumedEnergyRaw", None), ("TRESUsageInTot", _ENERGY_TRES)):
+        arr = columns.get(name)
+        if arr is None:
+            continue
+        text = pc.fill_null(arr.filter(alloc_m).filter(km), "")
+        if pattern is not None:
+            text = pc.struct_field(
+                fields.fill_struct(pc.extract_regex(text, pattern), {"v": ""}), "v"
+            )
+        ok = pc.match_substring_regex(text, _JOULES)
+        joules = pc.cast(pc.if_else(ok, text, "0"), pa.float64())
+        good = pc.and_(pc.greater(joules, 0.0), pc.less(joules, _NOT_SET_J))
+        found.append(pc.if_else(good, joules, pa.scalar(None, pa.float64())))
+    if not found:
+        return {}
+    out = found[0] if len(found) == 1 else pc.coalesce(*found)
+    return {"energy_j": out}
 
 
 def _own_window_rows(

@@ -60,6 +60,10 @@ class AnalysisOptions:
     # "auto" when the cluster model is known and the window holds at most
     # REPLAY_EFFECTS_AUTO_RUNS runs, "always" when the model is known, "never"
     replay_effects: str = "auto"
+    # the policy's `[energy]` table (model.policy.EnergyPolicy): kWh into money and CO2
+    energy: Any = None
+    # the idle rule's utilization threshold (percent) for idle energy (docs/energy.md)
+    idle_util_pct: float = 1.0
 
     def validated(self) -> AnalysisOptions:
         """Check values that can be checked up front; times made timezone-aware UTC."""

@@ -71,6 +71,7 @@ def analyze(options: AnalysisOptions) -> AnalysisResult:
         + tuple(_gpu_type_notes(frame, parts.types, parts.memory)),
         recommendations=tuple(recommendations),
         by_accelerator=_by_accelerator(opts, frame, r, jobs_need, win, live.capacity),
+        **_energy(opts, frame, r.work),
     )
     return AnalysisResult(document=doc, frame=frame, load=got.loaded, cluster=parts.facts(sizes))
 
@@ -252,6 +253,14 @@ def _group_tables(
         "by_user": metrics.by_group(frame, work, "user", win, None),
         "by_kind": metrics.by_group(frame, work, "kind", win, None),
     }
+
+
+def _energy(opts: AnalysisOptions, frame: Any, work: Any) -> dict[str, Any]:
+    """Stage metrics, energy: the `energy` block and its cost by the policy (energy.py)."""
+    from slurmgpu.accounting.energy import cost_of, energy_of
+
+    energy = energy_of(frame, work, opts.idle_util_pct)
+    return {"energy": energy, "energy_cost": cost_of(energy, opts.energy)}
 
 
 def _by_accelerator(

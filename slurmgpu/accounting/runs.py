@@ -10,6 +10,9 @@ Output: a `Runs` object whose columns every metric and recommendation reads:
 - `gpu_mem_mib`: the memory of ONE of the run's GPUs: a measure that carries the GPU's size,
   else an inventory snapshot, else `gpu_memory_mib` given for its type, else the catalogue.
 - `need`: the share of one GPU the run needs (NaN = unknown), with its basis.
+- `energy_kwh`: the energy the run's GPUs drew inside the window, kWh (NaN = not measured):
+  a measure source's energy (collector, Prometheus) over Slurm's own (`energy_j`, sacct's
+  ConsumedEnergyRaw), times the share of the run inside the window (docs/energy.md).
 """
 
 from __future__ import annotations
@@ -143,6 +146,11 @@ def prepare(frame: pd.DataFrame, window: Window, gpu_mem_mib: np.ndarray) -> pd.
     overlap = np.where(np.isnat(start) | np.isnat(end), 0.0, np.maximum(overlap.astype(float), 0))
     gpus = np.nan_to_num(num(frame, "gpu_equiv"))
     f["gpu_hours"] = gpus * overlap / 3600.0
+    run_s = ((end - start) / np.timedelta64(1, "s")).astype(float)
+    run_s = np.where(np.isnat(start) | np.isnat(end), np.nan, run_s)
+    # the share of the run inside the window, to clip a whole run's energy like its hours
+    f["window_share"] = np.where(run_s > 0, overlap / np.where(run_s > 0, run_s, 1.0), 0.0)
+    f["energy_j"] = num(frame, "energy_j") if "energy_j" in frame else np.full(len(frame), np.nan)
     f["util"] = np.minimum(num(frame, "gpu_util_pct"), 100.0)
     f["mem_used_mib"] = num(frame, "gpu_mem_used_mib")
     state = objects(frame, "state", "")
@@ -200,6 +208,7 @@ def apply_measures(
     util = work["util"].to_numpy().copy()
     mem = work["mem_used_mib"].to_numpy().copy()
     size = work["gpu_mem_mib"].to_numpy().copy()
+    energy = work["energy_j"].to_numpy().copy()
     slurm_measured = ~np.isnan(util)
     counts: dict[str, int] = {}
     warnings: tuple[MeasureWarning, ...] = ()
@@ -215,8 +224,11 @@ def apply_measures(
                 mem[row] = float(m.mem_used_max_mib)
             if m.gpu_memory_mib:
                 size[row] = float(m.gpu_memory_mib)
+            if m.energy_j is not None:
+                energy[row] = float(m.energy_j)
         counts, warnings = dict(result.measured), result.warnings
     work["util"], work["mem_used_mib"], work["gpu_mem_mib"] = util, mem, size
+    work["energy_kwh"] = energy / 3.6e6 * work["window_share"].to_numpy()
     if sources:
         # the frame carries the best measure too: what the forecast by slice, `mig plan`'s
         # demand and the replay of recommendations read (not only this stage's need)

@@ -48,6 +48,9 @@ class TrendRow:
     wait_p50_s: float | None
     wait_p95_s: float | None
     fit: FitShares | None  # the partition's fit shares (None on the "*" row)
+    # measured GPU energy in the month (docs/energy.md); None: no run of the row measured
+    energy_kwh: float | None = None
+    energy_kwh_idle: float | None = None
 
     def to_json(self) -> dict[str, Any]:
         out = {k: v for k, v in self.__dict__.items() if k != "fit"}
@@ -205,14 +208,26 @@ def store_span(
 def month_rows(opts: AnalysisOptions, frame: Any, a: datetime, b: datetime) -> list[TrendRow]:
     """The rows of one month: "*" then each partition (as `analyze`'s by_partition)."""
     from slurmgpu.accounting import pipeline
+    from slurmgpu.accounting.energy import energy_of
 
     month = a.strftime("%Y-%m")
     t = pipeline.window_tables(opts, frame, a, b)
     waits = _month_waits(t)
-    out = [_row(month, ALL, t.totals, waits.get(None), None)]
+    e = energy_of(t.frame, t.work, opts.idle_util_pct)
+    measured = e.coverage > 0
+    kwh = {p.partition: (p.kwh, p.kwh_idle) for p in e.by_partition if measured and p.kwh > 0}
+    all_kwh = (e.kwh, e.kwh_idle) if measured else None
+    out = [replace(_row(month, ALL, t.totals, waits.get(None), None), **_energy(all_kwh))]
     for r in t.by_partition:
-        out.append(_row(month, r.name, r, waits.get(r.name), r.fit_fraction))
+        row = _row(month, r.name, r, waits.get(r.name), r.fit_fraction)
+        out.append(replace(row, **_energy(kwh.get(r.name))))
     return out
+
+
+def _energy(pair: tuple[float, float] | None) -> dict[str, float | None]:
+    """A row's energy fields: (kWh, idle kWh), or unknown when nothing was measured."""
+    kwh, idle = pair if pair is not None else (None, None)
+    return {"energy_kwh": kwh, "energy_kwh_idle": idle}
 
 
 def _month_waits(t: Any) -> dict[Any, tuple[int, float | None, float | None, float | None]]:

@@ -302,5 +302,7 @@ def analysis_options_from(params: dict[str, Any], **fields: Any) -> Any:
         measure_sources=measure_sources,
         store=opts["store"] or None,
         clusters=tuple(opts["clusters"]),
+        energy=getattr(policy, "energy", None),
+        idle_util_pct=policy.idle.rule.util_pct if policy and policy.idle else 1.0,
         **fields,
     )

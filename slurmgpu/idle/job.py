@@ -77,6 +77,8 @@ class JobUse:
     idle_gpu_hours: float
     advice: tuple[str, ...]
     notes: tuple[str, ...] = ()
+    energy_kwh: float | None = None  # the GPUs' energy so far (measure.energy; None: none)
+    energy_estimated: bool = False
 
 
 @dataclass(frozen=True)
@@ -112,7 +114,24 @@ def job_report(options: JobOptions) -> JobReport:
     gap = policy.idle.max_gap_s if policy and policy.idle else 300.0
     out = [_use(job, sources, rule, gap, policy, now, options.idle_min) for job, _ in facts]
     warnings = [str(w) for s in sources for w in s.warnings]
+    out = [
+        _with_energy(use, job, options.measure, now, warnings)
+        for use, (job, _) in zip(out, facts, strict=True)
+    ]
     return JobReport(tuple(out), tuple(warnings))
+
+
+def _with_energy(use: JobUse, job, measure: MeasureOptions, now, warnings: list[str]) -> JobUse:
+    """The job's energy from the first measure source that has one (measure/energy.py)."""
+    from dataclasses import replace
+
+    from slurmgpu.measure.energy import run_energy
+
+    got = run_energy(job.ref(), measure, now)
+    if got is None:
+        return use
+    warnings.extend(got.warnings)
+    return replace(use, energy_kwh=round(got.kwh, 4), energy_estimated=got.estimated)
 
 
 def _policy(path: str | None) -> Policy | None:

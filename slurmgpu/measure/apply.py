@@ -64,7 +64,7 @@ def _checked(measure: JobGpuMeasure, source: str, warnings: list[MeasureWarning]
     clipped to 100 by the accounting stage: a rounding excess, not nonsense.)"""
     bad = {
         name: None
-        for name in ("util_mean_pct", "mem_used_max_mib", "gpu_memory_mib")
+        for name in ("util_mean_pct", "mem_used_max_mib", "gpu_memory_mib", "energy_j")
         if (value := getattr(measure, name)) is not None
         and not (isinstance(value, int | float) and math.isfinite(value) and value >= 0)
     }

@@ -8,6 +8,15 @@ one request: each run's window becomes `[DURATION s] offset (T - END) s` at one 
 time T, joined with `or` (the job label keeps the answers apart). Runs of one job id (requeues)
 never share a request.
 
+Energy (docs/energy.md): where the exporter has a cumulative energy counter (DCGM's
+`DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION`, mJ) a device's energy is the counter's `increase` over
+the run's window -- Prometheus counts a counter that went down (a driver reload) as a reset
+and adds only what came after it; `resets` > 0 is reported as a warning. A device with only a
+power gauge (DCGM's `DCGM_FI_DEV_POWER_USAGE`, W; jobstats' `nvidia_gpu_power_usage_milliwatts`)
+gets the window's mean power times its length, marked an estimate. A MIG instance's series
+carry its GPU's energy: the instance is charged its compute slices' share (an estimate). A
+run has an energy only when every one of its devices has one.
+
 What goes wrong is reported as `MeasureWarning`s, never dropped: a failed request names all
 of its runs; Prometheus' own `warnings` (partial data) are passed on; a run that got series
 for fewer devices than it had GPUs is reported as partial.
@@ -53,6 +62,11 @@ class PrometheusSchema:
     mem_total_metrics: tuple[str, ...]
     device_labels: tuple[str, ...]
     cluster_label: str | None = None
+    # (metric, factor to joules) of a cumulative energy counter; (metric, factor to watts)
+    # of a power gauge; None: the exporter has none
+    energy_counter: tuple[str, float] | None = None
+    power_gauge: tuple[str, float] | None = None
+    mig_profile_label: str | None = None  # labels a MIG instance's series with its profile
 
 
 SCHEMAS: dict[str, PrometheusSchema] = {
@@ -64,6 +78,9 @@ SCHEMAS: dict[str, PrometheusSchema] = {
         mem_unit_bytes=MIB,
         mem_total_metrics=("DCGM_FI_DEV_FB_USED", "DCGM_FI_DEV_FB_FREE"),
         device_labels=("Hostname", "instance", "gpu", "GPU_I_ID"),
+        energy_counter=("DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION", 1e-3),  # mJ
+        power_gauge=("DCGM_FI_DEV_POWER_USAGE", 1.0),  # W
+        mig_profile_label="GPU_I_PROFILE",
     ),
     "jobstats": PrometheusSchema(
         name="jobstats",
@@ -74,6 +91,7 @@ SCHEMAS: dict[str, PrometheusSchema] = {
         mem_total_metrics=("nvidia_gpu_memory_total_bytes",),
         device_labels=("instance", "minor_number"),
         cluster_label="cluster",
+        power_gauge=("nvidia_gpu_power_usage_milliwatts", 1e-3),
     ),
     # `slurmgpu collect --textfile` scraped by node_exporter (templates/collect.prom.j2)
     "slurmgpu": PrometheusSchema(
@@ -132,6 +150,10 @@ class _Device:
     mem_used: float | None = None
     mem_total: float = 0.0
     mem_total_parts: int = 0
+    energy_j: float | None = None
+    energy_estimated: bool = False
+    counter_resets: int = 0
+    profile: str | None = None  # MIG profile, where the series say
 
 
 class PrometheusSource:
@@ -213,8 +235,9 @@ class PrometheusSource:
         devices: dict[str, dict[tuple[str, ...], _Device]] = defaultdict(dict)
         negative: dict[str, set[str]] = defaultdict(set)  # metric -> jobs with a value < 0
 
-        def each(func: str, metric: str):
-            for labels, value in self.query(self._expr(func, metric, batch, at), at):
+        def each(func: str, metric: str, times_duration: bool = False):
+            expr = self._expr(func, metric, batch, at, times_duration)
+            for labels, value in self.query(expr, at):
                 job = labels.get(s.job_label)
                 if job is None or not math.isfinite(value):
                     continue  # NaN (no sample in the window) or +-Inf: nothing to average
@@ -222,7 +245,10 @@ class PrometheusSource:
                     negative[metric].add(job)
                     continue
                 key = tuple(labels.get(k, "") for k in s.device_labels)
-                yield devices[job].setdefault(key, _Device()), value
+                dev = devices[job].setdefault(key, _Device())
+                if s.mig_profile_label and labels.get(s.mig_profile_label):
+                    dev.profile = labels[s.mig_profile_label]
+                yield dev, value
 
         for rank, (metric, factor) in enumerate(s.util_metrics):
             for dev, value in each("avg_over_time", metric):
@@ -234,13 +260,33 @@ class PrometheusSource:
             for dev, value in each("last_over_time", metric):
                 dev.mem_total += value
                 dev.mem_total_parts += 1
+        self._energy(batch, each)
         for metric, jobs in sorted(negative.items()):
             message = f"negative {metric} values left out (not averaged in)"
             ordered = tuple(sorted(jobs, key=lambda j: (len(j), j)))
             self.warnings.append(MeasureWarning(self.name, "invalid", message, ordered))
         return devices
 
-    def _expr(self, func: str, metric: str, batch: list[_Window], at: int) -> str:
+    def _energy(self, batch: list[_Window], each) -> None:
+        """Each device's energy over its run's window: the counter's increase, else the mean
+        power times the window (an estimate); resets counted for a warning."""
+        s = self.schema
+        if s.energy_counter is not None:
+            metric, factor = s.energy_counter
+            for dev, value in each("increase", metric):
+                dev.energy_j = value * factor
+            for dev, value in each("resets", metric):
+                dev.counter_resets = int(value)
+        if s.power_gauge is not None:
+            metric, factor = s.power_gauge
+            # the mean power times each run's own window length, in the expression
+            for dev, value in each("avg_over_time", metric, times_duration=True):
+                if dev.energy_j is None:
+                    dev.energy_j, dev.energy_estimated = value * factor, True
+
+    def _expr(
+        self, func: str, metric: str, batch: list[_Window], at: int, times_duration: bool = False
+    ) -> str:
         parts = []
         for w in batch:
             matchers = [f'{self.schema.job_label}="{_quote(w.run.job_id)}"']
@@ -248,7 +294,8 @@ class PrometheusSource:
                 matchers.append(f'{self.schema.cluster_label}="{_quote(w.run.cluster)}"')
             offset = at - w.end_epoch
             shift = f" offset {offset}s" if offset > 0 else ""
-            parts.append(f"{func}({metric}{{{','.join(matchers)}}}[{w.duration_s}s]{shift})")
+            part = f"{func}({metric}{{{','.join(matchers)}}}[{w.duration_s}s]{shift})"
+            parts.append(f"({part} * {w.duration_s})" if times_duration else part)
         return " or ".join(parts)
 
     def query(self, expr: str, at: int) -> list[tuple[dict[str, str], float]]:
@@ -346,6 +393,7 @@ class PrometheusSource:
         used = [d.mem_used for d in devices.values() if d.mem_used is not None]
         full = len(self.schema.mem_total_metrics)
         totals = [d.mem_total for d in devices.values() if d.mem_total_parts == full]
+        energy, estimated = self._run_energy(run, devices, expected)
         return JobGpuMeasure(
             job_id=run.job_id,
             source="prometheus",
@@ -355,7 +403,38 @@ class PrometheusSource:
             gpu_memory_mib=round(max(totals) * unit, 1) if totals else None,
             cluster=run.cluster or None,
             start=run.start,
+            energy_j=energy,
+            energy_estimated=estimated,
         )
+
+    def _run_energy(
+        self, run: RunRef, devices: dict[tuple[str, ...], _Device], expected: int
+    ) -> tuple[float | None, bool]:
+        """The run's energy (J) when every device has one and no GPU lacks series."""
+        from slurmgpu.measure.collector.energy import mig_share
+
+        total, estimated = 0.0, False
+        if len(devices) < expected:
+            return None, False  # partial: already reported
+        for dev in devices.values():
+            if dev.energy_j is None:
+                return None, False
+            share = 1.0
+            if dev.profile is not None:
+                got = mig_share(dev.profile)
+                if got is None:
+                    return None, False
+                share, estimated = got, True
+            total += dev.energy_j * share
+            estimated = estimated or dev.energy_estimated
+        resets = sum(d.counter_resets for d in devices.values())
+        if resets:
+            message = (
+                f"energy counter went down {resets} time(s) in the run (driver reload): "
+                "counted from the value after each reset"
+            )
+            self.warnings.append(MeasureWarning(self.name, "energy", message, (run.job_id,)))
+        return round(total, 3), estimated
 
 
 def _epoch(moment: datetime) -> int:

@@ -17,6 +17,12 @@ is one node's view of one job run:
 `gi`/`profile` name a MIG instance (GPU instance id, profile such as `3g.40gb`);
 `util_mean_pct` is null where NVML gives no utilization (MIG). A multi-node job stores one
 token per node; readers merge them.
+
+Energy (docs/energy.md) came later as optional keys of the same version 1, so a summary of
+either age reads with either reader (a reader ignores keys it does not know): per GPU
+`"energy_j"` (joules the device drew for the job, null: not measured) and
+`"energy_estimated"` (true: a MIG instance's or shared GPU's split, or integrated power),
+and per summary `"energy_warnings"` (counter resets, power gaps: energy that is missing).
 """
 
 from __future__ import annotations
@@ -61,6 +67,8 @@ class GpuSummary:
     util_mean_pct: float | None  # None: NVML gave no utilization for this device (MIG)
     util_samples: int
     samples: int
+    energy_j: float | None = None  # joules drawn for the job; None: not measured
+    energy_estimated: bool = False  # a split (MIG, shared GPU) or integrated power
 
 
 @dataclass(frozen=True)
@@ -74,10 +82,12 @@ class JobSummary:
     last: int
     samples: int
     gpus: tuple[GpuSummary, ...] = field(default_factory=tuple)
+    energy_warnings: tuple[str, ...] = ()  # energy missing from a device's figure, and why
 
     def to_json(self) -> str:
         data = {"v": FORMAT_VERSION, **asdict(self)}
         data["gpus"] = [asdict(g) for g in self.gpus]
+        data["energy_warnings"] = list(self.energy_warnings)
         return json.dumps(data, separators=(",", ":"), sort_keys=True)
 
     @classmethod
@@ -98,13 +108,18 @@ class JobSummary:
                 util_mean_pct=None if g.get("util_mean_pct") is None else float(g["util_mean_pct"]),
                 util_samples=int(g.get("util_samples", 0)),
                 samples=int(g.get("samples", 0)),
+                energy_j=None if g.get("energy_j") is None else float(g["energy_j"]),
+                energy_estimated=bool(g.get("energy_estimated", False)),
             )
             for g in data["gpus"]
         )
         for g in gpus:
-            numbers = (g.mem_total_mib, g.mem_max_mib, g.util_mean_pct or 0.0)
+            numbers = (g.mem_total_mib, g.mem_max_mib, g.util_mean_pct or 0.0, g.energy_j or 0.0)
             if not all(math.isfinite(x) and x >= 0 for x in numbers):
-                raise ValueError(f"GPU {g.minor}: memory or utilization not a number >= 0")
+                raise ValueError(f"GPU {g.minor}: memory, utilization or energy not a number >= 0")
+        warnings = data.get("energy_warnings", [])
+        if not isinstance(warnings, list):
+            raise ValueError("energy_warnings is not a list")
         return cls(
             job=str(data["job"]),
             cluster=str(data.get("cluster", "")),
@@ -113,6 +128,7 @@ class JobSummary:
             last=int(data["last"]),
             samples=int(data["samples"]),
             gpus=gpus,
+            energy_warnings=tuple(str(w) for w in warnings),
         )
 
 
@@ -177,6 +193,8 @@ def to_measure(run: RunRef, summaries: Iterable[JobSummary]) -> JobGpuMeasure | 
     if not gpus:
         return None
     utils = [g.util_mean_pct for g in gpus if g.util_mean_pct is not None]
+    energy = [g.energy_j for g in gpus]
+    known = None not in energy  # a device without a figure would make the sum too small
     return JobGpuMeasure(
         job_id=run.job_id,
         source="collector",
@@ -186,6 +204,8 @@ def to_measure(run: RunRef, summaries: Iterable[JobSummary]) -> JobGpuMeasure | 
         gpu_memory_mib=max(g.mem_total_mib for g in gpus),
         cluster=run.cluster or None,
         start=run.start,
+        energy_j=round(sum(e for e in energy if e is not None), 3) if known else None,
+        energy_estimated=known and any(g.energy_estimated for g in gpus),
     )
 
 
@@ -255,6 +275,9 @@ class CollectorSource:
             for s in spooled.get((run.cluster or "_", run.job_id), []):
                 found.setdefault((s.node, s.first), s)
             mine = [s for s in found.values() if s.job == run.job_id and in_window(run, s)]
+            for s in mine:
+                for warning in s.energy_warnings:
+                    self._warn("energy", f"{s.node}: {warning}", run.job_id)
             measure = to_measure(run, mine) if mine else None
             if measure is not None:
                 out.append(measure)

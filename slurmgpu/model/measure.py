@@ -40,6 +40,11 @@ class JobGpuMeasure:
     gpu_memory_mib: float | None  # size of one of the run's GPUs (or MIG slices), if known
     cluster: str | None = None
     start: datetime | None = None  # to tell requeued runs of one job apart, when known
+    # energy the run's GPUs drew over the measured span, joules (None: not measured);
+    # `energy_estimated`: split from a whole GPU's counter (MIG instances, shared GPUs) or
+    # integrated from power samples rather than read from a counter (docs/energy.md)
+    energy_j: float | None = None
+    energy_estimated: bool = False
 
 
 class MeasureSource(Protocol):

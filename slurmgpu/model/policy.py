@@ -259,6 +259,33 @@ class AutopilotPolicy:
 
 
 @dataclass(frozen=True)
+class EnergyPolicy:
+    """The `[energy]` table: what a kWh costs the site (docs/energy.md).
+
+    `pue`: the facility's power usage effectiveness (facility energy / IT energy, >= 1): the
+    GPUs' kWh times it is what the site pays for. `price_per_kwh` in `currency`;
+    `gco2_per_kwh`: grams of CO2 per kWh of the site's electricity. None: not given (the
+    report then shows no money or CO2 for it).
+    """
+
+    pue: float = 1.0
+    price_per_kwh: float | None = None
+    currency: str = ""
+    gco2_per_kwh: float | None = None
+
+    def facility_kwh(self, kwh: float) -> float:
+        return kwh * self.pue
+
+    def cost(self, kwh: float) -> float | None:
+        return None if self.price_per_kwh is None else self.facility_kwh(kwh) * self.price_per_kwh
+
+    def co2_kg(self, kwh: float) -> float | None:
+        if self.gco2_per_kwh is None:
+            return None
+        return self.facility_kwh(kwh) * self.gco2_per_kwh / 1000.0
+
+
+@dataclass(frozen=True)
 class Policy:
     """The whole validated site policy (see `etc/slurmgpu.toml`)."""
 
@@ -277,6 +304,8 @@ class Policy:
     idle: IdlePolicy | None = None
     # the `[autopilot]` table; None: the defaults of `AutopilotPolicy`
     autopilot: AutopilotPolicy | None = None
+    # the `[energy]` table; None when the policy has none (no money or CO2 in reports)
+    energy: EnergyPolicy | None = None
 
     def tier(self, name: str) -> Tier | None:
         """The tier called `name` (exact), or None."""

@@ -14,6 +14,7 @@ import math
 import os
 import re
 import tomllib
+from typing import Any
 
 from slurmgpu.errors import PolicyError
 from slurmgpu.model.catalog import GPU_MODELS, model_for_type
@@ -65,6 +66,7 @@ _TOP_KEYS = {
     "kinds",
     "partitions",
     "idle",
+    "energy",
 }
 _IDLE_KEYS = {
     *IDLE_RULE_KEYS,
@@ -432,7 +434,7 @@ def parse_policy(source: str, path: str = "<policy>") -> Policy:
 
     gpu_memory = _gpu_memory(check, data.get("gpu_memory", {}))
     objective = _objective(check, data.get("objective", {}), tier_names)
-    idle, autopilot = _optional_tables(check, data, tier_names, {p.name for p in partitions})
+    optional = _optional_tables(check, data, tier_names, {p.name for p in partitions})
     if check.errors:
         raise PolicyError("\n".join(check.errors), tuple(check.errors))
     return Policy(
@@ -446,16 +448,52 @@ def parse_policy(source: str, path: str = "<policy>") -> Policy:
         shards_per_gpu=shards_per_gpu,
         priority_weight_qos=weight or 10000,
         source=path,
-        idle=idle,
-        autopilot=autopilot,
+        **optional,
     )
 
 
-def _optional_tables(check: _Checker, data: dict, tier_names: set[str], partitions: set[str]):
-    """(`[idle]`, `[autopilot]`): each None when the policy has no such table."""
-    idle = _idle(check, data["idle"], tier_names, partitions) if "idle" in data else None
-    auto = _autopilot(check, data["autopilot"], tier_names) if "autopilot" in data else None
-    return idle, auto
+def _optional_tables(
+    check: _Checker, data: dict, tier_names: set[str], partitions: set[str]
+) -> dict[str, Any]:
+    """`idle`, `autopilot`, `energy` (the `Policy` fields of these tables): each None when
+    the policy has no such table."""
+    return {
+        "idle": _idle(check, data["idle"], tier_names, partitions) if "idle" in data else None,
+        "autopilot": _autopilot(check, data["autopilot"], tier_names)
+        if "autopilot" in data
+        else None,
+        "energy": _energy(check, data["energy"]) if "energy" in data else None,
+    }
+
+
+_ENERGY_NUMBERS = {  # key -> (lowest, highest)
+    "pue": (1.0, 5.0),
+    "price_per_kwh": (0.0, 100.0),
+    "gco2_per_kwh": (0.0, 2000.0),
+}
+_CURRENCY = re.compile(r"[A-Za-z$\u20ac\u00a3\u00a5]{1,8}")
+
+
+def _energy(check: _Checker, raw: object):
+    """`[energy]`: price per kWh, PUE and grams of CO2 per kWh (`model.policy.EnergyPolicy`,
+    docs/energy.md)."""
+    from slurmgpu.model.policy import EnergyPolicy
+
+    keys = ("energy",)
+    table = check.table(keys, raw)
+    check.unknown_keys(keys, table, {*_ENERGY_NUMBERS, "currency"})
+    values: dict[str, object] = {}
+    for key, (low, high) in _ENERGY_NUMBERS.items():
+        if key in table:
+            got = _number(check, (*keys, key), table[key], low, high)
+            if got is not None:
+                values[key] = got
+    currency = check.string((*keys, "currency"), table.get("currency"))
+    if currency is not None and not _CURRENCY.fullmatch(currency):
+        check.error((*keys, "currency"), f"{currency!r}: 1 to 8 letters or a sign ($, EUR, CHF)")
+    elif currency is not None:
+        values["currency"] = currency
+    return EnergyPolicy(**values)  # type: ignore[arg-type]
 
 
 _AUTOPILOT_INTS = {"max_nodes_per_pass": 1000, "max_nodes_per_day": 10000}

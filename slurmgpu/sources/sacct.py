@@ -29,7 +29,8 @@ from slurmgpu.util.proc import run
 SACCT_FIELDS: tuple[str, ...] = (
     "JobIDRaw", "JobID", "Cluster", "Partition", "QOS", "Account", "User", "Submit",
     "Eligible", "Start", "End", "ElapsedRaw", "TimelimitRaw", "State", "NNodes", "ReqTRES",
-    "AllocTRES", "NodeList", "TRESUsageInAve", "TRESUsageInMax", "Reason", "AdminComment",
+    "AllocTRES", "NodeList", "TRESUsageInAve", "TRESUsageInMax", "ConsumedEnergyRaw",
+    "Reason", "AdminComment",
     "Comment", "JobName",
 )  # fmt: skip
 DELIMITER = "\x1f"
@@ -185,6 +186,20 @@ def _tres(items: Any) -> str:
     return ",".join(parts)
 
 
+def _steps_energy(steps: Any) -> str:
+    """The job's energy as sacct's text prints ConsumedEnergyRaw on the allocation row: the
+    sum of its steps' `energy` TRES in `tres.requested.total` (TRESUsageInTot; 22.05-25.11
+    give `{"type": "energy", "id": 3, "count": N}` there, 0 without an energy plugin)."""
+    total = 0
+    for step in steps or []:
+        used = ((step.get("tres") or {}).get("requested") or {}).get("total") or []
+        for item in used:
+            count = _number(item.get("count")) if isinstance(item, dict) else None
+            if isinstance(count, int) and 0 < count < 2**63 and item.get("type") == "energy":
+                total += count  # (NO_VAL64 and above: never set)
+    return str(total)
+
+
 def _state(value: Any) -> str:
     if isinstance(value, dict):
         value = value.get("current")
@@ -250,6 +265,7 @@ def json_records(doc: Mapping[str, Any]) -> Iterator[dict[str, str]]:
         sluid = job.get("sluid") or (job.get("step_id") or {}).get("sluid")
         if sluid:  # 26.05's v0.0.45 (`jobs[].sluid`): the job's lifetime-unique id
             record["SLUID"] = str(sluid)
+        record["ConsumedEnergyRaw"] = _steps_energy(job.get("steps", []))
         yield record
         for step in job.get("steps", []):
             sid = (step.get("step") or {}).get("id")

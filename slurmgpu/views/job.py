@@ -38,6 +38,9 @@ def _job_text(j: JobUse) -> str:
             f"  GPU utilization {j.util_mean_pct:g}% on average; memory peak "
             f"{_mib(j.mem_max_mib)} of {_mib(j.gpu_memory_mib)}"
         )
+    if j.energy_kwh is not None:
+        estimate = " (an estimate: a split of its GPUs' energy or integrated power)"
+        lines.append(f"  GPU energy {j.energy_kwh:.3f} kWh{estimate if j.energy_estimated else ''}")
     for d in j.devices:
         name = d.key + (f" ({d.mig_profile})" if d.mig_profile else "")
         lines.append(

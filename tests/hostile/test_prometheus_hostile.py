@@ -92,6 +92,19 @@ def test_negative_and_non_finite_utilization_is_not_averaged_in():
     assert all(w.job_ids == ("42",) for w in negative)
 
 
+def test_negative_or_non_finite_energy_never_becomes_energy():
+    """Every query (the energy counter's increase, its resets, the power) gets the same
+    hostile answer: a GPU whose energy is negative or infinite has none, so the run has none
+    (never a negative or a partial sum)."""
+    body = vector(series("-5000", gpu="0"), series("60", gpu="1"), series("+Inf", gpu="2"))
+    with HostileServer(body) as server:
+        source = PrometheusSource(server.url, timeout_s=5)
+        [measure] = source.measures([RUN])
+    assert measure.energy_j is None
+    named = " ".join(w.message for w in source.warnings if w.kind == "invalid")
+    assert "negative DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION" in named
+
+
 def test_an_answer_cut_short_is_a_warning():
     with HostileServer("cut-short") as server:
         source = PrometheusSource(server.url, timeout_s=5)

@@ -31,13 +31,17 @@ ROOT = Path(__file__).resolve().parents[2]
 OWNER, OTHER = "sgi-joba", "sgi-jobb"
 STEP = 10
 USED_MIB, FREE_MIB = 8192, 81559 - 8192
+ENERGY0_MJ, STEP_MJ = 7_000_000_000, 300 * STEP * 1000  # DCGM's counter: 300 W
 
 
 def series(job: int, start: int) -> str:
     labels = f'gpu="0",UUID="GPU-0",Hostname="gpu01",hpc_job="{job}"'
-    util, used, free = [], [], []
+    util, used, free, energy = [], [], [], []
     for i in range(60):
         t = start + 2 + STEP * i
+        energy.append(
+            f"DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION{{{labels}}} {ENERGY0_MJ + i * STEP_MJ} {t}"
+        )
         util.append(f"DCGM_FI_DEV_GPU_UTIL{{{labels}}} {0 if i < 24 else 60} {t}")
         used.append(f"DCGM_FI_DEV_FB_USED{{{labels}}} {USED_MIB if i > 2 else 0} {t}")
         free.append(f"DCGM_FI_DEV_FB_FREE{{{labels}}} {FREE_MIB} {t}")
@@ -48,6 +52,8 @@ def series(job: int, start: int) -> str:
         *used,
         "# TYPE DCGM_FI_DEV_FB_FREE gauge",
         *free,
+        "# TYPE DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION gauge",
+        *energy,
     ]
     return "\n".join(text) + "\n# EOF\n"
 
@@ -133,6 +139,11 @@ def test_owner_sees_their_job_with_use_and_advice(world):
     assert any("`--gres=gpu:1g.10gb:1` next time" in a for a in job["advice"]), job["advice"]
     assert any("this job used 8 GB of 80 GB" in a for a in job["advice"])
     assert any("`slurmgpu submit --kind inference`" in a for a in job["advice"])
+    # the counter's growth over the 600 s so far: at least the samples' own difference (59
+    # steps), at most 300 W over the whole window (Prometheus covers the ends)
+    joules = job["energy_kwh"] * 3.6e6
+    assert 59 * STEP_MJ / 1000 * 0.999 <= joules <= 300 * 600 * 1.001
+    assert not job["energy_estimated"]
 
 
 @pytest.mark.slurm_only(

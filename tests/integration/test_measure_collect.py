@@ -17,11 +17,12 @@ import re
 import subprocess
 import sys
 import time
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
 
+from slurmgpu.accounting import AnalysisOptions, analyze
 from slurmgpu.measure.jobstats import JobstatsSource
 from slurmgpu.measure.summary import CollectorSource, decode, tokens
 from slurmgpu.model.measure import RunRef
@@ -31,6 +32,7 @@ from tests.harness.cluster import CommandFailed
 
 pytestmark = pytest.mark.integration
 
+ROOT = Path(__file__).resolve().parents[2]
 TIER = "slurmgpu tier=P1 kind=finetune"
 PIDS = (31001, 31002)  # the job's processes on GPU 0 and GPU 1
 
@@ -49,13 +51,20 @@ def host_tree(root: Path, job_id: int | str) -> Path:
     return root
 
 
-def loaded_machine(path: Path, util: tuple[int, int]) -> Path:
+def loaded_machine(path: Path, util: tuple[int, int], energy_pass: int = 0) -> Path:
     data = machine("dgx-h100")
     for gpu, pid, pct, mem in zip(data["gpus"], PIDS, util, (30000, 4000), strict=False):
         gpu["processes"] = [{"pid": pid, "used_memory_mib": mem}]
         gpu["utilization"] = {"gpu": pct, "memory": 0}
+    for gpu in data["gpus"]:  # NVML's energy counter, `energy_pass` passes on
+        gpu["total_energy_mj"] = counter_mj(gpu["minor_number"], energy_pass)
     path.write_text(json.dumps(data))
     return path
+
+
+def counter_mj(minor: int, energy_pass: int) -> int:
+    """GPU `minor`'s energy counter at a pass: it draws (minor + 1) x 100 kJ between passes."""
+    return 10**9 + minor * 10**6 + energy_pass * (minor + 1) * 100_000_000
 
 
 def collector(*args: str, machine_file: Path | None = None, env=None) -> str:
@@ -80,6 +89,7 @@ def epilog_cluster(slurm_cluster: SlurmCluster, tmp_path_factory):
     script.write_text(
         "#!/bin/sh\n"
         f"export SLURM_CONF={slurm_cluster.slurm_conf}\n"
+        f"export PYTHONPATH={ROOT}\n"  # the code under test, not whatever is installed
         f"{sys.executable} -m slurmgpu collect --epilog --state {paths['state.json']} "
         f"--spool {paths['spool']} --node gpu01 --log-file {paths['epilog.log']} || true\n"
         "exit 0\n"
@@ -120,7 +130,7 @@ def test_epilog_stores_the_summary_where_sacct_and_the_spool_give_it_back(epilog
     common = ["--state", str(paths["state.json"]), "--host-root", str(tree), "--node", "gpu01"]
     out = collector(*common, machine_file=loaded_machine(tmp_path / "m1.json", (90, 30)))
     assert f"jobs: {job}" in out
-    collector(*common, machine_file=loaded_machine(tmp_path / "m2.json", (70, 10)))
+    collector(*common, machine_file=loaded_machine(tmp_path / "m2.json", (70, 10), 1))
 
     c.scontrol("release", str(job))
     c.wait_job_state(job, "COMPLETED", timeout=60)
@@ -151,6 +161,19 @@ def test_epilog_stores_the_summary_where_sacct_and_the_spool_give_it_back(epilog
     assert measure.util_mean_pct == pytest.approx(expected_util, abs=0.01)
     assert (measure.gpus_measured, measure.mem_used_max_mib) == (2 + len(idle), 30000)
     assert measure.gpu_memory_mib == pytest.approx(81559, abs=1)
+    # energy: each GPU's counter growth between the two passes, held GPUs included
+    held = {0, 1} | idle
+    expected_j = sum(counter_mj(g, 1) - counter_mj(g, 0) for g in held) / 1000
+    assert measure.energy_j == pytest.approx(expected_j, rel=0.01)
+    assert not measure.energy_estimated
+    # `analyze` of the live history over the job's run: its energy, measured for every
+    # GPU-hour of the window
+    since = run.start.replace(tzinfo=UTC)
+    until = run.end.replace(tzinfo=UTC) + timedelta(seconds=1)
+    opts = AnalysisOptions(since=since, until=until, env=c.env, measure_sources=[CollectorSource()])
+    energy = analyze(opts).to_json()["energy"]
+    assert energy["coverage"] == 1.0
+    assert energy["kwh"] == pytest.approx(expected_j / 3.6e6, rel=0.01)
 
     # the same summary from the spool alone (a site that keeps AdminComment for jobstats)
     spooled = list((paths["spool"] / c.cluster_name).glob(f"{job}.gpu01.*.sg1"))

@@ -142,9 +142,12 @@ def test_batches_of_two_answer_the_same(prometheus):
     whole = PrometheusSource(prometheus.url)
     small = PrometheusSource(prometheus.url, batch_size=2)
     assert by_key(small.measures(DCGM_RUNS)) == by_key(whole.measures(DCGM_RUNS))
-    # 5 queries per batch (2 utilization metrics, memory used, used + free); the two runs of
-    # job 501 never share a request: 2 batches of up to 40 runs, 3 batches of up to 2
-    per_batch = len(SCHEMAS["dcgm"].util_metrics) + 1 + len(SCHEMAS["dcgm"].mem_total_metrics)
+    # 8 queries per batch (2 utilization metrics, memory used, used + free, the energy
+    # counter's increase and resets, the power gauge); the two runs of job 501 never share
+    # a request: 2 batches of up to 40 runs, 3 batches of up to 2
+    dcgm = SCHEMAS["dcgm"]
+    per_batch = len(dcgm.util_metrics) + 1 + len(dcgm.mem_total_metrics)
+    per_batch += 2 * (dcgm.energy_counter is not None) + (dcgm.power_gauge is not None)
     assert (whole.requests, small.requests) == (2 * per_batch, 3 * per_batch)
 
 

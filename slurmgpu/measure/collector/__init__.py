@@ -72,7 +72,7 @@ def collect(options: CollectOptions, sample: NodeSample | None = None) -> Collec
         )
     try:
         with locked_state(options.state, problems) as state:
-            update(state, rows, now)
+            update(state, rows, now, sample.energy)
         if options.textfile is not None:
             text = render_textfile(options.node, rows, errors=len(sample.errors), now=now)
             options.textfile.parent.mkdir(parents=True, exist_ok=True)

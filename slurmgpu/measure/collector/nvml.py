@@ -5,11 +5,17 @@ NVML gives no utilization on MIG (`nvmlDeviceGetUtilizationRates` is "not suppor
 MIG-enabled GPU and on its instances), so a MIG sample says `util_pct=None` instead of
 inventing a number; memory used is per instance. A GPU that fails to answer is reported in
 `errors` and left out of that pass -- never silently.
+
+Each whole GPU's energy figures (`energy.EnergyReading`) are read once per pass, MIG or not:
+the cumulative energy counter (`nvmlDeviceGetTotalEnergyConsumption`, mJ, Volta and later)
+and the power now (`nvmlDeviceGetPowerUsage`, mW); a GPU that gives neither has no reading.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+
+from slurmgpu.measure.collector.energy import EnergyReading
 
 MIB = 2**20
 
@@ -54,6 +60,8 @@ class NodeSample:
 
     devices: list[DeviceSample] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)
+    # whole device key (`0`, `renderD128`) -> its energy figures this pass
+    energy: dict[str, EnergyReading] = field(default_factory=dict)
 
 
 def sample_node() -> NodeSample:
@@ -69,7 +77,11 @@ def sample_node() -> NodeSample:
     try:
         for index in range(nv.nvmlDeviceGetCount()):
             try:
-                out.devices.extend(_gpu(nv, nv.nvmlDeviceGetHandleByIndex(index)))
+                handle = nv.nvmlDeviceGetHandleByIndex(index)
+                out.devices.extend(_gpu(nv, handle))
+                reading = _energy(nv, handle)
+                if reading is not None:
+                    out.energy[str(nv.nvmlDeviceGetMinorNumber(handle))] = reading
             except nv.NVMLError as exc:
                 out.errors.append(f"GPU index {index}: {exc}")
     finally:
@@ -96,6 +108,22 @@ def _gpu(nv, handle) -> list[DeviceSample]:
         profile = name.rsplit(" MIG ", 1)[-1] if " MIG " in name else None
         devices.append(_device(nv, mig, minor, gi, profile))
     return devices
+
+
+def _energy(nv, handle) -> EnergyReading | None:
+    """The GPU's energy counter (mJ -> J) and power (mW -> W); None when it gives neither
+    (a failing call is "not given": the pass goes on without energy for this GPU)."""
+    try:
+        counter: float | None = nv.nvmlDeviceGetTotalEnergyConsumption(handle) / 1000.0
+    except nv.NVMLError:
+        counter = None
+    try:
+        power: float | None = nv.nvmlDeviceGetPowerUsage(handle) / 1000.0
+    except nv.NVMLError:
+        power = None
+    if counter is None and power is None:
+        return None
+    return EnergyReading(counter, power)
 
 
 def _device(nv, handle, minor: int, gi: int | None, profile: str | None) -> DeviceSample:

@@ -15,6 +15,7 @@ import ctypes
 import os
 
 from slurmgpu.errors import InventoryError
+from slurmgpu.measure.collector.energy import EnergyReading
 from slurmgpu.measure.collector.holders import device_holders
 from slurmgpu.measure.collector.nvml import MIB, DeviceSample, GpuProcess, NodeSample
 
@@ -37,6 +38,7 @@ def sample_accelerators(host_root: str | os.PathLike[str] = "/") -> NodeSample:
     answered = any(p.devices for p in passes)
     for p in passes:
         out.devices.extend(p.devices)
+        out.energy.update(p.energy)
         if p.devices or not answered:
             out.errors.extend(p.errors)
     return out
@@ -64,7 +66,11 @@ def sample_amd(holders: dict[str, tuple[int, ...]]) -> NodeSample:
     try:
         for index, handle in enumerate(amd.amdsmi_get_processor_handles()):
             try:
-                out.devices.append(_amd_device(amd, handle, holders))
+                device = _amd_device(amd, handle, holders)
+                out.devices.append(device)
+                reading = _amd_energy(amd, handle)
+                if reading is not None:
+                    out.energy[device.key] = reading
             except amd.AmdSmiException as exc:
                 out.errors.append(f"AMD GPU {index}: {_one_line(exc)}")
     finally:
@@ -89,6 +95,25 @@ def _amd_device(amd, handle, holders) -> DeviceSample:
         processes=_holders_of(holders, f"/dev/dri/renderD{minor}"),
         vendor="amd",
     )
+
+
+def _amd_energy(amd, handle) -> EnergyReading | None:
+    """amdsmi's energy accumulator in joules (`amdsmi_get_energy_count`: the accumulator --
+    `energy_accumulator`, `power` in older amdsmi -- times `counter_resolution` in uJ); None
+    where this amdsmi or GPU does not give it, and on a package split into compute
+    partitions (CPX...): each partition would show the package's energy, and charging every
+    partition's job all of it would count it several times."""
+    try:
+        if str(amd.amdsmi_get_gpu_compute_partition(handle)).upper() != "SPX":
+            return None
+        got = amd.amdsmi_get_energy_count(handle)
+    except (AttributeError, amd.AmdSmiException):
+        return None
+    raw = got.get("energy_accumulator", got.get("power")) if isinstance(got, dict) else None
+    resolution = got.get("counter_resolution") if isinstance(got, dict) else None
+    if not isinstance(raw, int | float) or not isinstance(resolution, int | float):
+        return None  # "N/A"
+    return EnergyReading(raw * resolution / 1e6, None, float(2**64) * resolution / 1e6)
 
 
 def sample_ascend(holders: dict[str, tuple[int, ...]]) -> NodeSample:

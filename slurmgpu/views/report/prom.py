@@ -175,6 +175,7 @@ def render_prom(analysis: AnalysisDocument) -> str:
             help_text + ", per QOS",
             [({"qos": g.name, "tier": g.tier or ""}, get(g)) for g in analysis.by_qos],
         )
+    _energy_families(analysis, family)
     fit = analysis.fit_fraction
     family(
         "slurmgpu_fit_fraction_jobs_ratio",
@@ -194,6 +195,52 @@ def render_prom(analysis: AnalysisDocument) -> str:
         [({"kind": k}, sum(1 for r in recs if str(r.kind or "other") == k)) for k in kinds],
     )
     return "\n".join(out) + "\n"
+
+
+def _energy_families(analysis: AnalysisDocument, family: Callable[..., None]) -> None:
+    """GPU energy in joules (Prometheus' base unit; kWh = J / 3.6e6), its idle part, its
+    coverage, per partition, and its cost and CO2 where the policy gives them."""
+    e = analysis.energy
+    if e is None:
+        return
+    joules = 3.6e6
+    family(
+        "slurmgpu_gpu_energy_joules",
+        "Measured GPU energy in the window (kWh x 3.6e6)",
+        [({}, e.kwh * joules)],
+    )
+    family(
+        "slurmgpu_gpu_energy_idle_joules",
+        "Measured GPU energy drawn while the GPUs were idle (docs/energy.md)",
+        [({}, e.kwh_idle * joules)],
+    )
+    family(
+        "slurmgpu_gpu_energy_coverage_ratio",
+        "Share of allocated GPU time whose run has an energy measure (0..1)",
+        [({}, e.coverage)],
+    )
+    family(
+        "slurmgpu_partition_gpu_energy_joules",
+        "Measured GPU energy in the window, per partition",
+        [({"partition": p.partition}, p.kwh * joules) for p in e.by_partition],
+    )
+    family(
+        "slurmgpu_partition_gpu_energy_idle_joules",
+        "Measured GPU energy drawn while idle, per partition",
+        [({"partition": p.partition}, p.kwh_idle * joules) for p in e.by_partition],
+    )
+    c = analysis.energy_cost
+    if c is not None:
+        family(
+            "slurmgpu_gpu_energy_cost",
+            "Cost of the GPU energy (x PUE x price per kWh of the policy)",
+            [({"currency": c.currency}, c.cost)],
+        )
+        family(
+            "slurmgpu_gpu_energy_co2_grams",
+            "CO2 of the GPU energy (x PUE x grams per kWh of the policy)",
+            [({}, None if c.co2_kg is None else c.co2_kg * 1000.0)],
+        )
 
 
 _PROM_SAMPLE = re.compile(

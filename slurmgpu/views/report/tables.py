@@ -262,6 +262,50 @@ def _notes(analysis: AnalysisDocument) -> list[str]:
 # --------------------------------------------------------------------------- totals and fit shares
 
 
+def fmt_kwh(value: float) -> str:
+    """kWh as the reports show them: `1,234.5 kWh` (three decimals under 10 kWh)."""
+    return f"{value:,.3f} kWh" if abs(value) < 10 else f"{value:,.1f} kWh"
+
+
+def energy_lines(analysis: Any) -> list[tuple[str, str]]:
+    """(label, value) pairs of the energy lines of the totals block (text and HTML): kWh,
+    idle kWh, kWh per used GPU-hour, coverage, and money and CO2 when the policy says."""
+    e = getattr(analysis, "energy", None)
+    if e is None:
+        return []
+    if not e.coverage:
+        return [("GPU energy", "not measured (no collector, DCGM or Slurm energy for any run)")]
+    per = e.kwh_per_used_gpu_hour
+    lines = [
+        ("GPU energy", f"{fmt_kwh(e.kwh)} measured on {fmt_ratio(e.coverage)} of GPU-hours"),
+        ("  while idle", f"{fmt_kwh(e.kwh_idle)} (the idle rule; docs/energy.md)"),
+    ]
+    if per is not None:
+        lines.append(("  per used GPU-hour", fmt_kwh(per)))
+    c = getattr(analysis, "energy_cost", None)
+    if c is not None:
+        facility = f"{fmt_kwh(c.facility_kwh)} at PUE {c.pue:g}"
+        if c.cost is not None:
+            unit = f" {printable(c.currency)}" if c.currency else ""
+            facility += f"; {c.cost:,.2f}{unit} ({c.cost_idle or 0:,.2f}{unit} idle)"
+        if c.co2_kg is not None:
+            facility += f"; {c.co2_kg:,.1f} kg CO2 ({c.co2_kg_idle or 0:,.1f} kg idle)"
+        lines.append(("  facility", facility))
+    return lines
+
+
+def energy_partition_rows(analysis: Any) -> list[list[str]]:
+    """PARTITION / KWH / IDLE KWH rows of the partitions that drew measured energy."""
+    e = getattr(analysis, "energy", None)
+    if e is None:
+        return []
+    return [
+        [printable(p.partition), fmt_kwh(p.kwh), fmt_kwh(p.kwh_idle)]
+        for p in e.by_partition
+        if p.kwh > 0
+    ]
+
+
 def _totals_lines(t: Totals) -> list[tuple[str, str]]:
     """(label, value) pairs of the totals block, shared by the text and HTML reports."""
     wait = t.wait_s

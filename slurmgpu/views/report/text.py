@@ -22,6 +22,8 @@ from slurmgpu.views.report.tables import (
     _source_line,
     _totals_lines,
     accelerator_rows,
+    energy_lines,
+    energy_partition_rows,
     fidelity_text,
     fmt_gpu_hours,
     fmt_int,
@@ -42,10 +44,15 @@ def render_text(analysis: AnalysisDocument) -> str:
         "",
         "Totals",
     ]
-    totals = _totals_lines(analysis.totals)
+    totals = _totals_lines(analysis.totals) + energy_lines(analysis)
     label_w = max(len(label) for label, _ in totals)
     out += [f"  {label.ljust(label_w)}  {value}" for label, value in totals]
     out += [f"  note: {printable(note)}" for note in _notes(analysis)]
+    energy_rows = energy_partition_rows(analysis)
+    if len(energy_rows) > 1:
+        out += ["", "GPU energy by partition"]
+        table = text_table(["PARTITION", "KWH", "IDLE KWH"], energy_rows, left=1)
+        out += ["  " + ln for ln in table.splitlines()]
 
     for title, key, name_key, capacity, limited in _GROUP_SECTIONS:
         groups = getattr(analysis, key)

@@ -19,6 +19,7 @@ from slurmgpu.views.report.tables import (
     fmt_duration,
     fmt_gpu_hours,
     fmt_int,
+    fmt_kwh,
     fmt_percent,
     fmt_ratio,
     printable,
@@ -28,6 +29,7 @@ from slurmgpu.views.report.tables import (
 HEADERS = (
     *("month", "partition", "jobs", "GPU-h alloc", "capacity", "alloc ratio", "GPU-h used"),
     *("util", "started", "wait mean", "wait p95", *(f"fit {s}" for s in FIT_SLICES)),
+    "GPU kWh",
 )
 
 
@@ -51,6 +53,7 @@ def _cells(row: TrendRow) -> list[str]:
         fmt_duration(row.wait_mean_s),
         fmt_duration(row.wait_p95_s),
         *(_fit(row, s) for s in FIT_SLICES),
+        "n/a" if row.energy_kwh is None else fmt_kwh(row.energy_kwh).removesuffix(" kWh"),
     ]
 
 
@@ -123,6 +126,10 @@ _PROM: tuple[tuple[str, str, Callable[[TrendRow], Any]], ...] = (
      lambda r: r.wait_mean_s),
     ("wait_p95_seconds", "95th percentile queue wait of runs started in the month",
      lambda r: r.wait_p95_s),
+    ("gpu_energy_joules", "Measured GPU energy in the month (kWh x 3.6e6)",
+     lambda r: None if r.energy_kwh is None else r.energy_kwh * 3.6e6),
+    ("gpu_energy_idle_joules", "Measured GPU energy drawn while idle in the month",
+     lambda r: None if r.energy_kwh_idle is None else r.energy_kwh_idle * 3.6e6),
 )  # fmt: skip
 
 

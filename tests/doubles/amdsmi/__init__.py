@@ -256,6 +256,22 @@ def amdsmi_get_gpu_activity(handle) -> dict:
     return {"gfx_activity": gfx, "umc_activity": "N/A", "mm_activity": "N/A"}
 
 
+# amd-smi reports a counter_resolution of about 15.3 uJ on MI300X (a test may give its own)
+ENERGY_RESOLUTION_UJ = 15.3
+
+
+def amdsmi_get_energy_count(handle) -> dict:
+    """The energy accumulator of the test's load (`energy_accumulator`, 0 unless given), its
+    resolution in uJ and a timestamp, as amdsmi's Python API returns them."""
+    h = _check(handle)
+    load = _load(h)
+    return {
+        "energy_accumulator": int(load.get("energy_accumulator", 0)),
+        "counter_resolution": float(load.get("counter_resolution", ENERGY_RESOLUTION_UJ)),
+        "timestamp": 0,
+    }
+
+
 def amdsmi_get_gpu_memory_usage(handle, mem_type) -> int:
     h = _check(handle)
     if int(mem_type) != AmdSmiMemoryType.VRAM:

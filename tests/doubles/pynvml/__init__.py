@@ -306,6 +306,40 @@ def nvmlDeviceGetUtilizationRates(handle):
     return SimpleNamespace(gpu=rates["gpu"], memory=rates["memory"])
 
 
+# -- energy: the counter and power a test puts on a GPU entry ---------------------------------
+# "total_energy_mj": the cumulative counter (a test advances it between passes; lowering it
+# is a driver reload); "power_mw": power now. Without them the counter is 0 and the power is
+# the model's (power.json) at the entry's utilization. "energy": "unsupported" stands for a
+# GPU before Volta (no counter). MIG device handles have neither (NVML: Not Supported).
+_POWER = os.path.join(os.path.dirname(__file__), "power.json")
+
+
+def _model_power_mw(gpu: dict) -> int:
+    with open(_POWER, encoding="utf-8") as fh:
+        model = json.load(fh)["models"].get(gpu.get("name", ""))
+    if model is None:
+        raise NVMLError(NVML_ERROR_NOT_SUPPORTED)
+    util = gpu.get("utilization", {"gpu": 0})["gpu"]
+    watts = model["idle_w"] + (model["loaded_w"] - model["idle_w"]) * util / 100.0
+    return round(watts * 1000)
+
+
+def nvmlDeviceGetTotalEnergyConsumption(handle):
+    _check(handle, "nvmlDeviceGetTotalEnergyConsumption")
+    if handle.mig or handle.gpu.get("energy") == "unsupported":
+        raise NVMLError(NVML_ERROR_NOT_SUPPORTED)
+    return int(handle.gpu.get("total_energy_mj", 0))
+
+
+def nvmlDeviceGetPowerUsage(handle):
+    _check(handle, "nvmlDeviceGetPowerUsage")
+    if handle.mig:
+        raise NVMLError(NVML_ERROR_NOT_SUPPORTED)
+    if "power_mw" in handle.gpu:
+        return int(handle.gpu["power_mw"])
+    return _model_power_mw(handle.gpu)
+
+
 def nvmlDeviceGetPciInfo(handle):
     _check(handle, "nvmlDeviceGetPciInfo")
     bus_id = handle.gpu["pci_bus_id"]

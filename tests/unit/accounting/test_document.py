@@ -27,6 +27,7 @@ DOCUMENT_KEYS = [
     "measure_warnings", "by_partition", "by_cluster", "by_qos", "by_tier", "by_account",
     "by_user", "by_kind",
     "fit_fraction", "timeseries", "rejected", "notes", "recommendations", "by_accelerator",
+    "energy", "energy_cost",
 ]  # fmt: skip
 
 

@@ -122,3 +122,28 @@ def test_no_vendor_at_all_says_why_for_each(amd, tmp_path):
     sample = sample_accelerators(tmp_path)
     assert sample.devices == []
     assert [e.split(":")[0] for e in sample.errors] == ["NVML", "amdsmi", "DCMI"]
+
+
+def test_amd_energy_accumulator_gives_the_jobs_energy_and_partitions_give_none(amd, tmp_path):
+    host = _host(tmp_path / "host", {4001: (V1, 51, 1000, ["/dev/dri/renderD128"])})
+    state = tmp_path / "state.json"
+    for accumulator in (10**9, 10**9 + 10**8):
+
+        def load(data, accumulator=accumulator):
+            data["amdsmi"]["load"] = {
+                "128": {"gfx_activity": 50, "energy_accumulator": accumulator}
+            }
+
+        amd.use_machine(variant(tmp_path, "mi300x-8gpu", load))
+        collect(CollectOptions(state=state, node="mi01", host_root=host))
+    s51 = job_summary(CollectorState.from_json(state.read_text()), "51", node="mi01", cluster="")
+    (gpu,) = s51.gpus
+    # 1e8 counts x 15.3 uJ (the double's resolution) = 1530 J
+    assert gpu.energy_j == pytest.approx(10**8 * 15.3e-6, rel=0.01) and not gpu.energy_estimated
+
+    def cpx(data):
+        _cpx_load(data)
+        data["amdsmi"]["load"]["128"]["energy_accumulator"] = 10**9
+
+    amd.use_machine(variant(tmp_path, "mi300x-8gpu", cpx))
+    assert sample_accelerators(host).energy == {}  # a partition's counter is its package's

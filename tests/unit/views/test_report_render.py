@@ -357,6 +357,18 @@ def test_docs_list_exactly_the_exported_metrics(analysis):
             capacity_gpu_hours=10.0,
             allocation_ratio=0.1,
         )
+    full["energy"] = {
+        "kwh": 2.0,
+        "kwh_idle": 0.5,
+        "kwh_per_used_gpu_hour": 0.4,
+        "coverage": 1.0,
+        "by_partition": [{"partition": "gpu", "kwh": 2.0, "kwh_idle": 0.5}],
+    }
+    full["energy_cost"] = {
+        "pue": 1.2, "facility_kwh": 2.4, "facility_kwh_idle": 0.6, "currency": "EUR",
+        "price_per_kwh": 0.2, "cost": 0.48, "cost_idle": 0.12, "gco2_per_kwh": 300.0,
+        "co2_kg": 0.72, "co2_kg_idle": 0.18,
+    }  # fmt: skip
     text = render_prom(doc(full))
     # with the idle policy's section (`report --policy` with an [idle] table, docs/idle.md)
     from slurmgpu.idle.retrospective import IdleReport, policy_json
