@@ -195,7 +195,9 @@ def site(slurm_cluster, tmp_path):
         yield play, prefix, files
     finally:
         if log.exists():  # the journal of the first run's apply: slurmdbd as before it
-            slurm_cluster.run([str(SLURMGPU), "qos", "apply", "--undo", "--log", str(log)])
+            undo = [str(SLURMGPU), "qos", "apply", "--undo", "--log", str(log)]
+            done = slurm_cluster.run(undo, check=False)
+            assert done.returncode == 3, done.stdout + done.stderr  # 3: slurmdbd changed
         assert not qos_rows(slurm_cluster)
 
 
