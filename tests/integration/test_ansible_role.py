@@ -14,6 +14,8 @@ downloaded; the step reports ok).
 - The second run reports changed=0 and runs no handler.
 - After an edit of the policy, `--check --diff` reports exactly the steps the edit changes and
   changes nothing: no file (bytes or mtime), no QOS, no handler, no temporary file left.
+- The other two ways (the slurmgpu_tiers module beside a site's job_submit.lua, the QOS by the
+  emitted qos-apply.sh) converge too, and their second run changes nothing.
 """
 
 from __future__ import annotations
@@ -138,41 +140,15 @@ def qos_rows(cluster) -> dict[str, tuple[str, str]]:
     return {name: (priority, preempt) for name, priority, preempt in rows}
 
 
-@pytest.fixture
-def site(slurm_cluster, tmp_path):
-    """The play's inputs: inventory, variables, the policy and switch files on the control host;
-    afterwards the QOS it added are undone through the role's own journal."""
-    prefix = tmp_path / "root"
-    (prefix / "etc" / "slurm").mkdir(parents=True)
-    files = tmp_path / "control"
-    files.mkdir()
-    (files / "slurmgpu.toml").write_text(POLICY)
-    (files / "switches.toml").write_text(FABRIC)
+def player(tmp_path: Path, groups: tuple[str, ...], variables: dict):
+    """A function that runs ansible/site.yml over localhost (in `groups`, local connection,
+    this Python) with `variables`, its own ANSIBLE_HOME and TMPDIR, and returns the run."""
     inventory = tmp_path / "inventory.ini"
     inventory.write_text(
-        "[slurm_controller]\nlocalhost\n\n[gpu_nodes]\nlocalhost\n\n[all:vars]\n"
-        f"ansible_connection=local\nansible_python_interpreter={sys.executable}\n"
+        "".join(f"[{group}]\nlocalhost\n\n" for group in groups)
+        + f"[all:vars]\nansible_connection=local\nansible_python_interpreter={sys.executable}\n"
     )
-    log = prefix / "var" / "lib" / "slurmgpu" / "qos.jsonl"
-    variables = {
-        "slurmgpu_become": False,
-        # the install step runs against this test environment, where slurmgpu and the
-        # analysis extra are installed already: pip finds them, nothing is downloaded
-        "slurmgpu_venv": sys.prefix,
-        "slurmgpu_environment": slurm_cluster.env,
-        "slurmgpu_slurm_conf_dir": str(prefix / "etc" / "slurm"),
-        "slurmgpu_policy_src": str(files / "slurmgpu.toml"),
-        "slurmgpu_policy_path": str(prefix / "etc" / "slurmgpu" / "slurmgpu.toml"),
-        "slurmgpu_units_prefix": str(prefix),
-        "slurmgpu_gres_snapshot": str(SNAPSHOT),
-        "slurmgpu_node_name": slurm_cluster.node_name,
-        "slurmgpu_node_conf_path": str(prefix / "etc" / "slurm" / "nodes.d" / "gpu01.conf"),
-        "slurmgpu_topology_switches_src": str(files / "switches.toml"),
-        "slurmgpu_topology_switches": str(prefix / "etc" / "slurmgpu" / "switches.toml"),
-        "slurmgpu_topology_args": ["--nodes", slurm_cluster.node_name],
-        "slurmgpu_qos_log": str(log),
-    }
-    (tmp_path / "vars.json").write_text(json.dumps(variables))
+    (tmp_path / "vars.json").write_text(json.dumps({"slurmgpu_become": False} | variables))
     (tmp_path / "tmp").mkdir()
     env = {k: v for k, v in os.environ.items() if not k.startswith(("SLURM", "ANSIBLE"))} | {
         "ANSIBLE_HOME": str(tmp_path / "ansible-home"),
@@ -191,6 +167,38 @@ def site(slurm_cluster, tmp_path):
         assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-2000:]
         return proc
 
+    return play
+
+
+@pytest.fixture
+def site(slurm_cluster, tmp_path):
+    """The play's inputs: inventory, variables, the policy and switch files on the control host;
+    afterwards the QOS it added are undone through the role's own journal."""
+    prefix = tmp_path / "root"
+    (prefix / "etc" / "slurm").mkdir(parents=True)
+    files = tmp_path / "control"
+    files.mkdir()
+    (files / "slurmgpu.toml").write_text(POLICY)
+    (files / "switches.toml").write_text(FABRIC)
+    log = prefix / "var" / "lib" / "slurmgpu" / "qos.jsonl"
+    variables = {
+        # the install step runs against this test environment, where slurmgpu and the
+        # analysis extra are installed already: pip finds them, nothing is downloaded
+        "slurmgpu_venv": sys.prefix,
+        "slurmgpu_environment": slurm_cluster.env,
+        "slurmgpu_slurm_conf_dir": str(prefix / "etc" / "slurm"),
+        "slurmgpu_policy_src": str(files / "slurmgpu.toml"),
+        "slurmgpu_policy_path": str(prefix / "etc" / "slurmgpu" / "slurmgpu.toml"),
+        "slurmgpu_units_prefix": str(prefix),
+        "slurmgpu_gres_snapshot": str(SNAPSHOT),
+        "slurmgpu_node_name": slurm_cluster.node_name,
+        "slurmgpu_node_conf_path": str(prefix / "etc" / "slurm" / "nodes.d" / "gpu01.conf"),
+        "slurmgpu_topology_switches_src": str(files / "switches.toml"),
+        "slurmgpu_topology_switches": str(prefix / "etc" / "slurmgpu" / "switches.toml"),
+        "slurmgpu_topology_args": ["--nodes", slurm_cluster.node_name],
+        "slurmgpu_qos_log": str(log),
+    }
+    play = player(tmp_path, ("slurm_controller", "gpu_nodes"), variables)
     try:
         yield play, prefix, files
     finally:
@@ -261,3 +269,72 @@ def test_role_converges_then_changes_nothing_and_check_changes_nothing(site, slu
     finally:
         (cluster.conf_dir / "topology.conf").unlink(missing_ok=True)
         cluster.reset()
+
+
+SITE_POLICY = """\
+default_tier = "P2"
+
+[partitions.gpu]
+
+[tiers.P2]
+qos = "ansible_s2"
+priority = 10
+accounts = ["ansible_site"]
+"""
+
+
+def test_role_module_and_emitted_qos_script_converge(slurm_cluster, tmp_path):
+    """The role's other two ways, on a controller alone: the slurmgpu_tiers module beside the
+    site's own job_submit.lua (which the handler touches so that slurmctld reloads it), and
+    the QOS by the emitted qos-apply.sh. Converges, then a second run changes nothing."""
+    cluster = slurm_cluster
+    slurm = tmp_path / "etc" / "slurm"
+    slurm.mkdir(parents=True)
+    site_script = slurm / "job_submit.lua"
+    site_script.write_text((ROOT / "tests" / "data" / "tiers" / "site-job_submit.lua").read_text())
+    os.utime(site_script, (1_600_000_000, 1_600_000_000))
+    (tmp_path / "slurmgpu.toml").write_text(SITE_POLICY)
+    cluster.sacctmgr("add", "account", "ansible_site", "Description=ansible role test")
+    play = player(
+        tmp_path,
+        ("slurm_controller",),
+        {
+            "slurmgpu_install": False,
+            "slurmgpu_bin": str(SLURMGPU),
+            "slurmgpu_units": False,
+            "slurmgpu_environment": cluster.env,
+            "slurmgpu_slurm_conf_dir": str(slurm),
+            "slurmgpu_policy_src": str(tmp_path / "slurmgpu.toml"),
+            "slurmgpu_policy_path": str(tmp_path / "etc" / "slurmgpu" / "slurmgpu.toml"),
+            "slurmgpu_job_submit_module": True,
+            "slurmgpu_qos_method": "script",
+            "slurmgpu_qos_emit_dir": str(tmp_path / "qos-emit"),
+            "slurmgpu_reconfigure_command": ["scontrol", "reconfigure"],
+        },
+    )
+    try:
+        first = play()
+        assert changed(first.stdout) == {
+            "Make the directories of the installed files",
+            "Install the site policy",
+            "Run qos-apply.sh",
+            "Render the job_submit Lua",
+            "Slurmgpu reload the site job_submit.lua",
+            RECONFIGURE,
+        }, results(first.stdout)
+        assert results(first.stdout)["Bring the QOS to the policy"] == ["ok"]  # only emitted
+        assert qos_rows(cluster) == {"ansible_s2": ("10", "")}
+        lists = cluster.sacctmgr("show", "assoc", "account=ansible_site", "format=qos", "-P", "-n")
+        assert "ansible_s2" in lists
+        assert (slurm / "slurmgpu_tiers.lua").exists()
+        touched = site_script.stat().st_mtime
+        assert touched > 1_600_000_000  # the site's script, touched for slurmctld
+
+        second = play()
+        assert recap(second.stdout)["changed"] == 0, results(second.stdout)
+        assert results(second.stdout)["Run qos-apply.sh"] == ["skipping"]
+        assert site_script.stat().st_mtime == touched
+    finally:
+        cluster.sacctmgr("delete", "account", "ansible_site", check=False)
+        cluster.sacctmgr("delete", "qos", "ansible_s2", check=False)
+    assert not qos_rows(cluster)
