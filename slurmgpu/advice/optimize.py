@@ -277,20 +277,7 @@ def advise_trace(trace: ReplayTrace, options: AdviseOptions, owners: OwnersSourc
     blocks, failed = _first_round(trace, model, runnable, options, window)
     rejected += failed
     replays = 1 + len(runnable)
-    judged: list[tuple[float, Any, ResultBlock]] = []
-    for change, block in zip(runnable, blocks, strict=True):
-        if block is None:
-            continue  # its sweep task failed: rejected above with the task's fate
-        v = verdict(base, block, obj, options.top_tier)
-        if v.violations:
-            rejected.append(
-                Rejected(format_change(change), "replay shows harm: " + "; ".join(v.violations))
-            )
-        elif v.score > -MIN_GAIN:
-            rejected.append(Rejected(format_change(change), f"no gain: score {v.score:+.3f}"))
-        else:
-            judged.append((v.score, change, block))
-    judged.sort(key=lambda x: x[0])
+    judged = _judge(base, runnable, blocks, obj, options.top_tier, rejected)
     plan_changes: list[Any] = []
     plan_block, plan_score = base, 0.0
     if judged:
@@ -302,29 +289,12 @@ def advise_trace(trace: ReplayTrace, options: AdviseOptions, owners: OwnersSourc
         )
         replays += more
     plan, extra = _plan(trace, model, options, base, plan_block, plan_changes, plan_score, cal)
-    notes = []
-    if not judged:
-        notes.append("no candidate improves the objective without breaking a limit: no change")
-    off = [p for p in cal.by_partition if not p.calibrated]
-    if off:
-        notes.append(
-            "not advised on (baseline off by more than the policy's tolerance): "
-            + ", ".join(p.partition for p in off)
-        )
-        notes += [f"why {p.partition} misses: {p.explanation.text()}" for p in off if p.explanation]
     held = tuple(
         (p.partition, p.inferred_gpu_hours)
         for p in cal.by_partition
         if p.calibrated_on == "inferred load"
     )
-    if held:
-        notes.append(
-            "calibrated on inferred load: the baseline held "
-            + ", ".join(f"{h:,.1f} GPU-hours on {p}" for p, h in held)
-            + " as background (what the explanation of each miss infers, not what the dump "
-            "shows): the plan's ranges are wider by the load's share; autopilot does not act "
-            "on such a plan"
-        )
+    notes = _notes(cal, bool(judged), held)
     return Advice(
         calibrated_on="inferred load" if held else "recorded",
         inferred_load=held,
@@ -336,6 +306,57 @@ def advise_trace(trace: ReplayTrace, options: AdviseOptions, owners: OwnersSourc
         replays=replays + extra,
         notes=tuple(notes),
     )
+
+
+def _judge(
+    base: ResultBlock,
+    runnable: list[Any],
+    blocks: list[ResultBlock | None],
+    obj: Any,
+    top_tier: Any,
+    rejected: list[Rejected],
+) -> list[tuple[float, Any, ResultBlock]]:
+    """Each replayed change judged against the baseline by the objective: the ones that gain,
+    best first; the others appended to `rejected` with why."""
+    judged: list[tuple[float, Any, ResultBlock]] = []
+    for change, block in zip(runnable, blocks, strict=True):
+        if block is None:
+            continue  # its sweep task failed: rejected above with the task's fate
+        v = verdict(base, block, obj, top_tier)
+        if v.violations:
+            rejected.append(
+                Rejected(format_change(change), "replay shows harm: " + "; ".join(v.violations))
+            )
+        elif v.score > -MIN_GAIN:
+            rejected.append(Rejected(format_change(change), f"no gain: score {v.score:+.3f}"))
+        else:
+            judged.append((v.score, change, block))
+    judged.sort(key=lambda x: x[0])
+    return judged
+
+
+def _notes(cal: Any, any_gain: bool, held: tuple[tuple[str, float], ...]) -> list[str]:
+    """What the advice says beside its plan: no gain, the partitions not advised on and why
+    each misses, the load held where it was calibrated on inferred load."""
+    notes = []
+    if not any_gain:
+        notes.append("no candidate improves the objective without breaking a limit: no change")
+    off = [p for p in cal.by_partition if not p.calibrated]
+    if off:
+        notes.append(
+            "not advised on (baseline off by more than the policy's tolerance): "
+            + ", ".join(p.partition for p in off)
+        )
+        notes += [f"why {p.partition} misses: {p.explanation.text()}" for p in off if p.explanation]
+    if held:
+        notes.append(
+            "calibrated on inferred load: the baseline held "
+            + ", ".join(f"{h:,.1f} GPU-hours on {p}" for p, h in held)
+            + " as background (what the explanation of each miss infers, not what the dump "
+            "shows): the plan's ranges are wider by the load's share; autopilot does not act "
+            "on such a plan"
+        )
+    return notes
 
 
 def _calibrated_only(
