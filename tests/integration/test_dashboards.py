@@ -434,3 +434,80 @@ def test_the_waste_view_shows_the_idle_jobs_of_the_dump(prometheus):
         for r in instant("slurmgpu_idle_partition_reclaimable_gpu_hours")
     }
     assert by_partition == {"gpu": 4.0, "debug": 1.0}
+
+
+def panel(uid: str, title: str) -> dict:
+    board = json.loads((ROOT / "etc" / "grafana" / "dashboards" / f"{uid}.json").read_text())
+    [found] = [p for p in board["panels"] if p["title"] == title]
+    return found
+
+
+def by_label(answer: list, label: str) -> dict[str, float]:
+    return {r["metric"].get(label, ""): float(r["value"][1]) for r in answer}
+
+
+def test_the_waste_view_shows_the_dumps_energy_cost_and_co2(prometheus):
+    """kWh by partition from the dump's ConsumedEnergyRaw; cost and CO2 from the policy's
+    [energy] table (PUE 1.25, 0.2 EUR and 400 g per kWh), in total and per partition."""
+    kwh: dict[str, float] = defaultdict(float)
+    for line in sacct_rows():
+        f = dict(zip(HEADER.split("|"), line.split("|"), strict=True))
+        if f["ConsumedEnergyRaw"]:
+            kwh[f["Partition"]] += int(f["ConsumedEnergyRaw"]) / 3.6e6
+    total = sum(kwh.values())
+    values = {"partition": ".*"}
+    [answer] = run_target(
+        prometheus, panel("slurmgpu-waste", "GPU energy (kWh)")["targets"][0], values
+    )
+    assert float(answer["value"][1]) == pytest.approx(total)
+    [cost] = run_target(prometheus, panel("slurmgpu-waste", "Energy cost")["targets"][0], values)
+    assert (cost["metric"]["currency"], float(cost["value"][1])) == (
+        "EUR",
+        pytest.approx(total * 1.25 * 0.2),
+    )
+    [co2] = run_target(prometheus, panel("slurmgpu-waste", "CO2 (kg)")["targets"][0], values)
+    assert float(co2["value"][1]) == pytest.approx(total * 1.25 * 0.4)
+    [idle] = run_target(
+        prometheus, panel("slurmgpu-waste", "Idle GPU energy (kWh)")["targets"][0], values
+    )
+    # jobs 4101 and 4243 ran at 0 % all along: all of their energy is idle, and some of the rest
+    idle_runs = (gpu_energy_j(2, 1, 0) + gpu_energy_j(3, 2, 0)) / 3.6e6
+    assert idle_runs < float(idle["value"][1]) < total
+    kwh_t, _, cost_t, co2_t = panel("slurmgpu-waste", "Energy, cost and CO2 by partition")[
+        "targets"
+    ]
+    assert by_label(run_target(prometheus, kwh_t, values), "partition") == pytest.approx(kwh)
+    got_cost = by_label(run_target(prometheus, cost_t, values), "partition")
+    assert got_cost == pytest.approx({p: k * 1.25 * 0.2 for p, k in kwh.items()})
+    got_co2 = by_label(run_target(prometheus, co2_t, values), "partition")
+    assert got_co2 == pytest.approx({p: k * 1.25 * 0.4 for p, k in kwh.items()})
+
+
+def test_the_capacity_view_gives_kwh_per_used_gpu_hour(prometheus):
+    """The dump's kWh per partition over its used GPU-hours (allocated x utilization)."""
+    kwh: dict[str, float] = defaultdict(float)
+    used: dict[str, float] = defaultdict(float)
+    for line in sacct_rows():
+        f = dict(zip(HEADER.split("|"), line.split("|"), strict=True))
+        if f["ConsumedEnergyRaw"]:
+            kwh[f["Partition"]] += int(f["ConsumedEnergyRaw"]) / 3.6e6
+    for _job, _start, hours, part, _a, _u, gpus, util in SACCT_JOBS:
+        used[part] += hours * gpus * util / 100
+    [t] = panel("slurmgpu-capacity", "kWh per used GPU-hour")["targets"]
+    got = {r["metric"]["partition"]: float(r["values"][-1][1])
+           for r in run_target(prometheus, t, {"partition": ".*"})}  # fmt: skip
+    assert got == pytest.approx({p: kwh[p] / used[p] for p in kwh})
+
+
+def test_the_job_view_gives_the_jobs_energy_from_dcgms_counter(prometheus):
+    """Job 4242's two whole H100s draw 350 W each for the two hours; job 4250's MIG instances
+    (two 3g on GPU 1 at 210 W, one 1g on GPU 2 at 280 W) are charged slices / 7 of their GPU."""
+    [t] = panel("slurmgpu-job", "GPU energy (kWh)")["targets"]
+    seconds = SPAN
+    expected = {
+        "4242": 2 * H100_WATTS * seconds / 3.6e6,
+        "4250": (2 * 3 / 7 * A100_WATTS["1"] + 1 / 7 * A100_WATTS["2"]) * seconds / 3.6e6,
+    }
+    for job, kwh in expected.items():
+        [answer] = run_target(prometheus, t, {"jobid": job})
+        assert float(answer["value"][1]) == pytest.approx(kwh, rel=0.02), job
