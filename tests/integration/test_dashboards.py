@@ -10,7 +10,9 @@ calibration), and `check`'s textfile (NVML health counters and a recorded kernel
 Xids). Their textfiles are "scraped" every minute over two hours the way Prometheus scrapes
 node_exporter's textfile collector (an `instance` and `job` label added) and backfilled with
 promtool, beside DCGM-exporter series (`DCGM_FI_DEV_GPU_UTIL`, `DCGM_FI_DEV_FB_USED`,
-`DCGM_FI_DEV_POWER_USAGE`, the MIG engine-active ratio; labels gpu, UUID, Hostname, hpc_job).
+`DCGM_FI_DEV_POWER_USAGE`, `DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION`, the MIG engine-active ratio;
+labels gpu, UUID, Hostname, hpc_job). The sacct dump carries Slurm's energy
+(ConsumedEnergyRaw) and the policy an [energy] table, so the report writes energy, cost and CO2.
 
 Then each target of each panel is run with the dashboard's variables substituted (the job
 dashboard once per job: a whole-GPU job and a MIG job): no metric a panel names may be unknown
@@ -60,10 +62,15 @@ priority = 100
 [idle]
 window_min = 60
 warn_after_min = [30]
+[energy]
+pue = 1.25
+price_per_kwh = 0.2
+currency = "EUR"
+gco2_per_kwh = 400
 """
 HEADER = (
     "JobIDRaw|JobID|Cluster|Partition|QOS|Account|User|Submit|Start|End|ElapsedRaw|"
-    "State|AllocTRES|NodeList|AdminComment|Comment|JobName"
+    "State|AllocTRES|NodeList|AdminComment|Comment|JobName|ConsumedEnergyRaw"
 )
 OCT, NOV = 1_760_522_400, 1_763_200_800  # 2025-10-15 10:00 and 2025-11-15 10:00 UTC
 
@@ -71,28 +78,38 @@ OCT, NOV = 1_760_522_400, 1_763_200_800  # 2025-10-15 10:00 and 2025-11-15 10:00
 # -- the writers' inputs ---------------------------------------------------------------------
 
 
+# (job, start, hours, partition, account, user, GPUs, utilization)
+SACCT_JOBS = [
+    ("4100", OCT, 4, "gpu", "ml", "alice", 2, 70),
+    ("4101", OCT + 3600, 2, "debug", "phys", "carol", 1, 0),
+    ("4242", NOV, 3, "gpu", "ml", "alice", 2, 60),
+    ("4243", NOV + 600, 3, "gpu", "phys", "bob", 2, 0),
+    ("4250", NOV + 1200, 2, "debug", "phys", "bob", 1, 20),
+]
+
+
+def gpu_energy_j(hours: int, gpus: int, util: int) -> int:
+    """Slurm's ConsumedEnergyRaw (acct_gather_energy/gpu) of a run: 100 W per GPU idle, 4 W
+    more per utilization percent."""
+    return hours * 3600 * gpus * (100 + 4 * util)
+
+
 def sacct_rows() -> list[str]:
-    """(job, start, hours, partition, account, user, GPUs, utilization): two months, two
-    partitions; jobs 4101 and 4243 idle from the start (the [idle] rule flags them)."""
-    jobs = [
-        ("4100", OCT, 4, "gpu", "ml", "alice", 2, 70),
-        ("4101", OCT + 3600, 2, "debug", "phys", "carol", 1, 0),
-        ("4242", NOV, 3, "gpu", "ml", "alice", 2, 60),
-        ("4243", NOV + 600, 3, "gpu", "phys", "bob", 2, 0),
-        ("4250", NOV + 1200, 2, "debug", "phys", "bob", 1, 20),
-    ]
+    """SACCT_JOBS as sacct rows: two months, two partitions; jobs 4101 and 4243 idle from the
+    start (the [idle] rule flags them). Each allocation row carries Slurm's GPU energy
+    (ConsumedEnergyRaw)."""
     rows = []
-    for job, start, hours, part, account, user, gpus, util in jobs:
+    for job, start, hours, part, account, user, gpus, util in SACCT_JOBS:
         end = start + hours * 3600
         tres = f"billing=1,cpu=4,gres/gpu={gpus},mem=16G,node=1"
         common = [str(start - 300), str(start), str(end), str(end - start), "COMPLETED"]
         rows.append(
             "|".join([job, job, "c1", part, "p2", account, user, *common, tres, "gpu01",
-                      js1(util, gpus), "", "train"])
+                      js1(util, gpus), "", "train", str(gpu_energy_j(hours, gpus, util))])
         )  # fmt: skip
         rows.append(
             "|".join([f"{job}.batch", f"{job}.batch", "c1", "", "", account, user, *common,
-                      "cpu=4,mem=16G,node=1", "gpu01", "", "", "batch"])
+                      "cpu=4,mem=16G,node=1", "gpu01", "", "", "batch", ""])
         )  # fmt: skip
     return rows
 
@@ -237,9 +254,20 @@ class Scrapes:
         return "\n".join(out) + "\n# EOF\n"
 
 
+ENERGY = "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION"
+H100_WATTS = 350.0  # the energy counters' rates
+A100_WATTS = {"1": 210.0, "2": 280.0}
+
+
+def counter(watts: float):
+    """DCGM's energy counter (mJ since the driver loaded) of a GPU drawing `watts`."""
+    return lambda i: 5e9 + i * STEP * watts * 1000
+
+
 def dcgm_series(s: Scrapes) -> None:
     """DCGM exporter series with its HPC job mapping: job 4242 on GPUs 0 and 1 of gpu01, job
-    4250 on three MIG instances of gpu02's GPUs 1 and 2, an idle GPU of gpu01 without a job."""
+    4250 on three MIG instances of gpu02's GPUs 1 and 2, an idle GPU of gpu01 without a job.
+    The energy counter is on each GPU's series and on each MIG instance's (its GPU's)."""
     for gpu, job in (("0", "4242"), ("1", "4242"), ("2", "")):
         labels = {"gpu": gpu, "UUID": f"GPU-h100-{gpu}", "device": f"nvidia{gpu}",
                   "modelName": "H100 80GB", "Hostname": "gpu01", "hpc_job": job}  # fmt: skip
@@ -248,11 +276,14 @@ def dcgm_series(s: Scrapes) -> None:
         s.dcgm("DCGM_FI_DEV_GPU_UTIL", labels, lambda i, g=int(gpu): (40 + 10 * g + i) % 100)
         s.dcgm("DCGM_FI_DEV_FB_USED", labels, lambda i: 30000 + i)
         s.dcgm("DCGM_FI_DEV_POWER_USAGE", labels, lambda i: 350.5 + i % 7)
+        s.dcgm(ENERGY, labels, counter(H100_WATTS))
     for gpu, gi, profile in (("1", "1", "3g.20gb"), ("1", "2", "3g.20gb"), ("2", "6", "1g.10gb")):
         labels = {"gpu": gpu, "UUID": f"GPU-a100-{gpu}", "GPU_I_ID": gi,
                   "GPU_I_PROFILE": profile, "Hostname": "gpu02", "hpc_job": "4250"}  # fmt: skip
         s.dcgm("DCGM_FI_PROF_GR_ENGINE_ACTIVE", labels, lambda i: 0.25 + (i % 3) / 10)
         s.dcgm("DCGM_FI_DEV_FB_USED", labels, lambda i: 15000 - i)
+        # a GPU-level field on a MIG instance's series carries its GPU's value
+        s.dcgm(ENERGY, labels, counter(A100_WATTS[gpu]))
     for gpu in ("1", "2"):
         labels = {"gpu": gpu, "UUID": f"GPU-a100-{gpu}", "Hostname": "gpu02", "hpc_job": "4250"}
         s.dcgm("DCGM_FI_DEV_POWER_USAGE", labels, lambda i: 210.0 + i % 5)
@@ -403,3 +434,80 @@ def test_the_waste_view_shows_the_idle_jobs_of_the_dump(prometheus):
         for r in instant("slurmgpu_idle_partition_reclaimable_gpu_hours")
     }
     assert by_partition == {"gpu": 4.0, "debug": 1.0}
+
+
+def panel(uid: str, title: str) -> dict:
+    board = json.loads((ROOT / "etc" / "grafana" / "dashboards" / f"{uid}.json").read_text())
+    [found] = [p for p in board["panels"] if p["title"] == title]
+    return found
+
+
+def by_label(answer: list, label: str) -> dict[str, float]:
+    return {r["metric"].get(label, ""): float(r["value"][1]) for r in answer}
+
+
+def test_the_waste_view_shows_the_dumps_energy_cost_and_co2(prometheus):
+    """kWh by partition from the dump's ConsumedEnergyRaw; cost and CO2 from the policy's
+    [energy] table (PUE 1.25, 0.2 EUR and 400 g per kWh), in total and per partition."""
+    kwh: dict[str, float] = defaultdict(float)
+    for line in sacct_rows():
+        f = dict(zip(HEADER.split("|"), line.split("|"), strict=True))
+        if f["ConsumedEnergyRaw"]:
+            kwh[f["Partition"]] += int(f["ConsumedEnergyRaw"]) / 3.6e6
+    total = sum(kwh.values())
+    values = {"partition": ".*"}
+    [answer] = run_target(
+        prometheus, panel("slurmgpu-waste", "GPU energy (kWh)")["targets"][0], values
+    )
+    assert float(answer["value"][1]) == pytest.approx(total)
+    [cost] = run_target(prometheus, panel("slurmgpu-waste", "Energy cost")["targets"][0], values)
+    assert (cost["metric"]["currency"], float(cost["value"][1])) == (
+        "EUR",
+        pytest.approx(total * 1.25 * 0.2),
+    )
+    [co2] = run_target(prometheus, panel("slurmgpu-waste", "CO2 (kg)")["targets"][0], values)
+    assert float(co2["value"][1]) == pytest.approx(total * 1.25 * 0.4)
+    [idle] = run_target(
+        prometheus, panel("slurmgpu-waste", "Idle GPU energy (kWh)")["targets"][0], values
+    )
+    # jobs 4101 and 4243 ran at 0 % all along: all of their energy is idle, and some of the rest
+    idle_runs = (gpu_energy_j(2, 1, 0) + gpu_energy_j(3, 2, 0)) / 3.6e6
+    assert idle_runs < float(idle["value"][1]) < total
+    kwh_t, _, cost_t, co2_t = panel("slurmgpu-waste", "Energy, cost and CO2 by partition")[
+        "targets"
+    ]
+    assert by_label(run_target(prometheus, kwh_t, values), "partition") == pytest.approx(kwh)
+    got_cost = by_label(run_target(prometheus, cost_t, values), "partition")
+    assert got_cost == pytest.approx({p: k * 1.25 * 0.2 for p, k in kwh.items()})
+    got_co2 = by_label(run_target(prometheus, co2_t, values), "partition")
+    assert got_co2 == pytest.approx({p: k * 1.25 * 0.4 for p, k in kwh.items()})
+
+
+def test_the_capacity_view_gives_kwh_per_used_gpu_hour(prometheus):
+    """The dump's kWh per partition over its used GPU-hours (allocated x utilization)."""
+    kwh: dict[str, float] = defaultdict(float)
+    used: dict[str, float] = defaultdict(float)
+    for line in sacct_rows():
+        f = dict(zip(HEADER.split("|"), line.split("|"), strict=True))
+        if f["ConsumedEnergyRaw"]:
+            kwh[f["Partition"]] += int(f["ConsumedEnergyRaw"]) / 3.6e6
+    for _job, _start, hours, part, _a, _u, gpus, util in SACCT_JOBS:
+        used[part] += hours * gpus * util / 100
+    [t] = panel("slurmgpu-capacity", "kWh per used GPU-hour")["targets"]
+    got = {r["metric"]["partition"]: float(r["values"][-1][1])
+           for r in run_target(prometheus, t, {"partition": ".*"})}  # fmt: skip
+    assert got == pytest.approx({p: kwh[p] / used[p] for p in kwh})
+
+
+def test_the_job_view_gives_the_jobs_energy_from_dcgms_counter(prometheus):
+    """Job 4242's two whole H100s draw 350 W each for the two hours; job 4250's MIG instances
+    (two 3g on GPU 1 at 210 W, one 1g on GPU 2 at 280 W) are charged slices / 7 of their GPU."""
+    [t] = panel("slurmgpu-job", "GPU energy (kWh)")["targets"]
+    seconds = SPAN
+    expected = {
+        "4242": 2 * H100_WATTS * seconds / 3.6e6,
+        "4250": (2 * 3 / 7 * A100_WATTS["1"] + 1 / 7 * A100_WATTS["2"]) * seconds / 3.6e6,
+    }
+    for job, kwh in expected.items():
+        [answer] = run_target(prometheus, t, {"jobid": job})
+        assert float(answer["value"][1]) == pytest.approx(kwh, rel=0.02), job

@@ -177,3 +177,29 @@ def test_the_docs_name_every_dashboard_and_every_series_a_panel_queries():
                 for metric in METRIC.findall(t["expr"]):
                     in_code = re.search(rf"`[^`\n]*\b{metric}\b[^`\n]*`", docs)
                     assert in_code, f"{metric} ({board['uid']}) not in the docs"
+
+
+def test_the_job_energy_charges_a_mig_instance_the_share_slurmgpu_charges():
+    """The job dashboard's energy sums DCGM's counter per series, a MIG instance's (its GPU's
+    counter) times a share picked by its profile: the share must be slurmgpu's own rule
+    (measure/collector/energy.py, docs/energy.md) for every profile size, and a whole GPU's
+    series (no GPU_I_PROFILE) counts once."""
+    from slurmgpu.measure.collector.energy import mig_share
+
+    board = load(GRAFANA / "dashboards" / "slurmgpu-job.json")
+    [panel] = [p for p in board["panels"] if p["title"] == "GPU energy (kWh)"]
+    [target] = panel["targets"]
+    terms = target["expr"].removeprefix("sum(").split(") / 3.6e9")[0].split(" or ")
+    shares = {}
+    for term in terms:
+        assert "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION" in term and "[$__range]" in term, term
+        m = re.fullmatch(r'(?:(\d+)/(\d+) \* )?increase\(.*GPU_I_PROFILE(=~?)"([^"]*)".*', term)
+        assert m, term
+        share = int(m[1]) / int(m[2]) if m[1] else 1.0
+        shares["" if m[3] == "=" else m[4]] = share
+    assert shares.pop("") == 1.0  # a whole GPU: not an instance, its whole counter
+    for k in range(1, 8):
+        [(pattern, share)] = [(p, s) for p, s in shares.items() if re.fullmatch(p, f"{k}g.10gb")]
+        assert share == pytest.approx(mig_share(f"{k}g.10gb")), pattern
+        assert re.fullmatch(pattern, f"{k}g.10gb+me") and not re.fullmatch(pattern, "1c.3g.40gb")
+    assert len(shares) == 7
