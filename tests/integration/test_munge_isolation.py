@@ -170,3 +170,32 @@ def test_a_foreign_munged_on_the_default_socket_is_never_used_nor_stopped(
     job = slurm_cluster.sbatch()
     assert slurm_cluster.wait_job_state(job, "COMPLETED", timeout=90) == "COMPLETED"
     assert munge_answers()
+
+
+def test_a_child_process_that_enters_gets_its_own_empty_run_munge(
+    slurm_cluster: SlurmCluster, tmp_path: Path
+) -> None:
+    # a process started by a test (a session within the session) does not share ours either
+    child = textwrap.dedent(
+        """
+        import json, os, sys
+        sys.path.insert(0, sys.argv[1])
+        from tests.harness.cluster import MUNGE_DIR, enter_private_munge
+        before = sorted(os.listdir(MUNGE_DIR))
+        enter_private_munge()
+        print(json.dumps([before, sorted(os.listdir(MUNGE_DIR))]))
+        open(os.path.join(MUNGE_DIR, "child-was-here"), "w").close()
+        """
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", child, str(REPO)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
+    before, after = json.loads(proc.stdout)
+    assert "munge.socket.2" in before  # it started in our namespace ...
+    assert after == []  # ... and got an empty /run/munge of its own
+    assert not Path("/run/munge/child-was-here").exists()
+    assert munge_answers()
