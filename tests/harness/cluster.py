@@ -1227,15 +1227,15 @@ class _MungeSession:
 _munge_session: _MungeSession | None = None
 
 
-def _libc_call(name: str, *args: object) -> None:
+def _libc_call(what: str, name: str, *args: object) -> None:
     import ctypes
 
     libc = ctypes.CDLL(None, use_errno=True)
-    func = getattr(libc, name)
-    if func(*args) != 0:
-        err = ctypes.get_errno()
+    if getattr(libc, name)(*args) != 0:
+        err = os.strerror(ctypes.get_errno())
         raise ClusterError(
-            f"{name}{args!r} failed: {os.strerror(err)} (the test cluster needs root)"
+            f"the session's private {MUNGE_DIR}: {what} failed: {err} "
+            "(the test cluster needs root with CAP_SYS_ADMIN)"
         )
 
 
@@ -1259,10 +1259,12 @@ def enter_private_munge() -> None:
         return
     import ctypes
 
-    _libc_call("unshare", ctypes.c_int(_CLONE_NEWNS))
-    _libc_call("mount", b"none", b"/", None, ctypes.c_ulong(_MS_REC | _MS_PRIVATE), None)
+    _libc_call("unshare(CLONE_NEWNS)", "unshare", ctypes.c_int(_CLONE_NEWNS))
+    flags = ctypes.c_ulong(_MS_REC | _MS_PRIVATE)
+    _libc_call("making / private", "mount", b"none", b"/", None, flags, None)
     Path(MUNGE_DIR).mkdir(parents=True, exist_ok=True)
     _libc_call(
+        f"mounting a tmpfs on {MUNGE_DIR}",
         "mount",
         SESSION_MUNGE_MOUNT.encode(),
         MUNGE_DIR.encode(),
