@@ -482,6 +482,9 @@ class SlurmCluster:
         if os.geteuid() != 0:
             raise ClusterError("the test cluster needs root (slurmd, mknod, munge socket)")
         deadline = time.monotonic() + timeout
+        if not self.detached:
+            # before our atexit `down` is registered: the session's munged is stopped after it
+            enter_private_munge()
         self._register_cleanup()
         try:
             for d in (self.conf_dir, self.dev_dir, self.log_dir, self.work_dir, self.state_dir):
