@@ -43,8 +43,14 @@ DEFAULT_PARTITIONS = ("PartitionName=gpu Nodes=ALL Default=YES MaxTime=INFINITE 
 DEFAULT_ACCOUNT = "research"
 
 # munge clients (slurmctld -> slurmdbd, sacctmgr) always use the default socket in 22.05, even
-# with AuthInfo=socket=... (seen here), so the harness must own or reuse this one.
-MUNGE_SOCKET = "/run/munge/munge.socket.2"
+# with AuthInfo=socket=... (seen here), so the harness must own this path. A test session owns
+# it privately: `enter_private_munge()` mounts an empty tmpfs on MUNGE_DIR in a mount namespace
+# of the session's own, where `session_munged()` starts the one munged every cluster of the
+# session uses. Only a detached cluster (`slurm-test-cluster up`) uses the host's socket.
+MUNGE_DIR = "/run/munge"
+MUNGE_SOCKET = MUNGE_DIR + "/munge.socket.2"
+# the source name of the session's tmpfs on MUNGE_DIR, as /proc/self/mountinfo shows it
+SESSION_MUNGE_MOUNT = "slurmgpu-session-munge"
 
 # what each part of the cluster needs, by Debian package
 REQUIRED_BINARIES: dict[str, tuple[str, ...]] = {
@@ -476,6 +482,9 @@ class SlurmCluster:
         if os.geteuid() != 0:
             raise ClusterError("the test cluster needs root (slurmd, mknod, munge socket)")
         deadline = time.monotonic() + timeout
+        if not self.detached:
+            # before our atexit `down` is registered: the session's munged is stopped after it
+            enter_private_munge()
         self._register_cleanup()
         try:
             for d in (self.conf_dir, self.dev_dir, self.log_dir, self.work_dir, self.state_dir):
@@ -507,6 +516,8 @@ class SlurmCluster:
             with contextlib.suppress(Exception):
                 self.scancel_all(timeout=10)
         for name in _STOP_ORDER:
+            if name == "munged" and not self.munged_started:
+                continue  # the session's munged (or the host's): not this cluster's to stop
             self._daemons[name].stop()
         if self._atexit_registered:
             atexit.unregister(self.down)
@@ -708,6 +719,12 @@ class SlurmCluster:
         )
 
     def _start_munge(self, deadline: float) -> None:
+        if not self.detached:
+            # the session's own munged, on a socket no other process on the host can reach
+            self._daemons["munged"] = session_munged(deadline - time.monotonic())
+            return
+        # by hand (`slurm-test-cluster up`): the daemons outlive this process and the user's
+        # shell runs sinfo/sbatch against them, so this uses the host's default socket
         if munge_answers():
             return  # reuse the munged on the default socket; never stop one we did not start
         key = write_munge_key(self.root / "munge" / "munge.key")
@@ -1196,6 +1213,125 @@ def munge_answers(socket_path: str = MUNGE_SOCKET) -> bool:
     except subprocess.TimeoutExpired:
         return False
     return back.returncode == 0
+
+
+# ---------------------------------------------------------------- the session's own munged
+
+_CLONE_NEWNS = 0x00020000
+_MS_NOSUID, _MS_NODEV, _MS_REC, _MS_PRIVATE = 0x2, 0x4, 0x4000, 0x40000
+
+
+@dataclass
+class _MungeSession:
+    pid: int  # the process that entered the namespace (a forked child must enter its own)
+    daemon: Daemon | None = None
+
+
+_munge_session: _MungeSession | None = None
+
+
+def _libc_call(what: str, name: str, *args: object) -> None:
+    import ctypes
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    if getattr(libc, name)(*args) != 0:
+        err = os.strerror(ctypes.get_errno())
+        raise ClusterError(
+            f"the session's private {MUNGE_DIR}: {what} failed: {err} "
+            "(the test cluster needs root with CAP_SYS_ADMIN)"
+        )
+
+
+def enter_private_munge() -> None:
+    """Put this process in a mount namespace of its own, with an empty tmpfs on /run/munge.
+
+    Once per process (a second call does nothing). From then on MUNGE_SOCKET, the path every
+    Slurm and munge program of this process and of its children uses, is this session's
+    alone: no other test session, system munged or CI run on the host can answer on it,
+    replace it or stop it, and nothing this session starts or stops there is seen outside.
+    The rest of the file system stays shared (`/` is made private recursively first, so the
+    tmpfs does not propagate back to the host). The namespace ends with its last process; no
+    mount is left on the host. A process already inside another session's namespace (a child
+    of a test) gets its own tmpfs on top, so it does not share the parent's munged either.
+
+    Only the calling thread moves (Linux): call it before starting threads that run programs
+    (tests/integration/conftest.py calls it when the session is configured).
+    """
+    global _munge_session
+    if _munge_session is not None and _munge_session.pid == os.getpid():
+        return
+    import ctypes
+
+    _libc_call("unshare(CLONE_NEWNS)", "unshare", ctypes.c_int(_CLONE_NEWNS))
+    flags = ctypes.c_ulong(_MS_REC | _MS_PRIVATE)
+    _libc_call("making / private", "mount", b"none", b"/", None, flags, None)
+    Path(MUNGE_DIR).mkdir(parents=True, exist_ok=True)
+    _libc_call(
+        f"mounting a tmpfs on {MUNGE_DIR}",
+        "mount",
+        SESSION_MUNGE_MOUNT.encode(),
+        MUNGE_DIR.encode(),
+        b"tmpfs",
+        ctypes.c_ulong(_MS_NOSUID | _MS_NODEV),
+        b"mode=0755,size=16m",
+    )
+    _munge_session = _MungeSession(pid=os.getpid())
+    # registered before any cluster's `down`, so at exit it runs after them (atexit is LIFO)
+    atexit.register(stop_session_munged)
+
+
+def in_private_munge() -> bool:
+    """True when this process entered its private /run/munge (`enter_private_munge`)."""
+    return _munge_session is not None and _munge_session.pid == os.getpid()
+
+
+def session_munged(timeout: float = 30) -> Daemon:
+    """The session's own munged on MUNGE_SOCKET (started on first use; ClusterError if not).
+
+    Enters the private namespace first (`enter_private_munge`). Never reuses a munged it did
+    not start: the socket is private, so one answering there can only be this session's. The
+    key (fresh, random), seed, pid file and log live in `/run/munge/session/` on the private
+    tmpfs. It is stopped when this process exits (atexit, SIGTERM) or is killed (SIGTERM via
+    PR_SET_PDEATHSIG), never by a cluster's `down()`, since every cluster of the session uses
+    it. A Debian root's programs see the same socket: its wrappers bind the caller's
+    /run/munge into the root (tests/harness/debian_root.py).
+    """
+    enter_private_munge()
+    assert _munge_session is not None
+    daemon = _munge_session.daemon
+    if daemon is not None and daemon.alive():
+        return daemon
+    home = Path(MUNGE_DIR) / "session"
+    for sub in (home, home / "log", home / "pids"):
+        sub.mkdir(mode=0o700, parents=True, exist_ok=True)
+    key = write_munge_key(home / "munge.key")
+    daemon = Daemon("munged", home, home / "munged.log", "munged")
+    _munge_session.daemon = daemon
+    daemon.start(
+        munged_argv(key, MUNGE_SOCKET, home, home), _clean_env({}), home, die_with_parent=True
+    )
+    deadline = time.monotonic() + timeout
+    while not munge_answers():
+        if not daemon.alive():
+            raise ClusterError(
+                f"the session's munged exited before it was answering on {MUNGE_SOCKET}\n"
+                f"--- last lines of {daemon.log_file} ---\n{daemon.tail()}"
+            )
+        if time.monotonic() > deadline:
+            daemon.stop()
+            raise ClusterError(
+                f"the session's munged was not answering on {MUNGE_SOCKET} after {timeout:g} s"
+                f"\n--- last lines of {daemon.log_file} ---\n{daemon.tail()}"
+            )
+        time.sleep(0.1)
+    return daemon
+
+
+def stop_session_munged() -> None:
+    """Stop the session's munged (this process's; nothing else's). Also run at exit."""
+    if in_private_munge() and _munge_session is not None and _munge_session.daemon is not None:
+        _munge_session.daemon.stop()
+        _munge_session.daemon = None
 
 
 def _die_with_parent() -> None:

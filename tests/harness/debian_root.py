@@ -19,8 +19,11 @@ exist for slurmctld and slurmd at once, and uids of files in `/tmp` mean the sam
 `SlurmRelease.activate()` puts `bin/` first on this process's PATH: the harness, and the
 slurmgpu code the tests call, then run that release's `sbatch`, `sacct`, `slurmd -G`, ...
 exactly as on a site where it is installed. MariaDB stays the host's (slurmdbd reaches it
-over loopback TCP). munge runs inside the root (its own munged on the root's
-`/run/munge/munge.socket.2`, started and stopped by the harness as on the host).
+over loopback TCP). munge runs inside the root, but the wrapper binds the caller's
+`/run/munge` onto the root's: in a test session that is the session's private tmpfs
+(`cluster.enter_private_munge`), so the root's munged and clients use the session's own
+socket, never one another session of the same cached root uses; outside a session (a
+cluster started by hand) it is the host's, as with the host's Slurm.
 
 Test code, not product code.
 """
@@ -534,6 +537,7 @@ mount --bind /sys "$r/sys"
 {binds}
 mount --bind /etc "$r/host-etc"
 mount -o remount,bind,ro "$r/host-etc"
+if [ -d /run/munge ]; then mount --bind /run/munge "$r/run/munge"; fi
 exec chroot "$r" /bin/sh -c "cd \\"\\$0\\" 2>/dev/null || cd /; exec \\"\\$@\\"" "$wd" "$@"
 ' enter "{root}" "$PWD" "$@"
 """

@@ -10,9 +10,9 @@ class reuses). Each node's slurmd runs under `unshare --net --uts --mount`:
   mknod from the recorded machine: /dev/nvidiaN, /dev/nvidia-caps/nvidia-capN) beside the few
   standard ones, and the node's own directory bound over `ROOT/fake`, so that the same path
   (`ROOT/fake/machine.json` for the pynvml double, `ROOT/fake/host` for `--host-root`) shows
-  each node its own recorded machine. Everything else (the munge socket, the repository, the
-  venv, `ROOT/etc`) is the host's file system, so every slurmd reads the one slurm.conf and
-  the one cluster-wide gres.conf.
+  each node its own recorded machine. Everything else (the session's munge socket, the
+  repository, the venv, `ROOT/etc`) is the host's file system (as the test session sees it),
+  so every slurmd reads the one slurm.conf and the one cluster-wide gres.conf.
 
 One node as its admin sees it (what `slurmgpu mig apply` needs): `stop_slurmd(NAME)` and
 `start_slurmd(NAME)` (systemctl stop/start: the start makes /dev from the node's machine

@@ -6,6 +6,7 @@ show that the integration tests ran against real daemons.
 
 from __future__ import annotations
 
+import contextlib
 import os
 from collections.abc import Iterator
 from pathlib import Path
@@ -13,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from tests.harness import SlurmCluster, missing_binaries
+from tests.harness.cluster import ClusterError, enter_private_munge
 
 # which Slurm release the session runs (SLURMGPU_TEST_SLURM, `scripts/run-tests --slurm`):
 # an autouse session fixture activates it before any cluster starts; see docs/testing.md
@@ -25,6 +27,15 @@ from tests.harness.releases import (  # noqa: F401  (fixtures pytest finds by na
 
 HERE = Path(__file__).resolve().parent
 SETUP_HINT = "run the README's test command as root: sudo ./scripts/run-tests"
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    # the session's own /run/munge (a private mount namespace, tests/harness/cluster.py), set
+    # up before any thread or daemon starts; without root the tests fail in require_slurm()
+    if os.geteuid() == 0:
+        # where unshare is refused, the first cluster's up() raises saying so
+        with contextlib.suppress(ClusterError):
+            enter_private_munge()
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

@@ -64,6 +64,8 @@ def test_wrappers_exec_the_root_programs(tmp_path: Path) -> None:
     enter = (root.bin_dir / ".enter").read_text()
     assert "unshare --mount --propagation private" in enter
     assert 'mount --rbind "/tmp" "$r/tmp"' in enter and str(root.path) in enter
+    # the root's munge socket is the caller's: a test session's private /run/munge
+    assert 'mount --bind /run/munge "$r/run/munge"' in enter
     # the checkout (its venv) and the interpreter that venv runs are bound at the same path
     for path in root.binds:
         assert f'mount --rbind "{path}" "$r{path}"' in enter
