@@ -87,7 +87,7 @@ def test_node_commands_work_without_the_extra(light_venv, tmp_path, slurm_cluste
     assert out.returncode == 0, out.stderr
     out = light(light_venv, "gen-gres", "--snapshot", str(tmp_path / "n.json"), "--check",
                 "--output", str(tmp_path / "gres.conf"))  # fmt: skip
-    assert out.returncode == 0, out.stderr
+    assert out.returncode == 3, out.stderr  # 3: written (docs/acting.md, exit codes)
     assert (
         "Name=gpu Type=h100 File=/dev/nvidia7 Cores=56-111" in (tmp_path / "gres.conf").read_text()
     )
