@@ -34,9 +34,9 @@ def main(argv: list[str] | None = None) -> int:
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--seed", type=int, default=33)
-    ap.add_argument("--jobs", type=int, default=1500, help="submissions (arrays: 3 tasks)")
-    ap.add_argument("--span", type=float, default=1200.0, help="seconds of submissions")
-    ap.add_argument("--drain", type=float, default=180.0, help="seconds to let the queue empty")
+    ap.add_argument("--jobs", type=int, default=1600, help="submissions (arrays: 3 tasks)")
+    ap.add_argument("--span", type=float, default=1800.0, help="seconds of submissions")
+    ap.add_argument("--drain", type=float, default=120.0, help="seconds to let the queue empty")
     ap.add_argument("--idle-period", type=float, default=8.0)
     ap.add_argument("--autopilot-period", type=float, default=90.0)
     ap.add_argument("--report-period", type=float, default=60.0)

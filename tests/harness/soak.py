@@ -104,9 +104,9 @@ class SoakConfig:
     """The size and the pace of one soak; the defaults are the CI size."""
 
     seed: int = 33
-    jobs: int = 160  # submissions (an array counts once; its 3 tasks are jobs in sacct)
-    span_s: float = 120.0  # submissions spread over this many seconds
-    drain_s: float = 75.0  # after the span, wait at most this long for the queue to empty
+    jobs: int = 100  # submissions (an array counts once; its 3 tasks are jobs in sacct)
+    span_s: float = 110.0  # submissions spread over this many seconds
+    drain_s: float = 60.0  # after the span, wait at most this long for the queue to empty
     idle_period_s: float = 8.0
     autopilot_period_s: float = 60.0
     report_period_s: float = 45.0
@@ -576,9 +576,7 @@ class Soak:
         ingest = [*py, "ingest", "--store", str(s / "store"), "--since", "1d"]
         return [
             Timer(self, "idle", idle, cfg.idle_period_s, cfg.idle_period_s * 3, 2.0),
-            Timer(
-                self, "autopilot", auto, cfg.autopilot_period_s, cfg.autopilot_period_s * 2, 25.0
-            ),
+            Timer(self, "autopilot", auto, cfg.autopilot_period_s, cfg.autopilot_period_s * 2, 3.0),
             Timer(self, "report", report, cfg.report_period_s, cfg.report_period_s * 2, 3.0),
             Timer(self, "ingest", ingest, cfg.report_period_s, cfg.report_period_s * 2, 2.0),
         ]
@@ -594,7 +592,7 @@ class Soak:
             n = 3 if shape == "array" else 1
             kinds = tuple(r.choices(KINDS, (0.5, 0.3, 0.07, 0.06, 0.07))[0] for _ in range(n))
             idle_like = any(k != "busy" for k in kinds)
-            seconds = r.randint(55, 80) if idle_like else r.randint(8, 35)
+            seconds = r.randint(50, 65) if idle_like else r.randint(5, 25)
             plan = JobPlan(
                 seq,
                 shape,
@@ -638,9 +636,13 @@ class Soak:
         else:
             plan.refused = (proc.stderr or proc.stdout).strip()[:200]
 
-    def collect_salloc(self) -> None:
+    def collect_salloc(self) -> set[str]:
+        """The interactive jobs' ids; those whose salloc still waits are cancelled here (by
+        the soak: the returned ids)."""
+        ended_by_soak = set()
         for plan, proc in self.salloc:
-            if proc.poll() is None:
+            waiting = proc.poll() is None
+            if waiting:
                 with contextlib.suppress(ProcessLookupError):
                     os.killpg(proc.pid, signal.SIGTERM)
             try:
@@ -651,8 +653,11 @@ class Soak:
             m = re.search(r"job allocation (\d+)", err or "")
             if m:
                 plan.job_id = int(m.group(1))
+                if waiting:
+                    ended_by_soak.add(m.group(1))
             elif plan.job_id is None:
                 plan.refused = (err or "no allocation id").strip()[:200]
+        return ended_by_soak
 
     # ---------------------------------------------------------------- faults
 
@@ -670,7 +675,11 @@ class Soak:
             "mail-down",
             "disk-full",
         ]
-        return sorted((r.uniform(0.1 * span, 0.9 * span), n) for n in names)
+        rounds = max(1, round(span / 300))  # the long run: every fault once per 5 minutes
+        part = span / rounds
+        return sorted(
+            (k * part + r.uniform(0.1 * part, 0.9 * part), n) for k in range(rounds) for n in names
+        )
 
     def inject(self, name: str) -> None:
         c, r = self.cluster, random.Random(f"{self.config.seed}-{name}")
@@ -746,9 +755,9 @@ class Soak:
         while time.monotonic() < deadline and self.soak_jobs_active():
             time.sleep(2)
 
-    def soak_jobs_active(self) -> list[str]:
-        out = self.cluster.run(["squeue", "-h", "-o", "%A|%j"], check=False, timeout=30).stdout
-        return [ln.split("|")[0] for ln in out.splitlines() if "|soak-" in ln]
+    def soak_jobs_active(self, field: str = "%A") -> list[str]:
+        out = self.cluster.run(["squeue", "-h", "-o", f"{field}|%j"], check=False, timeout=30)
+        return [ln.split("|")[0] for ln in out.stdout.splitlines() if "|soak-" in ln]
 
     def finish(self, timers: list[Timer]) -> SoakResult:
         # one clean pass of each timer after the faults: what a killed pass left pending is
@@ -757,17 +766,15 @@ class Soak:
         for t in timers:
             t.one(None, False)
         self.stopping.set()
-        self.collect_salloc()
-        teardown = set(self.soak_jobs_active())
-        if teardown:
-            self.cluster.run(
-                ["scancel", "-n", ",".join(sorted({p.name for p in self.plans.values()}))],
-                check=False,
-            )
-            for _ in range(60):
-                if not self.soak_jobs_active():
-                    break
-                time.sleep(1)
+        teardown = self.collect_salloc()
+        teardown |= set(self.soak_jobs_active())
+        for _ in range(60):
+            active = self.soak_jobs_active("%i")  # 12_3, or 12_[4-6] for pending tasks
+            if not active:
+                break
+            teardown |= set(self.soak_jobs_active())
+            self.cluster.run(["scancel", *active], check=False, timeout=60)
+            time.sleep(1)
         time.sleep(3)  # slurmdbd has the last ends
         return check_all(self, teardown)
 
@@ -826,6 +833,19 @@ def expected_jobs(plans: list[JobPlan]) -> dict[str, JobPlan]:
     return out
 
 
+def array_tasks(job_id: str) -> list[str]:
+    """sacct's id of a row -> the jobs it stands for: `12_[0-2]` (tasks that never started,
+    cancelled together) is 12_0, 12_1, 12_2."""
+    m = re.fullmatch(r"(\d+)_\[([0-9,\-]+)(?:%\d+)?\]", job_id)
+    if not m:
+        return [job_id]
+    out = []
+    for part in m.group(2).split(","):
+        lo, _, hi = part.partition("-")
+        out += [f"{m.group(1)}_{t}" for t in range(int(lo), int(hi or lo) + 1)]
+    return out
+
+
 def task_of(job_id: str) -> int | None:
     _, sep, task = job_id.partition("_")
     return int(task) if sep and task.isdigit() else None
@@ -858,7 +878,7 @@ def check_all(soak: Soak, teardown: set[str]) -> SoakResult:
     expected = expected_jobs(plans)
     ids = sorted({p.job_id for p in plans if p.job_id is not None})
     rows = sacct_latest(soak.cluster, ids) if ids else []
-    by_id = {r["id"]: r for r in rows}
+    by_id = {task: r for r in rows for task in array_tasks(r["id"])}
     by_raw = {r["raw"]: r for r in rows}
     inv: list[Invariant] = []
 
