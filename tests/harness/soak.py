@@ -978,6 +978,8 @@ def check_all(soak: Soak, teardown: set[str]) -> SoakResult:
         "mails": len(soak.mail.messages()) if soak.mail.proc else -1,
         "cancelled_in_sacct": len(cancelled),
         "autopilot_changes": _count_changes(soak),
+        "collector_summaries": sum(1 for p in (soak.work / "spool").rglob("*") if p.is_file()),
+        "ended_by_soak_teardown": len(teardown),
     }
     refused = [p for p in plans if p.refused]
     return SoakResult(
