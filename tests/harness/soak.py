@@ -986,6 +986,7 @@ def check_all(soak: Soak, teardown: set[str]) -> SoakResult:
         "mails": len(soak.mail.messages()) if soak.mail.proc else -1,
         "cancelled_in_sacct": len(cancelled),
         "autopilot_changes": _count_changes(soak),
+        "epilog_runs": _lines_with(soak.logs / "epilog.log", "epilog:"),
         "collector_summaries": sum(1 for p in (soak.work / "spool").rglob("*") if p.is_file()),
         "ended_by_soak_teardown": len(teardown),
     }
@@ -1001,6 +1002,13 @@ def check_all(soak: Soak, teardown: set[str]) -> SoakResult:
         inv,
         time.monotonic() - soak.t0,
     )
+
+
+def _lines_with(path: Path, text: str) -> int:
+    try:
+        return sum(text in line for line in path.read_text(errors="replace").splitlines())
+    except OSError:
+        return 0
 
 
 def _epoch(iso: str) -> float:
