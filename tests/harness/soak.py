@@ -171,6 +171,7 @@ class SoakResult:
     jobs_submitted: int
     jobs_in_sacct: int
     refused: int
+    refused_why: dict[str, int]
     faults: list[tuple[float, str]]
     passes: list[PassRecord]
     actions: dict[str, int]
@@ -201,6 +202,7 @@ class SoakResult:
             "submissions": self.jobs_submitted,
             "jobs_in_sacct": self.jobs_in_sacct,
             "refused_submissions": self.refused,
+            "refused_why": self.refused_why,
             "faults": [f"{t:.0f}s {what}" for t, what in self.faults],
             "actions": self.actions,
             "timers": timers,
@@ -991,11 +993,16 @@ def check_all(soak: Soak, teardown: set[str]) -> SoakResult:
         "ended_by_soak_teardown": len(teardown),
     }
     refused = [p for p in plans if p.refused]
+    why: dict[str, int] = {}
+    for p in refused:
+        key = re.sub(r"\d+", "N", p.refused.splitlines()[-1])[:100]
+        why[key] = why.get(key, 0) + 1
     return SoakResult(
         soak.config,
         len(plans),
         len(rows),
         len(refused),
+        why,
         soak.faults,
         soak.passes,
         actions,
