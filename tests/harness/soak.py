@@ -618,13 +618,13 @@ class Soak:
         return sorted(out, key=lambda x: x[0])
 
     def submit(self, plan: JobPlan) -> None:
-        args = ["-J", plan.name, "-p", plan.partition, f"--gres=gpu:{plan.gpus}", "-t", "3"]
+        args = ["-J", plan.name, "-p", plan.partition, f"--gres=gpu:{plan.gpus}"]
         if plan.tier != "P2":
             args.append(f"--qos={QOS[plan.tier]}")  # P2: the module's default tier
         if plan.exempt:
             args.append("--comment=idle-exempt=data-loading")
         if plan.shape == "interactive":
-            argv = ["salloc", "--no-shell", *args[:-2], "-t", "1"]
+            argv = ["salloc", "--no-shell", *args, "-t", "1"]
             proc = subprocess.Popen(
                 argv,
                 stdout=subprocess.PIPE,
@@ -635,6 +635,7 @@ class Soak:
             )
             self.salloc.append((plan, proc))
             return
+        args += ["-t", "3"]
         if plan.shape == "array":
             args.append("--array=0-2")
         script = f"#!/bin/sh\nsleep {plan.seconds}\n"
