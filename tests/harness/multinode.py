@@ -613,6 +613,7 @@ exec {slurmd} -D -N {name}
         topology_yaml: str | None = None,
         partitions: Sequence[str] | None = None,
         extra_conf: str = "",
+        job_submit_lua: str | None = None,
         timeout: float = 90,
     ) -> None:
         """New configs (unset: the defaults), restart slurmctld and every node, wait idle."""
@@ -625,7 +626,7 @@ exec {slurmd} -D -N {name}
             gres_conf if gres_conf is not None else defaults[1],
             extra_conf,
             list(DEFAULT_MULTI_PARTITIONS if partitions is None else partitions),
-            None,
+            job_submit_lua,
         )
         self._restart_all(timeout)
 
