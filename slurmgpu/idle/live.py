@@ -79,6 +79,9 @@ class LiveReport:
     checked: int
     events: tuple[LiveEvent, ...]
     warnings: tuple[str, ...] = ()
+    # the jobs this run cancelled or requeued (dry: would): the cluster changed (exit 3);
+    # warnings, notify mails and a killed run's action resolved change no job
+    acted_on: tuple[str, ...] = ()
 
     def to_json(self) -> dict:
         return {
@@ -104,6 +107,7 @@ class _Run:
     actions: int = 0
     emitted_mail: list[str] = field(default_factory=list)
     emitted_commands: list[str] = field(default_factory=list)
+    acted_on: list[str] = field(default_factory=list)  # cancelled/requeued (dry: would be)
 
     def event(self, job: IdleJob, kind: str, detail: str, done: bool) -> None:
         self.events.append(
@@ -146,7 +150,12 @@ def idle_live(options: LiveOptions) -> LiveReport:
     if options.emit_dir:
         _emit(Path(options.emit_dir), run)
     return LiveReport(
-        iso_epoch(run.now_s), options.dry_run, len(jobs), tuple(run.events), tuple(run.warnings)
+        iso_epoch(run.now_s),
+        options.dry_run,
+        len(jobs),
+        tuple(run.events),
+        tuple(run.warnings),
+        tuple(run.acted_on),
     )
 
 
@@ -312,6 +321,7 @@ def _maybe_act(run: _Run, job: IdleJob, rule: IdleRule, state: dict) -> None:
         if rule.action == "requeue":
             argv = ["scontrol", "requeue", _name(job)]
         if argv:
+            run.acted_on.append(_name(job))
             run.emitted_commands.append(f"# job {_name(job)} ({job.user}): {detail}")
             run.emitted_commands.append(_only_while_running(_name(job), argv))
         return
@@ -329,6 +339,7 @@ def _maybe_act(run: _Run, job: IdleJob, rule: IdleRule, state: dict) -> None:
         if why is not None:
             _failed(run, job, rule, state, detail, why)
             return
+        run.acted_on.append(_name(job))
     else:
         run.actions += 1
     state["acted"] = run.now_s
