@@ -93,9 +93,14 @@ def test_a_backlog_takes_an_idle_node(fleet_cluster: MultiNodeCluster, tmp_path)
         assert partition_nodes(fleet_cluster, "infer") == "gpu[03-04]"
         assert rebalance(fleet_cluster, log, "apply", "--undo").returncode == 2  # nothing left
 
-        # scontrol's change is memory only: a restarted slurmctld goes back to slurm.conf
+        # scontrol's change is memory only: a restarted slurmctld goes back to slurm.conf.
+        # The job that waited runs now: another one waits, so that a node moves again (the
+        # exit status says whether one did: 3; 0 would make this check say nothing)
+        more = fleet_cluster.sbatch("-p", "train", "--gres=gpu:8", "--exclusive", script=script)
+        fleet_cluster.wait_job_state(more, "PENDING", timeout=10)
         again = rebalance(fleet_cluster, log, "apply", *FAST, "--cooldown", "0", "--transient")
-        assert again.returncode == 3, again.stderr
+        assert again.returncode == 3, again.stdout + again.stderr
+        assert partition_nodes(fleet_cluster, "train") != "gpu[01-02]"
         fleet_cluster.restart_slurmctld()
         assert partition_nodes(fleet_cluster, "train") == "gpu[01-02]"
     finally:
