@@ -673,20 +673,26 @@ def _save_state(state_dir: Path, state: dict) -> None:
 
 def _only_while_running(name: str, argv: list[str]) -> str:
     """The emitted line acts only on a job still RUNNING when a person runs the script, so a
-    second run (the job already cancelled, or requeued and pending) does nothing and exits 0."""
+    second run (the job already cancelled, or requeued and pending) does nothing and exits 0;
+    one that acted marks the script's exit status 3 (docs/acting.md, exit codes)."""
     import shlex
 
     job = shlex.quote(name)
     state = f'"$(squeue -h -j {job} -o %T 2>/dev/null)"'
-    return f"if [ {state} = RUNNING ]; then {shlex.join(argv)}; fi"
+    return f"if [ {state} = RUNNING ]; then {shlex.join(argv)}; changed=1; fi"
 
 
 def _emit(directory: Path, run: _Run) -> None:
-    """`--emit DIR`: the commands as a script to run by hand, each mail as a file."""
+    """`--emit DIR`: the commands as a script to run by hand, each mail as a file. The script
+    exits 3 when it acted on a job, 0 when none was still running (the one convention)."""
     from slurmgpu.util.atomic import write_atomic
 
-    script = ["#!/bin/sh", "# slurmgpu idle --live --emit: the actions of this run", "set -e"]
-    write_atomic(directory / "idle-actions.sh", "\n".join([*script, *run.emitted_commands]) + "\n",
+    script = ["#!/bin/sh", "# slurmgpu idle --live --emit: the actions of this run", "set -e",
+              "changed=0"]  # fmt: skip
+    end = ["# exit 3: a job was acted on, 0: none (docs/acting.md, exit codes)",
+           'if [ "$changed" = 1 ]; then exit 3; fi', "exit 0"]  # fmt: skip
+    write_atomic(directory / "idle-actions.sh",
+                 "\n".join([*script, *run.emitted_commands, *end]) + "\n",
                  mode=0o755, backup=False)  # fmt: skip
     for n, text in enumerate(run.emitted_mail, 1):
         write_atomic(directory / f"mail-{n:03d}.txt", text, mode=0o644, backup=False)

@@ -221,8 +221,10 @@ def test_idle_job_is_warned_twice_by_mail_then_cancelled(world):
     emit.mkdir()
     live(world, s + 190, "--emit", str(emit), code=3)  # the same, written down for a person to run
     script = (emit / "idle-actions.sh").read_text().splitlines()
-    commands = [ln for ln in script if not ln.startswith("#") and ln != "set -e"]
-    guard = 'if [ "$(squeue -h -j {0} -o %T 2>/dev/null)" = RUNNING ]; then {1} {0}; fi'
+    frame = ("set -e", "changed=0", 'if [ "$changed" = 1 ]; then exit 3; fi', "exit 0")
+    assert [ln for ln in script if ln in frame] == list(frame)  # 3 when it acted (acting.md)
+    commands = [ln for ln in script if not ln.startswith("#") and ln not in frame]
+    guard = 'if [ "$(squeue -h -j {0} -o %T 2>/dev/null)" = RUNNING ]; then {1} {0}; changed=1; fi'
     assert commands in (
         [guard.format(jobs["idle"], "scancel")], [guard.format(jobs["requeue"], "scontrol requeue")]
     )  # fmt: skip

@@ -424,3 +424,39 @@ def test_live_exits_0_for_a_notify_rule_and_for_a_refused_action(world, tmp_path
     assert refused.exit_code == 0, refused.output
     assert "failed (attempt 1" in refused.output
     assert world.jobs()["150"]["JobState"] == "RUNNING"
+
+
+SQUEUE = r"""#!{python}
+import json, sys
+from pathlib import Path
+job = sys.argv[sys.argv.index("-j") + 1]
+for rec in json.loads(Path({jobs!r}).read_text()):
+    if rec["JobId"] == job and rec["JobState"] not in ("CANCELLED", "COMPLETED"):
+        print(rec["JobState"])
+"""
+
+
+def test_the_emitted_script_exits_3_when_it_acted_then_0(world, tmp_path, monkeypatch):
+    """`--emit DIR`'s idle-actions.sh follows the one convention, like qos-apply.sh: 3 when it
+    cancelled a job still running, 0 when a second run finds nothing to do."""
+    import subprocess
+    import sys
+
+    world.set_jobs([record("160", STARTED)])
+    busy_idle(world, ("160",), ())
+    emit = tmp_path / "emit"
+    emit.mkdir()
+    emitted = live_cli(world, tmp_path, monkeypatch, "cancel", "--emit", str(emit))
+    assert emitted.exit_code == 3, emitted.output
+    assert world.calls() == []  # --emit acts on nothing
+    squeue = world.bin / "squeue"
+    squeue.write_text(SQUEUE.format(python=sys.executable, jobs=str(world.root / "jobs.json")))
+    squeue.chmod(0o755)
+    codes = []
+    for _ in range(2):
+        ran = subprocess.run(["sh", str(emit / "idle-actions.sh")], env=world.env,
+                             capture_output=True, text=True, timeout=60, check=False)  # fmt: skip
+        codes.append(ran.returncode)
+        assert not ran.stderr, ran.stderr
+    assert codes == [3, 0]
+    assert world.calls() == ["scancel 160"] and world.jobs()["160"]["JobState"] == "CANCELLED"
