@@ -58,6 +58,10 @@ class AutopilotOptions:
     mig: Any = None  # autopilot.carve.MigSite: MIG layouts decided from the forecast
 
 
+# the statuses of a pass that changed the cluster or, dry, would (the exit status 3)
+CHANGED_STATUSES = frozenset({"applied", "failed", "rolled-back", "would-apply"})
+
+
 @dataclass(frozen=True)
 class PassResult:
     time: str
@@ -75,6 +79,17 @@ class PassResult:
     change_id: str = ""
     written: tuple[str, ...] = ()
     mig: tuple[MigChange, ...] = ()  # a MIG change's nodes, layouts before and after
+
+    @property
+    def changed(self) -> bool:
+        """Whether the pass changed the cluster (or, dry, would): nodes moved or carved
+        (`applied`; `failed`: a carve began, its nodes undone and left drained), a change
+        rolled back, or what a killed pass left pending finished or undone. A proposal, a
+        hold, a wait or a verification changes nothing (docs/acting.md, exit codes)."""
+        if self.status in CHANGED_STATUSES:
+            return True
+        mark = "dry run: a killed pass" if self.dry_run else "recovered: "
+        return any(n.startswith(mark) for n in self.notes)
 
     def to_dict(self) -> dict[str, Any]:
         from dataclasses import asdict

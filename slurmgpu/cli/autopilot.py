@@ -87,13 +87,21 @@ DEFAULT_REBALANCE_LOG = "/var/lib/slurmgpu/rebalance.jsonl"  # = `rebalance appl
               show_default=True)  # fmt: skip
 @click.pass_context
 def autopilot(ctx: click.Context, fmt: str, **params: object) -> None:
-    """One pass: verify the last change, then advise, check the guardrails, propose or act."""
+    """One pass: verify the last change, then advise, check the guardrails, propose or act.
+
+    Exit 3: the pass changed the cluster (nodes moved or carved, a change rolled back, a
+    killed pass's change finished or undone; with --dry-run: it would); 0: it changed
+    nothing (held, waiting, proposed, verified, kill switch); 1: an error (docs/acting.md)."""
     if ctx.invoked_subcommand is not None:
         return
     from slurmgpu.autopilot import autopilot as run_pass
+    from slurmgpu.cli.emit_options import exit_with
+    from slurmgpu.util.emit import changed_status
     from slurmgpu.views.autopilot import render_autopilot
 
-    click.echo(render_autopilot(run_pass(autopilot_options(params)).to_dict(), fmt), nl=False)
+    result = run_pass(autopilot_options(params))
+    click.echo(render_autopilot(result.to_dict(), fmt), nl=False)
+    exit_with(changed_status(result.changed))
 
 
 autopilot.params[1:1] = [

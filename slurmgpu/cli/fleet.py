@@ -275,14 +275,20 @@ def rebalance() -> None:
 @rebalance.command("plan")
 @_rebalance_options
 def rebalance_plan(floor, floor_for, min_pending, min_idle, cooldown, max_moves, log_path):
-    """Show the moves `apply` would make, with reasons (changes nothing)."""
+    """Show the moves `apply` would make, with reasons (changes nothing).
+
+    Exit 0: no move; 3: `apply` would move nodes (docs/acting.md, exit codes)."""
     from pathlib import Path
 
+    from slurmgpu.cli.emit_options import exit_with
     from slurmgpu.fleet.rebalance import current_plan
+    from slurmgpu.util.emit import changed_status
     from slurmgpu.views.rebalance import render_plan
 
     opts = _opts(floor, floor_for, min_pending, min_idle, cooldown, max_moves)
-    click.echo(render_plan(current_plan(opts, Path(log_path)), applied=False), nl=False)
+    plan = current_plan(opts, Path(log_path))
+    click.echo(render_plan(plan, applied=False), nl=False)
+    exit_with(changed_status(bool(plan.moves)))
 
 
 @rebalance.command("apply")
@@ -322,10 +328,16 @@ def rebalance_apply(
     transient,
     emit_dir,
 ):
-    """Move the nodes with `scontrol update PartitionName=... Nodes=...` and log each move."""
+    """Move the nodes with `scontrol update PartitionName=... Nodes=...` and log each move.
+
+    Exit 0: nothing moved (and, with --dry-run or --emit, nothing would); 3: nodes moved, a
+    killed run's move was finished or undone, or --undo set a partition back (with --dry-run
+    or --emit: the plan has moves); 1: an error (docs/acting.md, exit codes)."""
     from pathlib import Path
 
+    from slurmgpu.cli.emit_options import exit_with
     from slurmgpu.fleet import rebalance as lib
+    from slurmgpu.util.emit import changed_status
     from slurmgpu.views.rebalance import render_plan
 
     log, conf = Path(log_path), Path(partitions_conf) if partitions_conf else None
@@ -335,6 +347,7 @@ def rebalance_apply(
             click.echo(f"restored PartitionName={name} Nodes={hostlist}")
         for name, hostlist in sorted(result.unchanged.items()):
             click.echo(f"unchanged PartitionName={name} Nodes={hostlist} (already so: nothing set)")
+        exit_with(changed_status(bool(result.restored) or result.conf_written))
         return
     opts = _opts(floor, floor_for, min_pending, min_idle, cooldown, max_moves)
     notes: list[str] = []
@@ -351,3 +364,4 @@ def rebalance_apply(
         click.echo(f"recovered: {note}")
     applied = not dry_run and emit_dir is None
     click.echo(render_plan(plan, applied=applied, durable=str(conf) if conf else None), nl=False)
+    exit_with(changed_status(bool(plan.moves) or bool(notes)))

@@ -71,15 +71,21 @@ def idle(
       slurmgpu idle --sacct-file week.txt --prometheus http://prom:9090
       slurmgpu idle --since 7d --prometheus http://prom:9090 --format html -o idle.html
       slurmgpu idle --live --prometheus http://prom:9090 --smtp localhost:25
+
+    --live exits 3 when it cancelled or requeued a job (with --dry-run or --emit: it would),
+    0 when it acted on none (warnings and mails change no job); 1: an error (docs/acting.md).
     """
     from slurmgpu.accounting.when import parse_when
+    from slurmgpu.cli.emit_options import exit_with
     from slurmgpu.cli.report import write_report
     from slurmgpu.idle import IdleOptions
     from slurmgpu.idle import idle as run_idle
     from slurmgpu.measure.options import MeasureOptions
     from slurmgpu.sources.policy_file import default_policy_path
+    from slurmgpu.util.emit import EXIT_UNCHANGED, changed_status
     from slurmgpu.views.idle import render_idle
 
+    status = EXIT_UNCHANGED  # a report; --live: 3 when it cancelled or requeued a job
     real_now = dt.datetime.now(dt.UTC).replace(microsecond=0)
     now = parse_when(now_text, now=real_now, option="--now") if now_text else real_now
     measure_opts = MeasureOptions.from_kwargs(measure)
@@ -92,7 +98,9 @@ def idle(
         options = LiveOptions(
             policy, now, measure_opts, state_dir, smtp, webhook, dry, emit_dir=emit_dir
         )
-        text = render_live(idle_live(options), fmt)
+        report = idle_live(options)
+        text = render_live(report, fmt)
+        status = changed_status(bool(report.acted_on))
     else:
         options = IdleOptions(
             policy=policy,
@@ -107,3 +115,4 @@ def idle(
         click.echo(text, nl=False)
     else:
         write_report(output, text, fmt)
+    exit_with(status)

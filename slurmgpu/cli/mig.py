@@ -79,7 +79,10 @@ def plan(
     slurm_version: str | None,
     output: str,
 ) -> None:
-    """Choose per-GPU MIG layouts that meet a demand with the fewest GPUs carved."""
+    """Choose per-GPU MIG layouts that meet a demand with the fewest GPUs carved.
+
+    Exit 0: printed, or --output FILE already held it; 3: --output FILE written (the plan
+    changes nothing on the nodes: `mig apply --dry-run` tells whether a node would change)."""
     from slurmgpu.mig.plan import plan_nodes
     from slurmgpu.views import mig as render_mig
 
@@ -103,12 +106,14 @@ def plan(
         )
     else:
         text = render_mig.render_text(result)
+    from slurmgpu.cli.emit_options import exit_with
     from slurmgpu.util.emit import emit
 
-    emit(text, output)
+    status = emit(text, output)
     if result.unmet:
         missing = ", ".join(f"{k}={v}" for k, v in result.unmet)
         click.secho(f"slurmgpu: warning: demand not met, missing {missing}", fg="yellow", err=True)
+    exit_with(status)
 
 
 @mig.command("apply")
@@ -216,14 +221,21 @@ def apply(
     dry_run: bool,
     emit_dir: str | None,
 ) -> None:
-    """Drain NODE, apply a MIG layout, rewrite gres.conf, restart slurmd, resume (journaled)."""
+    """Drain NODE, apply a MIG layout, rewrite gres.conf, restart slurmd, resume (journaled).
+
+    Exit 3: the node was re-laid out (a run always drains it and restarts slurmd), or
+    --recover finished or rolled back a run; 0: --recover found nothing pending; with
+    --dry-run or --emit: 3 when a GPU's layout, gres.conf or slurm.conf would change, else 0;
+    1: an error, 2: a usage error (docs/acting.md, exit codes)."""
     import shlex
     from pathlib import Path
 
+    from slurmgpu.cli.emit_options import exit_with
     from slurmgpu.cli.gres import _slurm_version
     from slurmgpu.errors import UsageError
     from slurmgpu.mig import apply as apply_mod
     from slurmgpu.render.gres import GresOptions
+    from slurmgpu.util.emit import changed_status
 
     if not recover and not config_name:
         raise UsageError("mig apply: give --config NAME (or --recover)")
@@ -250,12 +262,15 @@ def apply(
         raise UsageError("mig apply: --recover acts on a journal; no --dry-run or --emit with it")
     if dry_run or emit_dir:
         if emit_dir:
-            apply_mod.emit(opts, Path(emit_dir), validate_gres=validate)
+            preview = apply_mod.emit(opts, Path(emit_dir), validate_gres=validate)
         else:
-            click.echo(apply_mod.preview(opts, validate_gres=validate).text(), nl=False)
+            preview = apply_mod.preview(opts, validate_gres=validate)
+            click.echo(preview.text(), nl=False)
+        exit_with(changed_status(preview.changed))
         return
     if recover:
-        journal = apply_mod.recover(opts, validate_gres=validate)
+        journal, acted = apply_mod.recover_run(opts, validate_gres=validate)
     else:
-        journal = apply_mod.apply_config(opts, validate_gres=validate)
+        journal, acted = apply_mod.apply_config(opts, validate_gres=validate), True
     click.echo(f"{node}: mig apply {journal.config_name}: {journal.state}", err=True)
+    exit_with(changed_status(acted))

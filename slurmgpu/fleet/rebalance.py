@@ -583,13 +583,15 @@ def undo_last(
         before = {p: expand_hostlist(h) for p, h in last.before.items()}
         if restore:
             _change_live({p: before[p] for p in restore}, conf, env)
+        written = False
         if conf is not None:  # the file as before for every partition (also the unchanged)
             from slurmgpu.util.atomic import write_atomic
 
             change = _include_change(conf, before)
             if change.changed:
                 write_atomic(conf, change.new)
+                written = True
         append_record(
             log, LogEntry(time=_now(), action="undo", undoes=last.time, after=last.before)
         )
-    return UndoResult(restore, unchanged)
+    return UndoResult(restore, unchanged, written)

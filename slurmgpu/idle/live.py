@@ -79,6 +79,9 @@ class LiveReport:
     checked: int
     events: tuple[LiveEvent, ...]
     warnings: tuple[str, ...] = ()
+    # the jobs this run cancelled or requeued (dry: would): the cluster changed (exit 3);
+    # warnings, notify mails and a killed run's action resolved change no job
+    acted_on: tuple[str, ...] = ()
 
     def to_json(self) -> dict:
         return {
@@ -104,6 +107,7 @@ class _Run:
     actions: int = 0
     emitted_mail: list[str] = field(default_factory=list)
     emitted_commands: list[str] = field(default_factory=list)
+    acted_on: list[str] = field(default_factory=list)  # cancelled/requeued (dry: would be)
 
     def event(self, job: IdleJob, kind: str, detail: str, done: bool) -> None:
         self.events.append(
@@ -146,7 +150,12 @@ def idle_live(options: LiveOptions) -> LiveReport:
     if options.emit_dir:
         _emit(Path(options.emit_dir), run)
     return LiveReport(
-        iso_epoch(run.now_s), options.dry_run, len(jobs), tuple(run.events), tuple(run.warnings)
+        iso_epoch(run.now_s),
+        options.dry_run,
+        len(jobs),
+        tuple(run.events),
+        tuple(run.warnings),
+        tuple(run.acted_on),
     )
 
 
@@ -312,6 +321,7 @@ def _maybe_act(run: _Run, job: IdleJob, rule: IdleRule, state: dict) -> None:
         if rule.action == "requeue":
             argv = ["scontrol", "requeue", _name(job)]
         if argv:
+            run.acted_on.append(_name(job))
             run.emitted_commands.append(f"# job {_name(job)} ({job.user}): {detail}")
             run.emitted_commands.append(_only_while_running(_name(job), argv))
         return
@@ -329,6 +339,7 @@ def _maybe_act(run: _Run, job: IdleJob, rule: IdleRule, state: dict) -> None:
         if why is not None:
             _failed(run, job, rule, state, detail, why)
             return
+        run.acted_on.append(_name(job))
     else:
         run.actions += 1
     state["acted"] = run.now_s
@@ -662,20 +673,26 @@ def _save_state(state_dir: Path, state: dict) -> None:
 
 def _only_while_running(name: str, argv: list[str]) -> str:
     """The emitted line acts only on a job still RUNNING when a person runs the script, so a
-    second run (the job already cancelled, or requeued and pending) does nothing and exits 0."""
+    second run (the job already cancelled, or requeued and pending) does nothing and exits 0;
+    one that acted marks the script's exit status 3 (docs/acting.md, exit codes)."""
     import shlex
 
     job = shlex.quote(name)
     state = f'"$(squeue -h -j {job} -o %T 2>/dev/null)"'
-    return f"if [ {state} = RUNNING ]; then {shlex.join(argv)}; fi"
+    return f"if [ {state} = RUNNING ]; then {shlex.join(argv)}; changed=1; fi"
 
 
 def _emit(directory: Path, run: _Run) -> None:
-    """`--emit DIR`: the commands as a script to run by hand, each mail as a file."""
+    """`--emit DIR`: the commands as a script to run by hand, each mail as a file. The script
+    exits 3 when it acted on a job, 0 when none was still running (the one convention)."""
     from slurmgpu.util.atomic import write_atomic
 
-    script = ["#!/bin/sh", "# slurmgpu idle --live --emit: the actions of this run", "set -e"]
-    write_atomic(directory / "idle-actions.sh", "\n".join([*script, *run.emitted_commands]) + "\n",
+    script = ["#!/bin/sh", "# slurmgpu idle --live --emit: the actions of this run", "set -e",
+              "changed=0"]  # fmt: skip
+    end = ["# exit 3: a job was acted on, 0: none (docs/acting.md, exit codes)",
+           'if [ "$changed" = 1 ]; then exit 3; fi', "exit 0"]  # fmt: skip
+    write_atomic(directory / "idle-actions.sh",
+                 "\n".join([*script, *run.emitted_commands, *end]) + "\n",
                  mode=0o755, backup=False)  # fmt: skip
     for n, text in enumerate(run.emitted_mail, 1):
         write_atomic(directory / f"mail-{n:03d}.txt", text, mode=0o644, backup=False)

@@ -186,6 +186,12 @@ class ApplyPreview:
     config_name: str
     steps: tuple[str, ...]
     changes: tuple[Any, ...]  # util.emit.FileChange: gres.conf, and slurm.conf when it changes
+    relaid: tuple[int, ...] = ()  # the GPUs whose layout (MIG mode, slices) the run changes
+
+    @property
+    def changed(self) -> bool:
+        """A run would change the node: a GPU's layout, gres.conf or slurm.conf."""
+        return bool(self.relaid) or any(c.changed for c in self.changes)
 
     def text(self) -> str:
         """The `--dry-run` output: the steps, then each file's unified diff."""
@@ -482,7 +488,10 @@ class MigApply:
             )
             for g in inv.gpus
         )
+        relaid = tuple(g.index for g in inv.gpus if _relaid(g, self.targets[g.index]))
         planned = replace(inv, gpus=gpus, warnings=(), generator=f"{inv.generator} + mig apply")
+        if not relaid:  # the GPUs stay as they are: the run writes gres.conf from them as read
+            planned = inv
         o = self.opts
         old_gres = _read(o.gres_conf)
         gres_text, line = self.new_gres_conf(planned, old_gres)
@@ -528,7 +537,7 @@ class MigApply:
             f"verify: scontrol shows {o.node} Gres={gres_now}, slurmd registered",
             f"resume: scontrol update NodeName={o.node} State=RESUME",
         )
-        return ApplyPreview(o.node, o.config_name, steps, tuple(changes))
+        return ApplyPreview(o.node, o.config_name, steps, tuple(changes), relaid)
 
     # running and undoing ---------------------------------------------------------------------
     def prepare(self) -> None:
@@ -658,6 +667,17 @@ class MigApply:
                 nv.apply(gpu.index, model, layout)
         finally:
             nv.close()
+
+
+def _relaid(gpu: Any, target: Layout | None) -> bool:
+    """Whether applying `target` changes `gpu`: its MIG mode, or the slices it has (each
+    target slice one full compute instance, as `apply_layout` creates them)."""
+    if target is None:
+        return bool(gpu.mig_mode_current or gpu.mig_mode_pending or gpu.mig_devices)
+    if not gpu.mig_mode_current:
+        return True
+    have = sorted(d.profile for d in gpu.mig_devices)
+    return have != sorted(p.profile.name for p in target.placements)
 
 
 def _in_nvml_order(devices: tuple[Any, ...]) -> tuple[Any, ...]:
@@ -831,23 +851,29 @@ def apply_config(
 def recover(opts: ApplyOptions, **kwargs: Any) -> Journal:
     """`mig apply --recover`: finish a run that started slurmd, else roll it back (the journal
     validated first: a corrupted or nonsense one is an error, nothing is done from it)."""
+    return recover_run(opts, **kwargs)[0]
+
+
+def recover_run(opts: ApplyOptions, **kwargs: Any) -> tuple[Journal, bool]:
+    """`recover`, and whether it acted: False when the journal was not pending (a finished,
+    rolled-back or failed run: nothing done), True when it finished or rolled one back."""
     with _lock(opts, "mig apply --recover"):
         if not opts.journal.exists():
             raise UsageError(f"no journal at {opts.journal}: nothing to recover")
         journal = Journal.load(opts.journal, opts.node)
         if journal.state != "running":
-            return journal
+            return journal, False
         runner = MigApply(replace(opts, config_name=journal.config_name), **kwargs)
         runner.journal = journal
         if "start_slurmd" in journal.steps_done():
-            return runner.run()
+            return runner.run(), True
         if not journal.error:
             step = next((s for s in STEPS if s not in journal.steps_done()), "resume")
             journal.error = f"{step}: the run stopped midway (mig apply --recover)"
         problems = runner.rollback()
         if problems:
             raise MigApplyFailed(f"{opts.node}: rollback incomplete: {'; '.join(problems)}")
-        return journal
+        return journal, True
 
 
 def preview(opts: ApplyOptions, **kwargs: Any) -> ApplyPreview:

@@ -62,3 +62,4 @@ class UndoResult:
 
     restored: dict[str, str]  # partition -> the node list set again
     unchanged: dict[str, str]  # partition -> its node list, already as before the apply
+    conf_written: bool = False  # the include file was rewritten to the lists before the apply

@@ -111,12 +111,14 @@ def mean_wait(rows: list[dict[str, str]], **where: str) -> float:
     return sum(int(r["start"]) - int(r["submit"]) for r in sel) / len(sel)
 
 
-def pass_(cluster, policy, state, since, *extra):
+def pass_(cluster, policy, state, since, *extra, code: int = 3):
+    """One pass; `code`: its exit status (3: it changed the cluster or, dry, would; every
+    pass of this test does: would-apply, applied, rolled-back)."""
     argv = [sys.executable, "-m", "slurmgpu", "autopilot", "--policy", str(policy), "--since",
             since, "--live", "--state-dir", str(state), "--format", "json",
             "--candidate", "move:train:infer:8", "--transient", *extra]  # fmt: skip
     proc = cluster.run(argv, check=False, timeout=120)
-    assert proc.returncode == 0, proc.stderr + proc.stdout
+    assert proc.returncode == code, proc.stderr + proc.stdout
     return json.loads(proc.stdout)
 
 

@@ -49,11 +49,11 @@ def test_a_backlog_takes_an_idle_node(fleet_cluster: MultiNodeCluster, tmp_path)
 
         # hysteresis: the job has waited less than the default 300 s: nothing moves
         proc = rebalance(fleet_cluster, log, "plan")
-        assert proc.returncode == 0, proc.stderr
+        assert proc.returncode == 0, proc.stderr  # 0: no move (docs/acting.md, exit codes)
         assert "no move" in proc.stdout and f"job {waiting} (train) has waited" in proc.stdout
 
         dry = rebalance(fleet_cluster, log, "apply", "--dry-run", *FAST)
-        assert dry.returncode == 0, dry.stderr
+        assert dry.returncode == 3, dry.stderr  # 3: it would move a node
         # the node idle the longest moves; which of infer's two that is depends on the jobs
         # earlier tests ran there
         moved = re.search(r"^move (gpu0[34]): infer -> train", dry.stdout, re.M)
@@ -71,7 +71,7 @@ def test_a_backlog_takes_an_idle_node(fleet_cluster: MultiNodeCluster, tmp_path)
         ), refused.stderr
         assert partition_nodes(fleet_cluster, "train") == "gpu[01-02]" and not log.exists()
         applied = rebalance(fleet_cluster, log, "apply", *FAST, "--transient")
-        assert applied.returncode == 0, applied.stderr
+        assert applied.returncode == 3, applied.stderr  # 3: it moved a node
         assert f"PartitionName=train Nodes={train_after}" in applied.stdout
         assert f"PartitionName=infer Nodes={kept}" in applied.stdout
         assert "do not survive a slurmctld restart" in applied.stdout
@@ -88,14 +88,19 @@ def test_a_backlog_takes_an_idle_node(fleet_cluster: MultiNodeCluster, tmp_path)
         assert "move " not in again.stdout
 
         undo = rebalance(fleet_cluster, log, "apply", "--undo")
-        assert undo.returncode == 0, undo.stderr
+        assert undo.returncode == 3, undo.stderr  # 3: partitions set back
         assert partition_nodes(fleet_cluster, "train") == "gpu[01-02]"
         assert partition_nodes(fleet_cluster, "infer") == "gpu[03-04]"
         assert rebalance(fleet_cluster, log, "apply", "--undo").returncode == 2  # nothing left
 
-        # scontrol's change is memory only: a restarted slurmctld goes back to slurm.conf
+        # scontrol's change is memory only: a restarted slurmctld goes back to slurm.conf.
+        # The job that waited runs now: another one waits, so that a node moves again (the
+        # exit status says whether one did: 3; 0 would make this check say nothing)
+        more = fleet_cluster.sbatch("-p", "train", "--gres=gpu:8", "--exclusive", script=script)
+        fleet_cluster.wait_job_state(more, "PENDING", timeout=10)
         again = rebalance(fleet_cluster, log, "apply", *FAST, "--cooldown", "0", "--transient")
-        assert again.returncode == 0, again.stderr
+        assert again.returncode == 3, again.stdout + again.stderr
+        assert partition_nodes(fleet_cluster, "train") != "gpu[01-02]"
         fleet_cluster.restart_slurmctld()
         assert partition_nodes(fleet_cluster, "train") == "gpu[01-02]"
     finally:
@@ -156,7 +161,7 @@ def test_emit_changes_nothing_and_a_move_in_the_include_file_survives_reconfigur
         # --emit: the new include file and its diff in DIR, nothing live changed
         out = tmp_path / "emit"
         emitted = rebalance(cluster, log, "apply", *FAST, *durable, "--emit", str(out))
-        assert emitted.returncode == 0, emitted.stderr
+        assert emitted.returncode == 3, emitted.stderr  # 3: the live file would change
         assert "nothing live was touched" in emitted.stderr
         assert conf.read_text() == original and not log.exists()
         assert partition_nodes(cluster, "train") == "gpu[01-02]"
@@ -188,11 +193,11 @@ def test_emit_changes_nothing_and_a_move_in_the_include_file_survives_reconfigur
         # LastBusyTime on some releases), and emit must match apply on the same state
         again = tmp_path / "emit-again"
         emitted = rebalance(cluster, log, "apply", *FAST, *durable, "--emit", str(again))
-        assert emitted.returncode == 0, emitted.stderr
+        assert emitted.returncode == 3, emitted.stderr
         assert conf.read_text() == original and not log.exists()
         expected = (again / conf.name).read_text()
         applied = rebalance(cluster, log, "apply", *FAST, *durable)
-        assert applied.returncode == 0, applied.stderr
+        assert applied.returncode == 3, applied.stderr
         assert f"written to {conf}" in applied.stdout
         assert conf.read_text() == expected
         moved = {p: partition_nodes(cluster, p) for p in ("train", "infer")}
@@ -206,7 +211,7 @@ def test_emit_changes_nothing_and_a_move_in_the_include_file_survives_reconfigur
 
         # --undo puts both the live partitions and the file back
         undo = rebalance(cluster, log, "apply", "--undo")
-        assert undo.returncode == 0, undo.stderr
+        assert undo.returncode == 3, undo.stderr
         assert "restored PartitionName=train Nodes=gpu[01-02]" in undo.stdout
         assert conf.read_text() == original
         cluster.scontrol("reconfigure")
@@ -223,12 +228,12 @@ def test_undo_after_a_reconfigure_says_nothing_was_restored(
     cluster.reconfigure(partitions=PARTITIONS)
     try:
         _backlog(cluster)
-        assert rebalance(cluster, log, "apply", *FAST, "--transient").returncode == 0
+        assert rebalance(cluster, log, "apply", *FAST, "--transient").returncode == 3
         assert partition_nodes(cluster, "train") != "gpu[01-02]"
         cluster.scontrol("reconfigure")  # memory-only moves: slurm.conf wins
         assert partition_nodes(cluster, "train") == "gpu[01-02]"
         undo = rebalance(cluster, log, "apply", "--undo")
-        assert undo.returncode == 0, undo.stderr
+        assert undo.returncode == 0, undo.stderr  # 0: nothing set back (docs/acting.md)
         assert "restored" not in undo.stdout
         assert "unchanged PartitionName=train Nodes=gpu[01-02] (already so" in undo.stdout
     finally:
@@ -326,7 +331,7 @@ def test_a_killed_run_is_undone_first_and_a_held_node_lock_is_waited_for(
             holder.wait()
         # the holder is gone: the killed run's half move is undone before anything else
         done = cluster.run(argv, check=False)
-        assert done.returncode == 0, done.stderr
+        assert done.returncode == 3, done.stderr  # 3: the killed run's move undone
         assert "recovered: undid the move of 2026-01-01T10:00:00" in done.stdout, done.stdout
         assert partition_nodes(cluster, "train") == "gpu[01-02]"
         assert partition_nodes(cluster, "infer") == "gpu[03-04]"

@@ -162,7 +162,8 @@ def world(slurm_cluster, tmp_path_factory):
         hook.down()
 
 
-def live(world, at: int, *extra: str) -> dict:
+def live(world, at: int, *extra: str, code: int = 0) -> dict:
+    """One run; `code`: its exit status (3: it cancelled or requeued a job, or dry would)."""
     cluster, root, _jobs, _s, prom, mail, hook = world
     now = datetime.fromtimestamp(at, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
     proc = slurmgpu(
@@ -185,7 +186,7 @@ def live(world, at: int, *extra: str) -> dict:
         "json",
         *extra,
     )
-    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert proc.returncode == code, proc.stdout + proc.stderr
     return json.loads(proc.stdout)
 
 
@@ -211,17 +212,19 @@ def test_idle_job_is_warned_twice_by_mail_then_cancelled(world):
     assert second["requeue"] == [("warning", "warning 2: idle 2 min")]
     third = by_job(live(world, s + 150), jobs)  # 150 s < the 3-minute window
     assert "idle" not in third and "requeue" not in third
-    dry = live(world, s + 190, "--dry-run")
+    dry = live(world, s + 190, "--dry-run", code=3)  # 3: it would cancel
     assert sorted(
         e["kind"] for e in dry["events"] if e["job_id"] in _ids(jobs, "idle", "requeue")
     ) == ["action", "deferred"]  # one action per run
     assert state(cluster, jobs["idle"]) == "RUNNING"  # a dry run does nothing
     emit = root / "emit"
     emit.mkdir()
-    live(world, s + 190, "--emit", str(emit))  # the same, written down for a person to run
+    live(world, s + 190, "--emit", str(emit), code=3)  # the same, written down for a person to run
     script = (emit / "idle-actions.sh").read_text().splitlines()
-    commands = [ln for ln in script if not ln.startswith("#") and ln != "set -e"]
-    guard = 'if [ "$(squeue -h -j {0} -o %T 2>/dev/null)" = RUNNING ]; then {1} {0}; fi'
+    frame = ("set -e", "changed=0", 'if [ "$changed" = 1 ]; then exit 3; fi', "exit 0")
+    assert [ln for ln in script if ln in frame] == list(frame)  # 3 when it acted (acting.md)
+    commands = [ln for ln in script if not ln.startswith("#") and ln not in frame]
+    guard = 'if [ "$(squeue -h -j {0} -o %T 2>/dev/null)" = RUNNING ]; then {1} {0}; changed=1; fi'
     assert commands in (
         [guard.format(jobs["idle"], "scancel")], [guard.format(jobs["requeue"], "scontrol requeue")]
     )  # fmt: skip
@@ -229,11 +232,11 @@ def test_idle_job_is_warned_twice_by_mail_then_cancelled(world):
         state(cluster, jobs["idle"]) == "RUNNING" and state(cluster, jobs["requeue"]) == "RUNNING"
     )
     assert len(mail.messages()) == 4
-    acted = live(world, s + 190)
+    acted = live(world, s + 190, code=3)  # 3: one job acted on
     done = [e for e in acted["events"] if e["kind"] == "action"]
     deferred = [e for e in acted["events"] if e["kind"] == "deferred"]
     assert len(done) == 1 and done[0]["done"] and len(deferred) == 1
-    later = live(world, s + 200)  # the next timer run takes the deferred one
+    later = live(world, s + 200, code=3)  # the next timer run takes the deferred one
     done += [e for e in later["events"] if e["kind"] == "action"]
     assert {e["job_id"] for e in done} == set(_ids(jobs, "idle", "requeue"))
     details = {e["job_id"]: e["detail"] for e in done}

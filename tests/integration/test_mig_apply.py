@@ -334,7 +334,7 @@ def test_a_killed_apply_is_rolled_back_by_recover(mig_site, clean_node) -> None:
     again = site.apply()
     assert again.returncode == 2 and "run `slurmgpu mig apply --recover` first" in again.stderr
     recovered = site.apply("--recover")
-    assert recovered.returncode == 0, recovered.stderr
+    assert recovered.returncode == 3, recovered.stderr  # 3: it rolled a run back
     assert f"{NODE}: mig apply relayout: rolled-back" in recovered.stderr
     _assert_rolled_back(site, "wait_jobs", clean_node)
     assert "stopped midway" in site.record()["Reason"]
@@ -419,7 +419,7 @@ def test_emit_changes_nothing_and_the_live_run_writes_its_files_keeping_a_rebala
         ],
         check=False,
     )
-    assert rebalance.returncode == 0, rebalance.stderr
+    assert rebalance.returncode == 3, rebalance.stderr  # 3: it moved a node
     moved = {p: _partition_nodes(cluster, p) for p in ("train", "infer")}
     assert moved["train"] != "gpu[01-02]", moved
     cluster.scontrol("reconfigure")  # the move is in the include file: slurm.conf keeps it
@@ -432,7 +432,7 @@ def test_emit_changes_nothing_and_the_live_run_writes_its_files_keeping_a_rebala
     old_layout = layout(site.machine_file)
     out = site.tmp / "emit"
     emitted = site.apply("--emit", str(out))
-    assert emitted.returncode == 0, emitted.stderr
+    assert emitted.returncode == 3, emitted.stderr  # 3: the node would change
     assert "nothing live was touched" in emitted.stderr
     assert (site.gres_conf.read_text(), cluster.slurm_conf.read_text()) == old_files
     assert layout(site.machine_file) == old_layout
@@ -448,11 +448,19 @@ def test_emit_changes_nothing_and_the_live_run_writes_its_files_keeping_a_rebala
 
     # the live run writes what was emitted, and its controller restart keeps the move
     applied = site.apply()
-    assert applied.returncode == 0, applied.stdout + applied.stderr
+    assert applied.returncode == 3, applied.stdout + applied.stderr
     assert _statements(site.gres_conf.read_text()) == _statements((out / "gres.conf").read_text())
     assert cluster.slurm_conf.read_text() == (out / "slurm.conf").read_text()
     assert _gres_set(site.record()["Gres"]) == NEW_GRES
     assert {p: _partition_nodes(cluster, p) for p in ("train", "infer")} == moved
+    # the node is as the config says now: a dry run and --emit see nothing to change (0)
+    files = (site.gres_conf.read_text(), cluster.slurm_conf.read_text())
+    dry = site.apply("--dry-run")
+    assert dry.returncode == 0, dry.stdout + dry.stderr
+    assert f"# {site.gres_conf}: unchanged" in dry.stdout
+    again = site.apply("--emit", str(site.tmp / "emit-again"))
+    assert again.returncode == 0, again.stderr
+    assert (site.gres_conf.read_text(), cluster.slurm_conf.read_text()) == files
 
 
 # -- the re-layout -------------------------------------------------------------------------------
@@ -497,7 +505,7 @@ def test_relayout_while_another_node_runs_jobs_then_mig_jobs_run_on_the_new_slic
     out, err = proc.communicate()
     cluster.sync()
     elapsed = time.monotonic() - started
-    assert proc.returncode == 0, out + err
+    assert proc.returncode == 3, out + err  # 3: re-laid out
     assert f"{NODE}: mig apply relayout: done" in err
     print(f"mig apply on {NODE}: {elapsed:.1f} s")
     # 25.11's slurmd holds no NVML handle: it ran through the change and was restarted after

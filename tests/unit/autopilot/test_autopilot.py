@@ -754,3 +754,64 @@ def test_a_live_move_is_durable_or_asked_transient_by_name(setup) -> None:
     assert "a live move needs --partitions-conf FILE" in res.refusals[-1], res.refusals
     rec = read_changes(state)
     assert [r.action for r in rec] == ["hold"] and guardrails.nodes_today(rec, NOW) == 0
+
+
+# -- exit codes (issue 33, docs/acting.md): 3 the pass changed the cluster (or would), 0 not ----
+
+
+def test_a_pass_is_changed_only_when_it_moved_rolled_back_or_settled_a_killed_move(
+    setup, tmp_path
+) -> None:
+    run, world, state, plan = setup
+    t = NOW.timestamp()
+    plan["history"] = [("train", "P1", t - 3600, 100), ("infer", "P2", t - 3600, 900)]
+    (tmp_path / "disable").write_text("")
+    assert not run().changed  # the kill switch: nothing
+    (tmp_path / "disable").unlink()
+    dry = {mode: run(mode=mode, dry_run=True) for mode in ("apply", "propose")}
+    assert dry["apply"].changed and not dry["propose"].changed  # a proposal changes nothing
+    proposed = run(mode="propose")
+    assert proposed.status == "proposed" and not proposed.changed
+    assert world.calls == []
+    approve(state.root, proposed.change_id, "alice")
+    applied = run(mode="propose", now=NOW + dt.timedelta(minutes=1))
+    assert applied.status == "applied" and applied.changed
+    waiting = run(now=NOW + dt.timedelta(minutes=2))
+    assert waiting.status == "waiting" and not waiting.changed
+    # the donor waits far longer after the move: rolled back
+    plan["history"] += [("train", "P1", t + 600, 2000), ("infer", "P2", t + 600, 100)]
+    later = NOW + dt.timedelta(hours=1)
+    assert run(now=later, dry_run=True).changed  # it would roll back
+    rolled = run(now=later)
+    assert rolled.status == "rolled-back" and rolled.changed
+
+
+def test_a_pass_that_finished_a_killed_passs_move_changed_the_cluster(setup) -> None:
+    run, world, _state, _ = setup
+    world.kill_at = "after"  # killed after its scontrol updates, before the apply line
+    with pytest.raises(Killed):
+        run()
+    world.kill_at = None
+    res = run(now=NOW + dt.timedelta(minutes=5))
+    assert res.status == "waiting" and any("finished the move" in n for n in res.notes)
+    assert res.changed
+
+
+@pytest.mark.parametrize(
+    ("status", "code"),
+    [("applied", 3), ("rolled-back", 3), ("would-apply", 3), ("failed", 3), ("held", 0),
+     ("waiting", 0), ("proposed", 0), ("would-propose", 0), ("killed", 0)],
+)  # fmt: skip
+def test_the_command_exits_with_the_passs_status(monkeypatch, status, code) -> None:
+    from click.testing import CliRunner
+
+    import slurmgpu.autopilot as autopilot_pkg
+    import slurmgpu.cli.autopilot as cli_mod
+    from slurmgpu.cli import main
+
+    result = run_mod.PassResult(time="t", mode="apply", dry_run=False, status=status)
+    monkeypatch.setattr(cli_mod, "autopilot_options", lambda params: None)
+    monkeypatch.setattr(autopilot_pkg, "autopilot", lambda opts: result)
+    out = CliRunner().invoke(main, ["autopilot", "--format", "json"])
+    assert out.exit_code == code, out.output
+    assert json.loads(out.output)["status"] == status

@@ -445,3 +445,87 @@ def test_a_live_apply_is_durable_or_asked_transient_by_name(tmp_path):
     assert result.output.startswith("slurmgpu: error: a live rebalance apply needs ")
     assert "--partitions-conf" in result.output and "--transient" in result.output
     assert not log.exists()
+
+
+# -- issue 33: exit codes (docs/acting.md): 3 changed or would, 0 nothing --------------------
+
+
+def _cli_cluster(tmp_path, monkeypatch, jobs):
+    """The CLI's live reads answered from NODES and `jobs` (a list the test may empty: the
+    job started); `scontrol update` recorded by a FakeSlurm on PATH, the partitions read
+    back from it."""
+    from slurmgpu.sources import queue
+
+    slurm = FakeSlurm(tmp_path, **{p.name: p.nodes for p in PARTS})
+    monkeypatch.setenv("PATH", slurm.env["PATH"])
+    monkeypatch.setattr(queue, "pending_jobs", lambda env, now: list(jobs))
+    monkeypatch.setattr(queue, "partitions", slurm.live)
+    monkeypatch.setattr(queue, "nodes", lambda env, now=None: list(NODES))
+    return slurm
+
+
+def _rebalance(*args):
+    from click.testing import CliRunner
+
+    from slurmgpu.cli import main
+
+    return CliRunner().invoke(main, ["rebalance", *args])
+
+
+def test_rebalance_plan_exits_3_with_moves_and_0_without(tmp_path, monkeypatch):
+    jobs = [job(gtype="h100")]
+    slurm = _cli_cluster(tmp_path, monkeypatch, jobs)
+    log = str(tmp_path / "log.jsonl")
+    moves = _rebalance("plan", "--log", log)
+    assert moves.exit_code == 3, moves.output
+    assert "n4" in moves.output
+    jobs.clear()
+    none = _rebalance("plan", "--log", log)
+    assert none.exit_code == 0, none.output
+    assert slurm.updates() == []
+
+
+def test_rebalance_apply_exits_3_when_it_moved_or_would_and_0_when_nothing(tmp_path, monkeypatch):
+    jobs = [job(gtype="h100")]
+    slurm = _cli_cluster(tmp_path, monkeypatch, jobs)
+    conf = tmp_path / "slurmgpu-partitions.conf"
+    conf.write_text(INCLUDE)
+    log = str(tmp_path / "log.jsonl")
+    common = ("--log", log, "--partitions-conf", str(conf))
+    dry = _rebalance("apply", *common, "--dry-run")
+    assert dry.exit_code == 3, dry.output
+    emitted = _rebalance("apply", *common, "--emit", str(tmp_path / "out"))
+    assert emitted.exit_code == 3, emitted.output
+    assert slurm.updates() == [] and conf.read_text() == INCLUDE  # nothing live yet
+    applied = _rebalance("apply", *common)
+    assert applied.exit_code == 3, applied.output
+    assert len(slurm.updates()) == 2 and "n[1-2,4]" in conf.read_text()
+    jobs.clear()  # the job started on n4
+    again = _rebalance("apply", *common)
+    assert again.exit_code == 0, again.output
+    assert len(slurm.updates()) == 2
+    for mode in ("--dry-run", "--emit"):
+        extra = (mode, str(tmp_path / "out2")) if mode == "--emit" else (mode,)
+        quiet = _rebalance("apply", *common, *extra)
+        assert quiet.exit_code == 0, quiet.output
+    undone = _rebalance("apply", "--log", log, "--undo")
+    assert undone.exit_code == 3, undone.output
+    assert conf.read_text() == INCLUDE and len(slurm.updates()) == 4
+
+
+def test_rebalance_undo_of_a_move_already_undone_exits_0(tmp_path, monkeypatch):
+    """slurmctld and the include file already hold the lists from before the apply (a
+    reconfigure undid it): the undo sets nothing and writes nothing: 0."""
+    slurm = _cli_cluster(tmp_path, monkeypatch, [])
+    conf = tmp_path / "slurmgpu-partitions.conf"
+    conf.write_text(INCLUDE)
+    log = tmp_path / "log.jsonl"
+    log.write_text(json.dumps(APPLY) + "\n")
+    monkeypatch.setattr(
+        "slurmgpu.sources.queue.partitions",
+        _live(train=("n1", "n2"), infer=("n3", "n4", "n5")),
+    )
+    result = _rebalance("apply", "--log", str(log), "--undo", "--partitions-conf", str(conf))
+    assert result.exit_code == 0, result.output
+    assert "unchanged PartitionName=train" in result.output
+    assert slurm.updates() == [] and conf.read_text() == INCLUDE

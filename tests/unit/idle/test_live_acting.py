@@ -276,7 +276,7 @@ def test_a_second_timer_with_another_state_dir_is_refused(world, tmp_path, monke
     assert line.startswith("slurmgpu: error: another `idle --live` is running (pid 4242")
     assert world.calls() == [] and world.hooks == []
     result = CliRunner().invoke(main, args)  # the lock is free again: this one acts
-    assert result.exit_code == 0, result.output
+    assert result.exit_code == 3, result.output  # 3: it cancelled a job
     assert world.calls() == ["scancel 100"]
 
 
@@ -325,7 +325,7 @@ def test_two_timer_processes_with_their_own_state_dirs_act_once(world, tmp_path)
     second = cli_process(world, tmp_path, "b")
     out2, err2 = second.communicate(timeout=60)
     _out1, err1 = first.communicate(timeout=60)
-    assert first.returncode == 0, err1
+    assert first.returncode == 3, err1  # 3: it cancelled job 120
     assert second.returncode == 1 and out2 == ""
     (line,) = err2.strip().splitlines()
     assert line.startswith(f"slurmgpu: error: another `idle --live` is running (pid {first.pid}:")
@@ -372,3 +372,91 @@ def test_job_shows_the_task_asked_not_the_arrays_first(world, tmp_path, monkeypa
     assert result.exit_code == 0, result.output
     (job,) = json.loads(result.output)["jobs"]
     assert job["job_id"] == "32" and job["util_mean_pct"] == 0.0
+
+
+def live_cli(world: World, tmp_path: Path, monkeypatch, action: str = "cancel", *extra: str):
+    """`slurmgpu idle --live` through the CLI: its exit status and output."""
+    from slurmgpu.cli import main
+
+    policy = tmp_path / f"cli-{action}.toml"
+    policy.write_text(POLICY.format(action=action))
+    for key, value in world.env.items():
+        monkeypatch.setenv(key, value)
+    args = ["idle", "--live", "--policy", str(policy), "--prometheus", world.prometheus,
+            "--webhook", world.webhook, "--state-dir", str(tmp_path / "cli-state"),
+            "--now", "2026-12-03T10:10:00Z", *extra]  # fmt: skip
+    return CliRunner().invoke(main, args)
+
+
+def test_live_exits_3_when_it_cancelled_a_job_and_0_when_it_acted_on_none(
+    world, tmp_path, monkeypatch
+):
+    """docs/acting.md, exit codes: 3 the cluster changed (a job cancelled or requeued), 0 not;
+    a systemd timer takes both as success (SuccessExitStatus=3)."""
+    world.set_jobs([record("140", STARTED), record("141", STARTED)])
+    busy_idle(world, (), ("140", "141"))
+    busy = live_cli(world, tmp_path, monkeypatch)
+    assert busy.exit_code == 0, busy.output  # all busy: nothing acted on
+    assert world.calls("scancel") == []
+    busy_idle(world, ("141",), ("140",))
+    dry = live_cli(world, tmp_path, monkeypatch, "cancel", "--dry-run")
+    assert dry.exit_code == 3, dry.output  # it would cancel 141
+    assert world.calls("scancel") == []
+    acted = live_cli(world, tmp_path, monkeypatch)
+    assert acted.exit_code == 3, acted.output
+    assert world.calls("scancel") == ["scancel 141"]
+    again = live_cli(world, tmp_path, monkeypatch)  # 141 is gone, 140 busy
+    assert again.exit_code == 0, again.output
+    assert world.calls("scancel") == ["scancel 141"]
+
+
+def test_live_exits_0_for_a_notify_rule_and_for_a_refused_action(world, tmp_path, monkeypatch):
+    """A mail changes no job (0, also dry); a cancel slurmctld refused changed nothing (0)."""
+    world.set_jobs([record("150", STARTED)])
+    busy_idle(world, ("150",), ())
+    for extra in (("--dry-run",), ()):
+        notified = live_cli(world, tmp_path, monkeypatch, "notify", *extra)
+        assert notified.exit_code == 0, notified.output
+    assert [h["kind"] for h in world.hooks] == ["action"]  # the owner was told: no change
+    world.refuse()
+    (tmp_path / "other").mkdir()  # a fresh state directory: the notify run's says "acted"
+    refused = live_cli(world, tmp_path / "other", monkeypatch, "cancel")
+    assert refused.exit_code == 0, refused.output
+    assert "failed (attempt 1" in refused.output
+    assert world.jobs()["150"]["JobState"] == "RUNNING"
+
+
+SQUEUE = r"""#!{python}
+import json, sys
+from pathlib import Path
+job = sys.argv[sys.argv.index("-j") + 1]
+for rec in json.loads(Path({jobs!r}).read_text()):
+    if rec["JobId"] == job and rec["JobState"] not in ("CANCELLED", "COMPLETED"):
+        print(rec["JobState"])
+"""
+
+
+def test_the_emitted_script_exits_3_when_it_acted_then_0(world, tmp_path, monkeypatch):
+    """`--emit DIR`'s idle-actions.sh follows the one convention, like qos-apply.sh: 3 when it
+    cancelled a job still running, 0 when a second run finds nothing to do."""
+    import subprocess
+    import sys
+
+    world.set_jobs([record("160", STARTED)])
+    busy_idle(world, ("160",), ())
+    emit = tmp_path / "emit"
+    emit.mkdir()
+    emitted = live_cli(world, tmp_path, monkeypatch, "cancel", "--emit", str(emit))
+    assert emitted.exit_code == 3, emitted.output
+    assert world.calls() == []  # --emit acts on nothing
+    squeue = world.bin / "squeue"
+    squeue.write_text(SQUEUE.format(python=sys.executable, jobs=str(world.root / "jobs.json")))
+    squeue.chmod(0o755)
+    codes = []
+    for _ in range(2):
+        ran = subprocess.run(["sh", str(emit / "idle-actions.sh")], env=world.env,
+                             capture_output=True, text=True, timeout=60, check=False)  # fmt: skip
+        codes.append(ran.returncode)
+        assert not ran.stderr, ran.stderr
+    assert codes == [3, 0]
+    assert world.calls() == ["scancel 160"] and world.jobs()["160"]["JobState"] == "CANCELLED"

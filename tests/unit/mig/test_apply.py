@@ -656,3 +656,70 @@ def test_the_callers_recheck_runs_under_the_lock_and_refuses_before_the_drain(no
         apply_mod.apply_config(opts, slurm=stub, recheck=recheck)
     assert stub.calls == [] and layout_now(root) == before and _old_files(opts) == files
     assert not opts.journal.exists()
+
+
+# -- exit codes (issue 33, docs/acting.md): 3 changed or would, 0 nothing ----------------------
+
+
+def test_cli_apply_exits_3_when_it_changes_or_would_and_0_when_the_node_is_as_planned(
+    node, tmp_path, monkeypatch
+) -> None:
+    from click.testing import CliRunner
+
+    from slurmgpu.cli import main
+    from slurmgpu.render.gres import DEFAULT_SLURM_VERSION
+    from slurmgpu.sources import slurm_node_control
+
+    _double, root, opts, _ = node
+    stub = SlurmStub(opts.slurm_conf)
+    monkeypatch.setattr(slurm_node_control, "SlurmNodeControl", lambda env=None: stub)
+    common = [
+        *("mig", "apply", "--node", NODE, "--config-file", str(opts.config_file)),
+        *("--gres-conf", str(opts.gres_conf), "--slurm-conf", str(opts.slurm_conf)),
+        *("--journal-dir", str(tmp_path / "j"), "--host-root", str(root), "--no-check"),
+        *("--slurm-version", ".".join(map(str, DEFAULT_SLURM_VERSION))),
+        *("--stop-slurmd", "true", "--start-slurmd", "true", "--poll", "0.01"),
+    ]
+    run = [*common, "--config", opts.config_name]
+    invoke = CliRunner().invoke
+    before, files = layout_now(root), _old_files(opts)
+    dry = invoke(main, [*run, "--dry-run"])
+    assert dry.exit_code == 3, dry.output  # GPUs 1 and 2 would be carved
+    emitted = invoke(main, [*run, "--emit", str(tmp_path / "out")])
+    assert emitted.exit_code == 3, emitted.output
+    assert layout_now(root) == before and _old_files(opts) == files
+    applied = invoke(main, run)
+    assert applied.exit_code == 3, applied.output
+    assert layout_now(root) != before and any(c[0] == "drain" for c in stub.calls)
+    # the node is as planned now: nothing would change, in either mode
+    dry_again = invoke(main, [*run, "--dry-run"])
+    assert dry_again.exit_code == 0, dry_again.output
+    assert f"# {opts.gres_conf}: unchanged" in dry_again.output
+    emitted_again = invoke(main, [*run, "--emit", str(tmp_path / "out2")])
+    assert emitted_again.exit_code == 0, emitted_again.output
+    # --recover of a finished run does nothing: 0 (of a crashed one: 3, below)
+    finished = invoke(main, [*common, "--recover"])
+    assert finished.exit_code == 0, finished.output
+
+
+def test_cli_recover_of_a_crashed_run_exits_3(node, monkeypatch) -> None:
+    from click.testing import CliRunner
+
+    from slurmgpu.cli import main
+    from slurmgpu.sources import slurm_node_control
+
+    _double, root, opts, _ = node
+    stub = SlurmStub(opts.slurm_conf)
+    monkeypatch.setattr(slurm_node_control, "SlurmNodeControl", lambda env=None: stub)
+    crashed = runner(opts, stub)
+    crashed.run(steps=STEPS[:5])  # killed after apply_layout: the journal stays running
+    assert Journal.load(opts.journal).state == "running"
+    argv = [
+        *("mig", "apply", "--node", NODE, "--recover", "--no-check"),
+        *("--gres-conf", str(opts.gres_conf), "--slurm-conf", str(opts.slurm_conf)),
+        *("--journal-dir", str(opts.journal_dir), "--host-root", str(root)),
+        *("--stop-slurmd", "true", "--start-slurmd", "true"),
+    ]
+    result = CliRunner().invoke(main, argv)
+    assert result.exit_code == 3, result.output
+    assert Journal.load(opts.journal).state == "rolled-back"

@@ -144,14 +144,14 @@ def test_cli_plan_text_and_errors(tmp_path) -> None:
     assert ok.exit_code == 0, ok.output
     assert "node dgxa100" in ok.output and "GPUs carved: 1" in ok.output
     out = tmp_path / "parted.yaml"
-    wrote = runner.invoke(
-        main,
-        [
-            *("mig", "plan", "--snapshot-dir", str(EXAMPLES), "--demand", "1g=3"),
-            *("--format", "mig-parted", "-o", str(out)),
-        ],
-    )
-    assert wrote.exit_code == 0, wrote.output
+    to_file = [
+        *("mig", "plan", "--snapshot-dir", str(EXAMPLES), "--demand", "1g=3"),
+        *("--format", "mig-parted", "-o", str(out)),
+    ]
+    wrote = runner.invoke(main, to_file)
+    assert wrote.exit_code == 3, wrote.output  # 3: the file was written (docs/acting.md)
+    same = runner.invoke(main, to_file)
+    assert same.exit_code == 0 and f"{out}: unchanged" in same.output, same.output
     assert set(yaml.safe_load(out.read_text())["mig-configs"]) == {
         "slurmgpu-dgxa100",
         "slurmgpu-dgxh100",

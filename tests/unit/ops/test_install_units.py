@@ -260,3 +260,31 @@ def test_shell_completion_knows_the_lazy_commands(tmp_path):
     assert {"plain,gen-gres", "plain,gen-job-submit", "plain,gen-topology"} <= set(
         proc.stdout.split()
     )
+
+
+# the commands that exit 3 when they changed something (docs/acting.md, "Exit codes")
+CHANGED_IS_3 = {"rebalance", "autopilot", "gen-gres", "gen-topology", "gen-job-submit", "qos",
+                "mig", "install-units"}  # fmt: skip
+
+
+def _may_exit_3(argv: list[str]) -> bool:
+    return argv[0] in CHANGED_IS_3 or (argv[0] == "idle" and "--live" in argv)
+
+
+def test_a_unit_whose_command_exits_3_on_a_change_takes_3_as_success(staged):
+    """A timer's unit must not show failed after a pass that changed something: every unit
+    that runs such a command says SuccessExitStatus=3, no other unit does, and systemd's own
+    parser reads it as an exit status (test_systemd_accepts_the_installed_units)."""
+    seen = set()
+    for item in KIT:
+        if not item.target.endswith(".service"):
+            continue
+        path = staged / item.target
+        lines = path.read_text().splitlines()
+        success = [ln.split("=", 1)[1].split() for ln in lines if ln.startswith("SuccessExit")]
+        if any(_may_exit_3(argv) for argv in _commands(path)):
+            seen.add(path.name)
+            assert success == [["3"]], path.name
+        else:
+            assert success == [], path.name
+    assert seen == {f"slurmgpu-{n}.service" for n in ("rebalance", "autopilot", "idle")}
