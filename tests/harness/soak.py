@@ -141,6 +141,10 @@ class JobPlan:
         )
 
 
+# 0: nothing changed, 3: changed (docs/acting.md "Exit codes"); None: killed by the soak
+OK_EXITS = (0, 3, None)
+
+
 @dataclass
 class PassRecord:
     timer: str
@@ -192,7 +196,7 @@ class SoakResult:
                 "passes": len(ps),
                 "killed": sum(p.killed for p in ps),
                 "overlapping": sum(p.overlap for p in ps),
-                "failed_rc": sum(1 for p in ps if not p.killed and p.rc not in (0, None)),
+                "failed_rc": sum(1 for p in ps if not p.killed and p.rc not in OK_EXITS),
                 "stalled": sum(p.stalled for p in ps),
                 "median_s": round(clean[len(clean) // 2], 2) if clean else None,
                 "max_s": round(clean[-1], 2) if clean else None,
@@ -476,7 +480,7 @@ class Soak:
             cwd=self.work,
             timeout=timeout,
         )
-        if proc.returncode != 0:
+        if proc.returncode not in OK_EXITS:
             raise AssertionError(f"slurmgpu {' '.join(args)}: {proc.stdout}\n{proc.stderr}")
         return proc
 
@@ -1123,7 +1127,7 @@ def check_passes(soak: Soak) -> list[Invariant]:
         if "Traceback" in p.stderr:
             last = p.stderr.strip().splitlines()[-1]
             bad.append(f"{p.timer} pass at {p.started:.0f}s: traceback ({last[:160]})")
-        elif p.rc not in (0, None) and "slurmgpu: error:" not in p.stderr and not p.stalled:
+        elif p.rc not in OK_EXITS and "slurmgpu: error:" not in p.stderr and not p.stalled:
             bad.append(
                 f"{p.timer} pass at {p.started:.0f}s: exit {p.rc}: {p.stderr.strip()[-160:]}"
             )
