@@ -78,9 +78,10 @@ def run_stage(jobs: int, gpus: int, carve: int = 0, measured: float = 1 / 3) -> 
     up first (compiled, or loaded from numba's cache) and its replay stepped in chunks of
     loop turns, to see how CPU per job grows with the queue."""
     import numpy as np
-    from bench_replay import GPUS_PER_NODE, PARTITIONS, make_trace
 
-    import slurmgpu
+    import slurmgpu  # first: bench_replay puts this checkout on sys.path when it has none
+
+    from bench_replay import GPUS_PER_NODE, PARTITIONS, make_trace  # isort: skip
     from slurmgpu.replay.cluster import QosSpec, from_capacity
     from slurmgpu.replay.engine import SchedConfig, replay
 

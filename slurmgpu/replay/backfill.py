@@ -171,7 +171,7 @@ def backfill(cfg, jobs, nodes, parts, queues, events, p, t):
     pos, stop, head, prio, aux = start_order(cfg, jobs, queues, nq, p, t)
     # the jobs' columns, once (each load of a struct's field costs a reference count)
     state, eligible, gpus, kind = jobs.state, jobs.eligible, jobs.gpus, jobs.kind
-    limit, size, rank = jobs.limit, jobs.size, jobs.rank
+    limit, size, rank, sliceable = jobs.limit, jobs.size, jobs.rank, jobs.sliceable
     prev = -1
     for _ in range(cfg.bf_max_job_test):
         if prev >= 0:
@@ -185,7 +185,7 @@ def backfill(cfg, jobs, nodes, parts, queues, events, p, t):
             continue
         g, lim, s = gpus[job], limit[job], size[job]
         if kind[job] != WHOLE or (
-            g == 1 and pooled and slice_choice(cfg, jobs, parts, job, True)[0] != A_NONE
+            g == 1 and sliceable[job] and slice_choice(cfg, jobs, parts, job, True)[0] != A_NONE
         ):
             # slices and shards: start now if free (no reservation model for pools; a
             # partition without them has no slice for a 1-GPU job either); the owed
