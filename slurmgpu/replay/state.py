@@ -10,8 +10,9 @@ objects, so each record kind is a struct of arrays in a named tuple:
   with a version number (`ver`) until that node changes;
 - `Parts` (one per trace partition, `exists` false where the model lacks it): free whole GPUs,
   nodes by free count (`bucket`), MIG pools (`pool_*`, one per profile, in the model's order)
-  and shards, pending counts by GPU count and, per count, by time limit (a sorted table of the
-  limits with counts and a pointer to the shortest), the running jobs, and their expected
+  and shards, pending counts (of MIG/shard jobs; of 1-GPU jobs the slice rule may move,
+  `Jobs.sliceable`, set at submit; by GPU count and, per count, by time limit: a sorted table
+  of the limits with counts and a pointer to the shortest), the running jobs, and their expected
   ends sorted (`end_*`, backfill's profile is built from them);
 - `Queues`: per (partition, QOS) a FIFO that is a fixed slice of one array of job ids in job
   (= submit) order, with head and tail, and a heap of requeued jobs (a row of three arrays:
