@@ -172,10 +172,25 @@ def backfill(cfg, jobs, nodes, parts, queues, events, p, t):
     # the jobs' columns, once (each load of a struct's field costs a reference count)
     state, eligible, gpus, kind = jobs.state, jobs.eligible, jobs.gpus, jobs.kind
     limit, size, rank, sliceable = jobs.limit, jobs.size, jobs.rank, jobs.sliceable
+    fifo, where, qos, qos_term = queues.fifo, jobs.where, jobs.qos, cfg.qos_term
+    weight_age, max_age = cfg.weight_age, cfg.max_age
+    now = math.floor(t / cfg.period) * cfg.period if cfg.period > 1 else t
     prev = -1
     for _ in range(cfg.bf_max_job_test):
-        if prev >= 0:
+        if prev >= 0 and prev & 1:  # a requeue heap
             advance(cfg, jobs, queues, aux, pos, stop, head, prio, prev, p * nq, t)
+        elif prev >= 0:  # a FIFO: `queues.advance` with the columns read once
+            q, at, end, nxt = prev >> 1, pos[prev], stop[prev], -1
+            while at < end:
+                j = fifo[at]
+                at += 1
+                if where[j] == q and state[j] == PENDING:
+                    nxt = j
+                    break
+            pos[prev] = at
+            head[prev] = nxt
+            if nxt >= 0:
+                prio[prev] = _priority(qos_term, weight_age, max_age, now, eligible, qos, nxt)
         src = best_source(head, prio, rank)
         if src < 0:
             break
@@ -240,6 +255,19 @@ def backfill(cfg, jobs, nodes, parts, queues, events, p, t):
             pooled and _slices_possible(parts, p)
         ):
             break
+
+
+@inline
+def _priority(qos_term, weight_age, max_age, now, eligible, qos, job):
+    """`queues.priority` from columns read once per pass (`now`: t in PriorityCalcPeriod
+    steps), the same arithmetic."""
+    age = now - eligible[job]
+    if age < 0.0:
+        age = 0.0
+    age = age / max_age
+    if age > 1.0:
+        age = 1.0
+    return math.floor(qos_term[qos[job]] + weight_age * age)
 
 
 @inline
