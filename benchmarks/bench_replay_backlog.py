@@ -17,6 +17,13 @@ times the compile itself: cold (an empty numba cache) and warm (loaded from it).
     python benchmarks/bench_replay_backlog.py --jit        # the default plan, ~10 min
     python benchmarks/bench_replay_backlog.py --plan new:1000000:7450,new:1000000:7200
     python benchmarks/bench_replay_backlog.py --plan baseline:20000:6400,new:20000:6400
+    python benchmarks/bench_replay_backlog.py --carve 1600 --plan new:1000000:6400
+
+`--carve N` carves N of the GPUs (spread evenly over the partitions) 1g.10gb x 7 in the
+baseline, as `--baseline carve:PARTITION:GPUS:1g.10gb=7` does (GPU type H100), and gives a
+third of the 1-GPU jobs a measured GPU memory (0-80 GB, as gen_sacct.py draws it;
+`--measured` sets the share), so that the slice rule moves some of them onto the slices
+while the whole-GPU jobs queue on the rest (issue 38 item 3).
 
 Results are printed and written as JSON to benchmarks/out/replay-backlog.bench.json.
 """
@@ -50,15 +57,31 @@ PLAN = ",".join(
 TURNS = 50_000  # loop turns per chunk of the stepped replay (the queue-depth curve)
 
 
-def run_stage(jobs: int, gpus: int) -> dict:
+def carved(trace, model, carve: int, measured: float):
+    """The model with `carve` GPUs carved 1g.10gb x 7 (evenly over the partitions) and the
+    trace with a measured GPU memory on `measured` of its 1-GPU jobs (seeded)."""
+    from slurmgpu.model.changes import parse_change
+    from slurmgpu.replay.cluster import apply_change
+
+    each = carve // len(trace.partitions)
+    for name in trace.partitions:
+        model = apply_change(model, parse_change(f"carve:{name}:{each}:1g.10gb=7"))
+    rng = np.random.default_rng(20261207)
+    pick = (trace.gpus == 1) & (rng.random(len(trace.gpus)) < measured)
+    trace.need_mib = np.where(pick, rng.uniform(0, 80_000, len(trace.gpus)), np.nan)
+    return trace, model
+
+
+def run_stage(jobs: int, gpus: int, carve: int = 0, measured: float = 1 / 3) -> dict:
     """One replay in this process (whichever `slurmgpu` is first on sys.path: imported
     before bench_replay, which puts this checkout on the path). The compiled engine is warmed
     up first (compiled, or loaded from numba's cache) and its replay stepped in chunks of
     loop turns, to see how CPU per job grows with the queue."""
     import numpy as np
-    from bench_replay import GPUS_PER_NODE, PARTITIONS, make_trace
 
-    import slurmgpu
+    import slurmgpu  # first: bench_replay puts this checkout on sys.path when it has none
+
+    from bench_replay import GPUS_PER_NODE, PARTITIONS, make_trace  # isort: skip
     from slurmgpu.replay.cluster import QosSpec, from_capacity
     from slurmgpu.replay.engine import SchedConfig, replay
 
@@ -67,8 +90,11 @@ def run_stage(jobs: int, gpus: int) -> dict:
     model = from_capacity(
         {p: per for p in trace.partitions},
         gpus_per_node=dict.fromkeys(trace.partitions, GPUS_PER_NODE),
+        gpu_types=dict.fromkeys(trace.partitions, "h100") if carve else None,
         qos=(QosSpec("p0", 1000, ("p2",)), QosSpec("p1", 500), QosSpec("p2", 100, (), 300)),
     )
+    if carve:
+        trace, model = carved(trace, model, carve, measured)
     try:  # the compiled engine
         from slurmgpu.replay.engine import outcome, warm_up
         from slurmgpu.replay.loop import advance
@@ -100,6 +126,9 @@ def run_stage(jobs: int, gpus: int) -> dict:
     return {
         "jobs": jobs,
         "gpus": gpus,
+        "carved_gpus": carve,
+        "measured_share": measured if carve else None,
+        "jobs_on_slices": int(np.count_nonzero(np.asarray(out.runs.equiv) < 1)),
         "offered_load": round(OFFERED_FOR * 0.85 / gpus, 3),
         "seconds": round(seconds, 2),
         "cpu_seconds": round(cpu, 2),
@@ -164,10 +193,11 @@ def baseline_root(ref: str) -> Path:
     return dest
 
 
-def in_subprocess(engine: str, jobs: int, gpus: int, ref: str) -> dict:
+def in_subprocess(engine: str, jobs: int, gpus: int, ref: str, carve: int = 0,
+                  measured: float = 1 / 3) -> dict:  # fmt: skip
     src = baseline_root(ref) if engine == "baseline" else ROOT
     env = dict(os.environ, PYTHONPATH=f"{src}{os.pathsep}{HERE}")
-    argv = [sys.executable, __file__, "--stage", f"{jobs}:{gpus}"]
+    argv = [sys.executable, __file__, "--stage", f"{jobs}:{gpus}:{carve}:{measured}"]
     proc = subprocess.run(argv, capture_output=True, text=True, check=True, env=env,
                           cwd=str(src), timeout=3600)  # fmt: skip
     result = json.loads(proc.stdout.strip().splitlines()[-1])
@@ -193,15 +223,19 @@ def main() -> None:
     ap.add_argument("--baseline-ref", help="baseline's git ref (default: where HEAD left main)")
     ap.add_argument("--jit", action="store_true", help="also time the compile, cold and warm")
     ap.add_argument("--output", default="replay-backlog.bench.json", help="under benchmarks/out")
-    ap.add_argument("--stage", help="(internal) JOBS:GPUS, one replay, JSON out")
+    ap.add_argument("--carve", type=int, default=0, help="GPUs carved 1g.10gb x 7 (baseline)")
+    ap.add_argument("--measured", type=float, default=1 / 3,
+                    help="with --carve: share of 1-GPU jobs with a measured memory")  # fmt: skip
+    ap.add_argument("--stage", help="(internal) JOBS:GPUS[:CARVE:MEASURED], one replay, JSON out")
     ap.add_argument("--jit-stage", action="store_true", help="(internal) the compile, JSON out")
     args = ap.parse_args()
     if args.jit_stage:
         print(json.dumps(jit_stage()))
         return
     if args.stage:
-        jobs, gpus = map(int, args.stage.split(":"))
-        print(json.dumps(run_stage(jobs, gpus)))
+        jobs, gpus, *rest = args.stage.split(":")
+        carve, measured = (int(rest[0]), float(rest[1])) if rest else (0, 1 / 3)
+        print(json.dumps(run_stage(int(jobs), int(gpus), carve, measured)))
         return
     ref = args.baseline_ref or subprocess.run(
         ["git", "-C", str(ROOT), "merge-base", "HEAD", "main"],
@@ -214,7 +248,7 @@ def main() -> None:
             print(json.dumps(row), flush=True)
     for item in filter(None, args.plan.split(",")):
         engine, jobs, gpus = item.split(":")
-        results.append(in_subprocess(engine, int(jobs), int(gpus), ref))
+        results.append(in_subprocess(engine, int(jobs), int(gpus), ref, args.carve, args.measured))
         print(json.dumps(results[-1]), flush=True)
     out = HERE / "out"
     out.mkdir(exist_ok=True)

@@ -8,9 +8,13 @@ job that could start is checked: they change nothing else in a pass (the profile
 after it) and the profile only loses GPUs as a pass goes on. So a job no start is possible
 for, even on the profile so far, costs no reservation: too big for the free GPUs now, no more
 than `failed` allows, or short of GPUs in its window already; and a pass stops once no pending
-shape can start. In a partition with slices or shards (where a 1-GPU job may start on a slice
-whatever the profile) every reservation is made at once. The pass's own bookkeeping lives in
-a few small arrays: per GPU count (`Parts.sizes` index) the shortest limit pending at its
+shape can start. A partition with slices or shards (where a MIG, shard or slice-rule job may
+start whatever the profile) pays its owed reservations lazily too, before any start, and checks
+as it pays where the pass stops there (`_eager_stop`, after each whole-GPU job it tried, on the
+plan with the reservations before it: that stop cuts off later slice starts); until a slice
+start is due, nothing needs it (issue 38: making every reservation at once cost ~500 per pass
+in a deep queue, a 1M-job carved replay did not finish in 600 s). The pass's own bookkeeping
+lives in a few small arrays: per GPU count (`Parts.sizes` index) the shortest limit pending at its
 start (`shortest`) and the shortest limit that failed (`failed`: a later job of at least as
 many GPUs and limit cannot start either), and `flags` (owed head and tail, reservations made,
 whether `failed` changed since `nothing_fits` looked).
@@ -25,7 +29,7 @@ import numpy as np
 from slurmgpu.replay import nodes as nd
 from slurmgpu.replay import profile as pf
 from slurmgpu.replay._jit import inline, njit
-from slurmgpu.replay.jobs import WHOLE
+from slurmgpu.replay.jobs import SHARD, WHOLE
 from slurmgpu.replay.queues import advance, best_source, start_order
 from slurmgpu.replay.runs import has_free, shortest_limit, slice_choice, try_start
 from slurmgpu.replay.state import A_NONE, PENDING
@@ -69,40 +73,82 @@ def _nothing_fits(parts, shortest, failed, flags, prof, meta, t):
     return True
 
 
+@inline
+def _eager_stop(parts, p, prof, meta, t, smallest):
+    """Where the pass of a partition with slices or shards stops after a whole-GPU job it
+    tried (its reservations made): no MIG/shard job pending with room left, and no whole GPU
+    free now or too few for the smallest pending job over the shortest limit."""
+    return not (parts.pool_pending[p] and has_free(parts, p)) and (
+        prof[pf.AVAIL, 0] <= 0 or pf.free_for(prof, meta, t + parts.min_limit[p]) < smallest
+    )
+
+
+@inline
+def _slices_possible(parts, p):
+    """Whether a job later in the pass may still start on a MIG instance or shards: some
+    pending job may take one (a MIG or shard job, or a 1-GPU job the slice rule may move) and
+    some instance or shard is free. (False: only whole-GPU starts are left.)"""
+    if not (parts.pool_pending[p] or parts.slice_pending[p]):
+        return False
+    free = parts.sh_free[p]
+    for k in range(parts.pool_lo[p], parts.pool_hi[p]):
+        free += parts.pool_free[k]  # (none below 0)
+    return free > 0
+
+
 @njit
-def _pay(cfg, jobs, nodes, parts, p, t, horizon, owed, flags, prof, meta, g, lim):
+def _pay(cfg, jobs, nodes, parts, p, t, horizon, owed, flags, prof, meta, g, lim, pooled,
+         smallest):  # fmt: skip
     """Make the owed reservations of a pass, in test order, up to bf_max_reservations (past
     it, blocked jobs get none). Given a job's `g` GPUs and `lim`, stop as soon as they leave
-    it no room (False); the rest stay owed. `(ok, prof)`."""
+    it no room; the rest stay owed. `(status, prof)`: 1 all made, 0 stopped for `g`, 2 (a
+    partition with slices or shards, `pooled`) the pass stops here.
+
+    Why `pooled` checks as it pays: in such a partition the pass stops after a whole-GPU job
+    it tried, once `_eager_stop` holds on the plan with every reservation before it made;
+    that stop cuts off the slice starts later in the pass. A job it tried is one whose GPUs
+    did not exceed those free now when its turn came (free now is what the reservations
+    before it left at the plan's first step: a reservation that starts now is one of a job
+    that fitted the plan now, so paying in test order gives that count as it was then). So,
+    paying in test order, each owed job is checked as it would have been right after its own
+    reservation, and nothing that happened in the pass after it (only jobs that could not
+    start, which change nothing) alters the check."""
     per = parts.max_cap[p] if parts.max_cap[p] else 1
     while flags[_OWED_HEAD] < flags[_OWED_TAIL]:
-        if flags[_RESERVED] >= cfg.bf_max_res:
-            flags[_OWED_HEAD] = flags[_OWED_TAIL]
-            break
         b = owed[flags[_OWED_HEAD]]
-        flags[_OWED_HEAD] += 1
         bg = jobs.gpus[b]
+        tried = pooled and bg <= prof[pf.AVAIL, 0]
+        if flags[_RESERVED] >= cfg.bf_max_res:
+            if not pooled:
+                flags[_OWED_HEAD] = flags[_OWED_TAIL]
+                break
+            flags[_OWED_HEAD] += 1  # no reservation: the plan stays as it is
+            if tried and _eager_stop(parts, p, prof, meta, t, smallest):
+                return 2, prof
+            continue
+        flags[_OWED_HEAD] += 1
         after = nd.node_earliest(jobs, nodes, parts, p, bg, t) if bg > 1 else t
         whole = float(-(-int(bg) // per) * per)  # the GPUs of the whole nodes it takes
         prof, start = pf.reserve(prof, meta, bg, jobs.limit[b], horizon, whole, after)
         flags[_RESERVED] += 1
+        if tried and _eager_stop(parts, p, prof, meta, t, smallest):
+            return 2, prof
         # a reservation from after the job's window leaves the window as it was
         more = flags[_OWED_HEAD] < flags[_OWED_TAIL]
         if g and more and start <= t + lim and not pf.free_until(prof, meta, g, t + lim):
-            return False, prof
-    return True, prof
+            return 0, prof
+    return 1, prof
 
 
 @inline
-def _pass_start(parts, p, lazy):
-    """Per size index, the shortest limit pending (lazy passes only; INF: none) and the
-    smallest GPU count pending, as the pass starts."""
+def _pass_start(parts, p):
+    """Per size index, the shortest limit pending (INF: none) and the smallest GPU count
+    pending, as the pass starts."""
     nsz = parts.size_hist.shape[1]
     shortest = np.full(nsz, INF)
     smallest = INF
     for s in range(nsz):
-        if lazy:
-            shortest[s] = shortest_limit(parts, p, s)
+        shortest[s] = shortest_limit(parts, p, s)
         if parts.size_hist[p, s] > 0 and parts.sizes[s] < smallest:
             smallest = parts.sizes[s]
     return shortest, smallest
@@ -115,9 +161,9 @@ def backfill(cfg, jobs, nodes, parts, queues, events, p, t):
         return  # no pending job is small enough for the free GPUs: nothing can start
     lo, hi = parts.end_lo[p], parts.end_lo[p] + parts.end_n[p]
     prof, meta = pf.build(t, float(parts.free_whole[p]), parts.end_t[lo:hi], parts.end_g[lo:hi])
-    lazy = parts.pool_hi[p] == parts.pool_lo[p] and parts.sh_total[p] == 0
+    pooled = parts.pool_hi[p] != parts.pool_lo[p] or parts.sh_total[p] != 0
     horizon = t + cfg.bf_window
-    shortest, smallest = _pass_start(parts, p, lazy)
+    shortest, smallest = _pass_start(parts, p)
     failed = np.full(len(shortest), INF)
     owed = np.empty(max(cfg.bf_max_job_test, 0) + 1, np.int64)
     flags = np.zeros(4, np.int64)
@@ -125,11 +171,26 @@ def backfill(cfg, jobs, nodes, parts, queues, events, p, t):
     pos, stop, head, prio, aux = start_order(cfg, jobs, queues, nq, p, t)
     # the jobs' columns, once (each load of a struct's field costs a reference count)
     state, eligible, gpus, kind = jobs.state, jobs.eligible, jobs.gpus, jobs.kind
-    limit, size, rank = jobs.limit, jobs.size, jobs.rank
+    limit, size, rank, sliceable = jobs.limit, jobs.size, jobs.rank, jobs.sliceable
+    fifo, where, qos, qos_term = queues.fifo, jobs.where, jobs.qos, cfg.qos_term
+    weight_age, max_age = cfg.weight_age, cfg.max_age
+    now = math.floor(t / cfg.period) * cfg.period if cfg.period > 1 else t
     prev = -1
     for _ in range(cfg.bf_max_job_test):
-        if prev >= 0:
+        if prev >= 0 and prev & 1:  # a requeue heap
             advance(cfg, jobs, queues, aux, pos, stop, head, prio, prev, p * nq, t)
+        elif prev >= 0:  # a FIFO: `queues.advance` with the columns read once
+            q, at, end, nxt = prev >> 1, pos[prev], stop[prev], -1
+            while at < end:
+                j = fifo[at]
+                at += 1
+                if where[j] == q and state[j] == PENDING:
+                    nxt = j
+                    break
+            pos[prev] = at
+            head[prev] = nxt
+            if nxt >= 0:
+                prio[prev] = _priority(qos_term, weight_age, max_age, now, eligible, qos, nxt)
         src = best_source(head, prio, rank)
         if src < 0:
             break
@@ -139,33 +200,43 @@ def backfill(cfg, jobs, nodes, parts, queues, events, p, t):
             continue
         g, lim, s = gpus[job], limit[job], size[job]
         if kind[job] != WHOLE or (
-            g == 1 and not lazy and slice_choice(cfg, jobs, parts, job, True)[0] != A_NONE
+            g == 1 and sliceable[job] and slice_choice(cfg, jobs, parts, job, True)[0] != A_NONE
         ):
             # slices and shards: start now if free (no reservation model for pools; a
-            # partition without them has no slice for a 1-GPU job either)
-            try_start(cfg, jobs, nodes, parts, events, job, t)
-            continue
-        if lazy:  # hopeless: no start is possible for it at this point
-            hopeless = lim >= failed[s]
-            if not hopeless and (g > prof[pf.AVAIL, 0] or not nd.can_place(parts, p, int(g))):
-                _fail(parts, p, failed, flags, s, g, 0.0)  # not free now, or on no node
-                hopeless = True
-            if not hopeless and not pf.free_until(prof, meta, g, t + lim):
-                _fail(parts, p, failed, flags, s, g, lim)
-                hopeless = True
-            if hopeless:
-                owed[flags[_OWED_TAIL]] = job  # cannot start: its reservation can wait
-                flags[_OWED_TAIL] += 1
-                if flags[_NEWS] and _nothing_fits(parts, shortest, failed, flags, prof, meta, t):
+            # partition without them has no slice for a 1-GPU job either); the owed
+            # reservations first, which may show that the pass had stopped before it
+            if not pooled:
+                try_start(cfg, jobs, nodes, parts, events, job, t)
+            elif _pool_room(parts, jobs, job, g):
+                ok, prof = _pay(cfg, jobs, nodes, parts, p, t, horizon, owed, flags, prof,
+                                meta, 0.0, 0.0, pooled, smallest)  # fmt: skip
+                if ok == 2:
                     break
-                continue
-        if g > prof[pf.AVAIL, 0]:
-            owed[flags[_OWED_TAIL]] = job
-            flags[_OWED_TAIL] += 1
+                try_start(cfg, jobs, nodes, parts, events, job, t)
             continue
-        ok, prof = _pay(cfg, jobs, nodes, parts, p, t, horizon, owed, flags, prof, meta,
-                        g if lazy else 0.0, lim)  # fmt: skip
-        if not ok:
+        # hopeless: no start is possible for it at this point
+        hopeless = lim >= failed[s]
+        if not hopeless and (g > prof[pf.AVAIL, 0] or not nd.can_place(parts, p, int(g))):
+            _fail(parts, p, failed, flags, s, g, 0.0)  # not free now, or on no node
+            hopeless = True
+        if not hopeless and not pf.free_until(prof, meta, g, t + lim):
+            _fail(parts, p, failed, flags, s, g, lim)
+            hopeless = True
+        if hopeless:
+            owed[flags[_OWED_TAIL]] = job  # cannot start: its reservation can wait
+            flags[_OWED_TAIL] += 1
+            if (
+                flags[_NEWS]
+                and _nothing_fits(parts, shortest, failed, flags, prof, meta, t)
+                and not (pooled and _slices_possible(parts, p))
+            ):
+                break
+            continue
+        ok, prof = _pay(cfg, jobs, nodes, parts, p, t, horizon, owed, flags, prof, meta, g, lim,
+                        pooled, smallest)  # fmt: skip
+        if ok == 2:
+            break
+        if ok == 0:
             _fail(parts, p, failed, flags, s, g, lim)  # the reservations before it: no room
             owed[flags[_OWED_TAIL]] = job
             flags[_OWED_TAIL] += 1
@@ -174,17 +245,38 @@ def backfill(cfg, jobs, nodes, parts, queues, events, p, t):
             cfg, jobs, nodes, parts, events, job, t
         ):
             prof = pf.hold(prof, meta, 0, g, t + lim)
+            if pooled and _eager_stop(parts, p, prof, meta, t, smallest):
+                break
         else:
             _fail(parts, p, failed, flags, s, g, lim)
             owed[flags[_OWED_TAIL]] = job
             flags[_OWED_TAIL] += 1
-            if not lazy:
-                ok, prof = _pay(cfg, jobs, nodes, parts, p, t, horizon, owed, flags, prof,
-                                meta, 0.0, 0.0)  # fmt: skip
-        if lazy:
-            if _nothing_fits(parts, shortest, failed, flags, prof, meta, t):
-                break
-        elif not (parts.pool_pending[p] and has_free(parts, p)) and (
-            prof[pf.AVAIL, 0] <= 0 or pf.free_for(prof, meta, t + parts.min_limit[p]) < smallest
+        if _nothing_fits(parts, shortest, failed, flags, prof, meta, t) and not (
+            pooled and _slices_possible(parts, p)
         ):
             break
+
+
+@inline
+def _priority(qos_term, weight_age, max_age, now, eligible, qos, job):
+    """`queues.priority` from columns read once per pass (`now`: t in PriorityCalcPeriod
+    steps), the same arithmetic."""
+    age = now - eligible[job]
+    if age < 0.0:
+        age = 0.0
+    age = age / max_age
+    if age > 1.0:
+        age = 1.0
+    return math.floor(qos_term[qos[job]] + weight_age * age)
+
+
+@inline
+def _pool_room(parts, jobs, job, g):
+    """Whether `try_start` would start this MIG, shard or slice-rule job now."""
+    k = jobs.kind[job]
+    if k == WHOLE:
+        return True  # the slice rule found a free instance or shards for it
+    if k == SHARD:
+        return parts.sh_free[jobs.part[job]] >= g
+    pool = jobs.pool[job]
+    return pool >= 0 and parts.pool_free[pool] >= g

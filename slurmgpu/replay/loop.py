@@ -124,6 +124,8 @@ def _submit(cfg, jobs, parts, queues, events, job):
         count_reason(events, reason)
         return
     jobs.state[job] = PENDING
+    if jobs.kind[job] == WHOLE and jobs.gpus[job] == 1:  # the slice rule may move it
+        jobs.sliceable[job] = slice_choice(cfg, jobs, parts, job, False)[0] != A_NONE
     if jobs.cancel[job] < INF:
         push_event(events, jobs.cancel[job], E_CANCEL, job, 0)
     jobs.where[job] = q

@@ -65,6 +65,8 @@ def queued(jobs, parts, job, delta):
     if jobs.kind[job] != WHOLE:
         parts.pool_pending[p] += delta
         return
+    if jobs.sliceable[job]:
+        parts.slice_pending[p] += delta
     s = jobs.size[job]
     parts.size_hist[p, s] += delta
     parts.seen[p, s] = True

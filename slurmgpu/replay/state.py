@@ -10,8 +10,9 @@ objects, so each record kind is a struct of arrays in a named tuple:
   with a version number (`ver`) until that node changes;
 - `Parts` (one per trace partition, `exists` false where the model lacks it): free whole GPUs,
   nodes by free count (`bucket`), MIG pools (`pool_*`, one per profile, in the model's order)
-  and shards, pending counts by GPU count and, per count, by time limit (a sorted table of the
-  limits with counts and a pointer to the shortest), the running jobs, and their expected
+  and shards, pending counts (of MIG/shard jobs; of 1-GPU jobs the slice rule may move,
+  `Jobs.sliceable`, set at submit; by GPU count and, per count, by time limit: a sorted table
+  of the limits with counts and a pointer to the shortest), the running jobs, and their expected
   ends sorted (`end_*`, backfill's profile is built from them);
 - `Queues`: per (partition, QOS) a FIFO that is a fixed slice of one array of job ids in job
   (= submit) order, with head and tail, and a heap of requeued jobs (a row of three arrays:
@@ -73,6 +74,7 @@ Jobs = namedtuple(
     "Jobs",
     "submit duration limit gpus kind part qos need cancel pool size lim fpos noff "
     "state eligible rank start end run_start run_id akind apool acount anodes on_slice awaiting "
+    "sliceable "
     "victim_of expected_end where rpos",
 )
 Nodes = namedtuple("Nodes", "cap free part slot_job slot_gpus ver e_val e_ver idle_of idle_stale")
@@ -81,7 +83,7 @@ Parts = namedtuple(
     "exists node_lo node_hi max_cap full_n free_whole bucket idle_full ver "
     "pool_lo pool_hi pool_free pool_total pool_mem pool_share "
     "sh_free sh_total sh_per gpu_mem min_limit "
-    "pending pool_pending dirty changed kick_at "
+    "pending pool_pending slice_pending dirty changed kick_at "
     "sizes size_hist seen lim_lo lim_vals lim_count lim_min "
     "run_lo run_n run_jobs end_lo end_n end_t end_j end_g "
     "idle_lo idle_vals stale_n stale "
@@ -307,6 +309,7 @@ def _parts(trace: ReplayTrace, lay: _Layout, table: tuple[np.ndarray, ...]) -> P
         sh_free=lay.sh_total.copy(), sh_total=lay.sh_total, sh_per=lay.sh_per,
         gpu_mem=lay.gpu_mem, min_limit=min_limit,
         pending=np.zeros(nparts, np.int64), pool_pending=np.zeros(nparts, np.int64),
+        slice_pending=np.zeros(nparts, np.int64),
         dirty=np.zeros(nparts, np.bool_), changed=np.zeros(nparts, np.bool_),
         kick_at=np.full(nparts, INF),
         sizes=sizes if len(sizes) else np.zeros(1),
@@ -369,6 +372,7 @@ def _jobs(trace, config, lay: _Layout, table: tuple[np.ndarray, ...], fpos) -> J
         run_id=np.zeros(n, np.int64), akind=np.zeros(n, np.int64),
         apool=np.full(n, -1, np.int64), acount=np.zeros(n, np.int64),
         anodes=np.zeros(max(int(noff[-1]), 1), np.int64), on_slice=np.zeros(n, np.bool_),
+        sliceable=np.zeros(n, np.bool_),
         awaiting=np.zeros(n, np.int64), victim_of=np.full(n, -1, np.int64),
         expected_end=np.full(n, INF), where=np.full(n, NO_QUEUE, np.int64),
         rpos=np.full(n, -1, np.int64),

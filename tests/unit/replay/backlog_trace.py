@@ -20,8 +20,11 @@ WEIGHTS = (0.5, 0.2, 0.15, 0.1, 0.04, 0.01)
 
 
 def backlog(jobs: int = 1500, gpus: int = 384, load: float = 1.3, seed: int = 3,
-            mixed: bool = False) -> tuple[ReplayTrace, ClusterModel]:  # fmt: skip
-    """The trace and its cluster model (three partitions of 8-GPU H100 nodes)."""
+            mixed: bool = False, carve: int = 0) -> tuple[ReplayTrace, ClusterModel]:  # fmt: skip
+    """The trace and its cluster model (three partitions of 8-GPU H100 nodes). `carve`:
+    that many GPUs of every partition carved 1g.10gb x 7 (as `--baseline carve:...`), and a
+    third of the 1-GPU whole jobs measured (0-80 GB, as gen_sacct draws it), so that the
+    slice rule moves some of them onto slices while whole jobs queue beside them."""
     rng = np.random.default_rng(seed)
     parts = 3
     span = 2 * 86400.0
@@ -51,6 +54,11 @@ def backlog(jobs: int = 1500, gpus: int = 384, load: float = 1.3, seed: int = 3,
         one = (size == 1) & (kind == WHOLE) & (rng.random(jobs) < 0.5)
         need = np.where(one, rng.uniform(2000, 60000, jobs), np.nan)
         cancel = np.where(rng.random(jobs) < 0.03, submit + rng.uniform(0, 20000, jobs), np.nan)
+    if carve:
+        for name in names:
+            model = apply_change(model, parse_change(f"carve:{name}:{carve}:1g.10gb=7"))
+        one = (size == 1) & (kind == WHOLE) & (rng.random(jobs) < 1 / 3)
+        need = np.where(one, rng.uniform(0, 80000, jobs), need)
     nan = np.full(jobs, np.nan)
     trace = ReplayTrace(
         epoch_s=0, job_id=np.arange(jobs).astype(str).astype(object), partition=part, qos=qos,
