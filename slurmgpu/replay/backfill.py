@@ -180,15 +180,7 @@ def backfill(cfg, jobs, nodes, parts, queues, events, p, t):
         if prev >= 0 and prev & 1:  # a requeue heap
             advance(cfg, jobs, queues, aux, pos, stop, head, prio, prev, p * nq, t)
         elif prev >= 0:  # a FIFO: `queues.advance` with the columns read once
-            q, at, end, nxt = prev >> 1, pos[prev], stop[prev], -1
-            while at < end:
-                j = fifo[at]
-                at += 1
-                if where[j] == q and state[j] == PENDING:
-                    nxt = j
-                    break
-            pos[prev] = at
-            head[prev] = nxt
+            nxt = _next_in_fifo(fifo, where, state, pos, stop, head, prev)
             if nxt >= 0:
                 prio[prev] = _priority(qos_term, weight_age, max_age, now, eligible, qos, nxt)
         src = best_source(head, prio, rank)
@@ -202,29 +194,13 @@ def backfill(cfg, jobs, nodes, parts, queues, events, p, t):
         if kind[job] != WHOLE or (
             g == 1 and sliceable[job] and slice_choice(cfg, jobs, parts, job, True)[0] != A_NONE
         ):
-            # slices and shards: start now if free (no reservation model for pools; a
-            # partition without them has no slice for a 1-GPU job either); the owed
-            # reservations first, which may show that the pass had stopped before it
-            if not pooled:
-                try_start(cfg, jobs, nodes, parts, events, job, t)
-            elif _pool_room(parts, jobs, job, g):
-                ok, prof = _pay(cfg, jobs, nodes, parts, p, t, horizon, owed, flags, prof,
-                                meta, 0.0, 0.0, pooled, smallest)  # fmt: skip
-                if ok == 2:
-                    break
-                try_start(cfg, jobs, nodes, parts, events, job, t)
+            ok, prof = _start_on_slice(cfg, jobs, nodes, parts, events, p, t, horizon, owed,
+                                       flags, prof, meta, pooled, smallest, job, g)  # fmt: skip
+            if ok == 2:
+                break
             continue
-        # hopeless: no start is possible for it at this point
-        hopeless = lim >= failed[s]
-        if not hopeless and (g > prof[pf.AVAIL, 0] or not nd.can_place(parts, p, int(g))):
-            _fail(parts, p, failed, flags, s, g, 0.0)  # not free now, or on no node
-            hopeless = True
-        if not hopeless and not pf.free_until(prof, meta, g, t + lim):
-            _fail(parts, p, failed, flags, s, g, lim)
-            hopeless = True
-        if hopeless:
-            owed[flags[_OWED_TAIL]] = job  # cannot start: its reservation can wait
-            flags[_OWED_TAIL] += 1
+        if _hopeless(parts, p, failed, flags, prof, meta, s, g, lim, t):
+            _owe(owed, flags, job)  # cannot start: its reservation can wait
             if (
                 flags[_NEWS]
                 and _nothing_fits(parts, shortest, failed, flags, prof, meta, t)
@@ -238,8 +214,7 @@ def backfill(cfg, jobs, nodes, parts, queues, events, p, t):
             break
         if ok == 0:
             _fail(parts, p, failed, flags, s, g, lim)  # the reservations before it: no room
-            owed[flags[_OWED_TAIL]] = job
-            flags[_OWED_TAIL] += 1
+            _owe(owed, flags, job)
             continue
         if pf.free_until(prof, meta, g, t + lim) and try_start(
             cfg, jobs, nodes, parts, events, job, t
@@ -249,12 +224,69 @@ def backfill(cfg, jobs, nodes, parts, queues, events, p, t):
                 break
         else:
             _fail(parts, p, failed, flags, s, g, lim)
-            owed[flags[_OWED_TAIL]] = job
-            flags[_OWED_TAIL] += 1
+            _owe(owed, flags, job)
         if _nothing_fits(parts, shortest, failed, flags, prof, meta, t) and not (
             pooled and _slices_possible(parts, p)
         ):
             break
+
+
+@inline
+def _next_in_fifo(fifo, where, state, pos, stop, head, prev):
+    """`queues.advance` for FIFO `prev` (its queue `prev >> 1`) over columns read once: the
+    next job still pending in that queue, or -1; its position and head updated."""
+    q, at, end, nxt = prev >> 1, pos[prev], stop[prev], -1
+    while at < end:
+        j = fifo[at]
+        at += 1
+        if where[j] == q and state[j] == PENDING:
+            nxt = j
+            break
+    pos[prev] = at
+    head[prev] = nxt
+    return nxt
+
+
+@inline
+def _hopeless(parts, p, failed, flags, prof, meta, s, g, lim, t):
+    """No start is possible at this point for a job of size class `s` (`g` GPUs, limit `lim`):
+    one as long failed before, or it is not free now, fits no node, or is not free for its
+    limit (a failure recorded for the later jobs of its class)."""
+    if lim >= failed[s]:
+        return True
+    if g > prof[pf.AVAIL, 0] or not nd.can_place(parts, p, int(g)):
+        _fail(parts, p, failed, flags, s, g, 0.0)  # not free now, or on no node
+        return True
+    if not pf.free_until(prof, meta, g, t + lim):
+        _fail(parts, p, failed, flags, s, g, lim)
+        return True
+    return False
+
+
+@inline
+def _owe(owed, flags, job):
+    """`job` cannot start now: its reservation is owed, made when a later start needs it."""
+    owed[flags[_OWED_TAIL]] = job
+    flags[_OWED_TAIL] += 1
+
+
+@inline
+def _start_on_slice(cfg, jobs, nodes, parts, events, p, t, horizon, owed, flags, prof, meta,
+                    pooled, smallest, job, g):  # fmt: skip
+    """A slice or shard job: started now if free (no reservation model for pools; a partition
+    without them has no slice for a 1-GPU job either), the owed reservations paid first,
+    which may show that the pass had stopped before it (2: stop the pass)."""
+    if not pooled:
+        try_start(cfg, jobs, nodes, parts, events, job, t)
+        return 1, prof
+    if not _pool_room(parts, jobs, job, g):
+        return 1, prof
+    ok, prof = _pay(cfg, jobs, nodes, parts, p, t, horizon, owed, flags, prof, meta, 0.0, 0.0,
+                    pooled, smallest)  # fmt: skip
+    if ok == 2:
+        return 2, prof
+    try_start(cfg, jobs, nodes, parts, events, job, t)
+    return 1, prof
 
 
 @inline
