@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shutil
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -30,6 +32,12 @@ SETUP_HINT = "run the README's test command as root: sudo ./scripts/run-tests"
 
 
 def pytest_configure(config: pytest.Config) -> None:
+    # the session's own node locks: every acting command locks in $SLURMGPU_LOCK_DIR (else
+    # /var/lib/slurmgpu/locks, shared by every session on the host, where two sessions' test
+    # clusters both name their node gpu01); the commands the tests run inherit it
+    locks = tempfile.mkdtemp(prefix="slurmgpu-test-locks-")
+    os.environ["SLURMGPU_LOCK_DIR"] = locks
+    config.add_cleanup(lambda: shutil.rmtree(locks, ignore_errors=True))
     # the session's own /run/munge (a private mount namespace, tests/harness/cluster.py), set
     # up before any thread or daemon starts; without root the tests fail in require_slurm()
     if os.geteuid() == 0:
