@@ -506,14 +506,13 @@ def _planned(p: _Pass, decision: Decision, fc) -> tuple:
     return rebalance_plan(p.world.partitions(), decision.moves), cid, kw
 
 
-def _apply(p: _Pass, decision: Decision, before: tuple[Observed, ...], fc) -> PassResult:
-    plan, cid, kw = _planned(p, decision, fc)
-    if p.opts.dry_run:
-        p.notes.append("dry run: nothing applied")
-        return p.result("would-apply", **kw)
-    record = ChangeRecord(
+def _decided(
+    p: _Pass, action: str, cid: str, decision: Decision, before: tuple[Observed, ...]
+) -> ChangeRecord:
+    """The change record of a decision this pass applies or proposes (`action`)."""
+    return ChangeRecord(
         iso(p.now),
-        "apply",
+        action,
         id=cid,
         moves=decision.moves,
         changes=decision.changes,
@@ -521,6 +520,14 @@ def _apply(p: _Pass, decision: Decision, before: tuple[Observed, ...], fc) -> Pa
         predicted=decision.predicted,
         before=before,
     )
+
+
+def _apply(p: _Pass, decision: Decision, before: tuple[Observed, ...], fc) -> PassResult:
+    plan, cid, kw = _planned(p, decision, fc)
+    if p.opts.dry_run:
+        p.notes.append("dry run: nothing applied")
+        return p.result("would-apply", **kw)
+    record = _decided(p, "apply", cid, decision, before)
     refused = _act(p, plan, record)
     if refused:
         return p.result("held", **{**kw, "refusals": (*decision.refusals, refused)})
@@ -614,18 +621,7 @@ def _propose(p: _Pass, decision: Decision, before: tuple[Observed, ...], fc) -> 
         write_atomic(where / "steps.txt", "".join(s + "\n" for s in steps), backup=False)
         p.written.append(str(where / "steps.txt"))
     p.notes.append(f"approve with: slurmgpu autopilot approve {cid} --state-dir {p.state.root}")
-    p.record(
-        ChangeRecord(
-            iso(p.now),
-            "propose",
-            id=cid,
-            moves=decision.moves,
-            changes=decision.changes,
-            score=decision.score,
-            predicted=decision.predicted,
-            before=before,
-        )
-    )
+    p.record(_decided(p, "propose", cid, decision, before))
     return p.result("proposed", **kw)
 
 
