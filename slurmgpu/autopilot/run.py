@@ -507,9 +507,15 @@ def _planned(p: _Pass, decision: Decision, fc) -> tuple:
 
 
 def _decided(
-    p: _Pass, action: str, cid: str, decision: Decision, before: tuple[Observed, ...]
+    p: _Pass,
+    action: str,
+    cid: str,
+    decision: Decision | Proposal,
+    before: tuple[Observed, ...],
+    reasons: tuple[str, ...] = (),
 ) -> ChangeRecord:
-    """The change record of a decision this pass applies or proposes (`action`)."""
+    """The change record of a decision (or an approved proposal) this pass applies or
+    proposes (`action`)."""
     return ChangeRecord(
         iso(p.now),
         action,
@@ -519,6 +525,7 @@ def _decided(
         score=decision.score,
         predicted=decision.predicted,
         before=before,
+        reasons=reasons,
     )
 
 
@@ -691,17 +698,7 @@ def _apply_approved(p: _Pass, prop: Proposal, trace: Any) -> PassResult:
         return p.result("would-apply", **kw)
     plan = rebalance_plan([_Part(k, v) for k, v in live.items()], prop.moves)
     before = observe(trace, 0, p.now.timestamp())
-    record = ChangeRecord(
-        iso(p.now),
-        "apply",
-        id=prop.id,
-        moves=prop.moves,
-        changes=prop.changes,
-        score=prop.score,
-        predicted=prop.predicted,
-        before=before,
-        reasons=(f"approved proposal {prop.id}",),
-    )
+    record = _decided(p, "apply", prop.id, prop, before, (f"approved proposal {prop.id}",))
     refused = _act(p, plan, record)
     if refused:
         return p.result("held", refusals=(refused,), **kw)
